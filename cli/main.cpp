@@ -1,0 +1,61 @@
+// longseq: one binary, one subcommand per job. Subcommands are registered in commands.cpp;
+// usage() lists every subcommand and every flag with its default.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "longseq/core/error.hpp"
+
+namespace {
+
+void usage(CLI::App& app) {
+  std::printf("usage: longseq <command> [flags]\n\ncommands:\n");
+  for (CLI::App* sub : app.get_subcommands({})) {
+    std::printf("\n  %s  %s\n", sub->get_name().c_str(), sub->get_description().c_str());
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->get_name() == "--help") continue;
+      const std::string def = opt->get_default_str();
+      std::printf("      %-28s %s%s\n", opt->get_name().c_str(), opt->get_description().c_str(),
+                  def.empty() ? (opt->get_required() ? " (required)" : "")
+                              : (" [default: " + def + "]").c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"longseq: context-parallel training of transformers on very long sequences"};
+  app.set_help_flag();  // usage() replaces CLI11's help so defaults are always shown
+  bool help = false;
+  app.add_flag("-h,--help", help, "print every command and flag with its default");
+  app.require_subcommand(0, 1);
+  std::map<std::string, std::function<int()>> runners;
+  for (const auto& cmd : longseq::cli::commands()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    sub->option_defaults()->always_capture_default();
+    runners[cmd.name] = cmd.add(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "[cli] %s\n\n", e.what());
+    usage(app);
+    return 2;
+  }
+  if (help || app.get_subcommands().empty()) {
+    usage(app);
+    return help ? 0 : 2;
+  }
+  try {
+    return runners.at(app.get_subcommands().front()->get_name())();
+  } catch (const longseq::core::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

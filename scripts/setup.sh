@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every dependency of longseq from Debian packages. Idempotent: packages already present
+# are not fetched again and `apt-get update` runs at most once per invocation (and not at all when
+# nothing is missing).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libopenblas-dev libdnnl-dev
+  libopenmpi-dev openmpi-bin
+  libgtest-dev googletest libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
+  python3 python3-numpy python3-torch
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[setup] all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "[setup] installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "[setup] done"

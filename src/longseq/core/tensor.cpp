@@ -1,0 +1,59 @@
+#include "longseq/core/tensor.hpp"
+
+#include <cstring>
+#include <new>
+
+namespace longseq::core {
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims) push(d);
+}
+
+void Shape::push(int64_t d) {
+  LONGSEQ_CHECK_MSG(rank_ < kMaxDims, "shape rank above ", kMaxDims);
+  LONGSEQ_CHECK_MSG(d >= 0, "negative extent ", d);
+  dims_[rank_++] = d;
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[i] != o.dims_[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) s += (i ? ", " : "") + std::to_string(dims_[i]);
+  return s + "]";
+}
+
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s) {
+  std::array<int64_t, kMaxDims> st{};
+  int64_t acc = 1;
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+namespace detail {
+void* aligned_alloc_bytes(size_t bytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment; zero-size gets one line so
+  // data() is never null for an allocated buffer.
+  const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
+  if (!p) fail("core", "out of memory allocating ", bytes, " bytes");
+  std::memset(p, 0, rounded ? rounded : kAlignment);
+  return p;
+}
+}  // namespace detail
+
+}  // namespace longseq::core

@@ -1,0 +1,161 @@
+#pragma once
+// Shapes, non-owning strided views and owning aligned buffers.
+//
+// Legend: a view is (data pointer, shape, strides in elements). Row-major contiguous is the norm
+// (design.md §2: a rank holds tokens as [T, H, D]); strides exist so a kernel can be handed a
+// head slice or a token range without a copy. Views never own memory and are cheap to copy.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "longseq/core/dtype.hpp"
+#include "longseq/core/error.hpp"
+
+namespace longseq::core {
+
+inline constexpr int kMaxDims = 6;
+
+/// Up to kMaxDims extents. Shape{} is a scalar (numel 1).
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  template <class It>
+  Shape(It begin, It end) {
+    for (auto it = begin; it != end; ++it) push(static_cast<int64_t>(*it));
+  }
+
+  int rank() const { return rank_; }
+  int64_t operator[](int i) const {
+    LONGSEQ_CHECK_MSG(i >= 0 && i < rank_, "dim ", i, " of rank-", rank_, " shape");
+    return dims_[i];
+  }
+  int64_t numel() const;
+  void push(int64_t d);
+  bool operator==(const Shape& o) const;
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+  /// "[4, 8, 128]"
+  std::string str() const;
+
+ private:
+  std::array<int64_t, kMaxDims> dims_{};
+  int rank_ = 0;
+};
+
+/// Row-major strides (in elements) of `s`.
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s);
+
+/// Non-owning, strided view of T. Thread safety: as safe as the memory it points to.
+template <class T>
+class View {
+ public:
+  View() = default;
+  View(T* data, Shape shape) : data_(data), shape_(shape), strides_(contiguous_strides(shape)) {}
+  View(T* data, Shape shape, std::array<int64_t, kMaxDims> strides)
+      : data_(data), shape_(shape), strides_(strides) {}
+  /// A View<T> converts to a View<const T>.
+  template <class U = T, class = std::enable_if_t<std::is_const_v<U>>>
+  View(const View<std::remove_const_t<U>>& o) : data_(o.data()), shape_(o.shape()), strides_(o.strides()) {}
+
+  T* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  const std::array<int64_t, kMaxDims>& strides() const { return strides_; }
+  int rank() const { return shape_.rank(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t stride(int i) const { return strides_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  bool empty() const { return numel() == 0; }
+  bool is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+  template <class... I>
+  T& operator()(I... idx) const {
+    static_assert(sizeof...(I) <= kMaxDims);
+    LONGSEQ_CHECK_MSG(static_cast<int>(sizeof...(I)) == rank(), "indexing rank-", rank(),
+                      " view with ", sizeof...(I), " indices");
+    int64_t off = 0;
+    int d = 0;
+    ((off += static_cast<int64_t>(idx) * strides_[d++]), ...);
+    return data_[off];
+  }
+
+  /// Elements [begin, end) along dimension `d`; same rank.
+  View slice(int d, int64_t begin, int64_t end) const {
+    LONGSEQ_CHECK_MSG(d >= 0 && d < rank() && begin >= 0 && begin <= end && end <= dim(d),
+                      "slice dim ", d, " [", begin, ", ", end, ") of ", shape_.str());
+    Shape s;
+    for (int i = 0; i < rank(); ++i) s.push(i == d ? end - begin : dim(i));
+    return View(data_ + begin * strides_[d], s, strides_);
+  }
+
+ private:
+  T* data_ = nullptr;
+  Shape shape_;
+  std::array<int64_t, kMaxDims> strides_{};
+};
+
+namespace detail {
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+void* aligned_alloc_bytes(size_t bytes);
+}  // namespace detail
+
+inline constexpr size_t kAlignment = 64;
+
+/// Owning, 64-byte aligned, zero-initialised array of trivially copyable T.
+template <class T>
+class Buffer {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n)
+      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T)))), size_(n) {}
+  T* data() { return ptr_.get(); }
+  const T* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+  T& operator[](size_t i) { return ptr_.get()[i]; }
+  const T& operator[](size_t i) const { return ptr_.get()[i]; }
+  T* begin() { return data(); }
+  T* end() { return data() + size_; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size_; }
+
+ private:
+  std::unique_ptr<T, detail::AlignedFree> ptr_;
+  size_t size_ = 0;
+};
+
+/// An owning contiguous tensor: a Buffer plus its Shape. Used by tests, the CLI and I/O.
+template <class T>
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Shape shape) : shape_(shape), buf_(static_cast<size_t>(shape.numel())) {}
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return shape_.numel(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  T* data() { return buf_.data(); }
+  const T* data() const { return buf_.data(); }
+  T& operator[](size_t i) { return buf_[i]; }
+  const T& operator[](size_t i) const { return buf_[i]; }
+  View<T> view() { return View<T>(data(), shape_); }
+  View<const T> view() const { return View<const T>(data(), shape_); }
+  T* begin() { return buf_.begin(); }
+  T* end() { return buf_.end(); }
+  const T* begin() const { return buf_.begin(); }
+  const T* end() const { return buf_.end(); }
+
+ private:
+  Shape shape_;
+  Buffer<T> buf_;
+};
+
+}  // namespace longseq::core

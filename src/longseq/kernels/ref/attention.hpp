@@ -1,0 +1,30 @@
+#pragma once
+// The specification of attention, in fp64 with plain loops. Every fast kernel and every
+// distributed algorithm is tested against these functions; they favour obviousness over speed.
+//
+// Legend: Tq query tokens, Tk key tokens, Hq query heads, Hkv key/value heads (Hq = g * Hkv, query
+// head h uses kv head h / g; K/V are never repeated), D head dim.
+// Layouts, row-major: q [Tq, Hq, D], k and v [Tk, Hkv, D], o and do [Tq, Hq, D], lse [Tq, Hq].
+#include <cstdint>
+
+#include "longseq/kernels/mask.hpp"
+
+namespace longseq::kernels::ref {
+
+struct AttnDims {
+  int64_t tq = 0, tk = 0, hq = 0, hkv = 0, d = 0;
+};
+
+/// o = softmax(scale * q k^T + mask) v per head; lse = natural-log logsumexp of the masked scaled
+/// scores. A row that sees no key gets o = 0 and lse = -inf (never NaN).
+void attention_forward(const double* q, const double* k, const double* v, const Tokens& qt,
+                       const Tokens& kt, const Mask& mask, double scale, const AttnDims& dims,
+                       double* o, double* lse);
+
+/// Gradients of sum(o * do) with respect to q, k, v (outputs overwritten, not accumulated).
+/// Rows that see no key contribute nothing.
+void attention_backward(const double* q, const double* k, const double* v, const double* dout,
+                        const Tokens& qt, const Tokens& kt, const Mask& mask, double scale,
+                        const AttnDims& dims, double* dq, double* dk, double* dv);
+
+}  // namespace longseq::kernels::ref
