@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install dependencies, build, run every CTest test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+# OpenMPI refuses to start as root without these; the MPI tests also set them per test.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
