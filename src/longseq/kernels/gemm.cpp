@@ -1,6 +1,9 @@
 #include "longseq/kernels/gemm.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -8,21 +11,74 @@
 
 #if defined(LONGSEQ_GEMM_OPENBLAS)
 #include <cblas.h>
+#elif defined(LONGSEQ_GEMM_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <tuple>
+#else
+#error "kernels/gemm.cpp needs LONGSEQ_GEMM_OPENBLAS or LONGSEQ_GEMM_ONEDNN (set by CMake)"
 #endif
 
 namespace longseq::kernels {
 
-#if defined(LONGSEQ_GEMM_OPENBLAS)
 namespace {
-// OpenBLAS's own pool would oversubscribe the cores the caller already parallelises over.
+
+// Same argument contract for both libraries (OpenBLAS would print an xerbla message and return,
+// oneDNN would return a status): a bad stride is a bug in the caller, so abort with the values.
+void check_args(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                int64_t ldc) {
+  LONGSEQ_CHECK_MSG(m >= 0 && n >= 0 && k >= 0, "gemm sizes m=", m, " n=", n, " k=", k);
+  const int64_t a_cols = ta ? m : k, b_cols = tb ? k : n;
+  LONGSEQ_CHECK_MSG(lda >= std::max<int64_t>(1, a_cols), "gemm lda=", lda, " < ", a_cols);
+  LONGSEQ_CHECK_MSG(ldb >= std::max<int64_t>(1, b_cols), "gemm ldb=", ldb, " < ", b_cols);
+  LONGSEQ_CHECK_MSG(ldc >= std::max<int64_t>(1, n), "gemm ldc=", ldc, " < ", n);
+}
+
+// C = beta * C, the whole product when K == 0 (beta == 0 writes zeros, as BLAS does).
+void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f)
+      std::fill(row, row + n, 0.0f);
+    else
+      for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+  }
+}
+
+}  // namespace
+
+#if defined(LONGSEQ_GEMM_OPENBLAS)
+// ---- OpenBLAS (Debian 0.3.21, pthread build) ---------------------------------------------------
+namespace {
+// OpenBLAS's own pool would oversubscribe the cores the caller already parallelises over. With one
+// thread OpenBLAS runs the call on the caller's thread (it is safe to call from many threads).
 void pin_single_thread() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// Widening scratch for gemm_bf16, grown on demand and reused: per-call allocation would cost
+// more than the product at attention-tile sizes.
+std::vector<float>& widen_scratch(int which) {
+  thread_local std::vector<float> buf[2];
+  return buf[which];
+}
+
+// Copies the stored rows x cols bf16 matrix (row stride ld) into a dense f32 one. Exact.
+const float* widen(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld, int which) {
+  auto& buf = widen_scratch(which);
+  const size_t need = static_cast<size_t>(rows * cols);
+  if (buf.size() < need) buf.resize(need);
+  for (int64_t i = 0; i < rows; ++i) core::bf16_to_f32(x + i * ld, buf.data() + i * cols,
+                                                        static_cast<size_t>(cols));
+  return buf.data();
 }
 }  // namespace
 
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   pin_single_thread();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -33,32 +89,186 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const core::bf16* a,
                int64_t lda, const core::bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
-  // Debian's OpenBLAS 0.3.21 is built without sbgemm: widen to f32 (exact) and use sgemm.
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  // Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it (the symbol is not
+  // exported): widen to f32 (exact) and use sgemm.
   const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  std::vector<float> af(static_cast<size_t>(ar * ac)), bf(static_cast<size_t>(br * bc));
-  for (int64_t i = 0; i < ar; ++i)
-    for (int64_t j = 0; j < ac; ++j) af[i * ac + j] = core::to_f32(a[i * lda + j]);
-  for (int64_t i = 0; i < br; ++i)
-    for (int64_t j = 0; j < bc; ++j) bf[i * bc + j] = core::to_f32(b[i * ldb + j]);
-  gemm_f32(ta, tb, m, n, k, alpha, af.data(), ac, bf.data(), bc, beta, c, ldc);
+  const float* af = widen(a, ar, ac, lda, 0);
+  const float* bf = widen(b, br, bc, ldb, 1);
+  gemm_f32(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
 }
 
 const char* gemm_library() { return "openblas"; }
+
+#elif defined(LONGSEQ_GEMM_ONEDNN)
+// ---- oneDNN 2.6 (OpenMP runtime) ---------------------------------------------------------------
+namespace {
+
+// oneDNN's OpenMP runtime sizes its parallel regions from omp_get_max_threads() (and goes
+// sequential inside an active parallel region). Setting the calling task's nthreads ICV to 1 for
+// the duration of the call makes every call single-threaded in both cases; the ICV is per task,
+// so this never affects other threads, and it is restored on exit (exceptions included).
+class OmpSingleThread {
+ public:
+  OmpSingleThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OmpSingleThread() { omp_set_num_threads(saved_); }
+  OmpSingleThread(const OmpSingleThread&) = delete;
+  OmpSingleThread& operator=(const OmpSingleThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+// A bf16 matmul primitive for one (transposes, shape, strides, alpha, beta). Attention calls a
+// handful of tile shapes millions of times, so the primitive (creation costs tens of
+// microseconds, more than a 64x64x64 product) is built once per thread and shape. Memory objects
+// are kept and re-pointed with set_data_handle; the scratchpad is ours (user mode) so concurrent
+// threads never share one.
+struct MatmulEntry {
+  dnnl::matmul prim;
+  dnnl::memory a, b, c, scratch;
+  std::vector<uint8_t> scratch_buf;
+};
+
+using MatmulKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             uint32_t, uint32_t>;
+
+uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::desc a_md({m, k}, dt::bf16,
+                                ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+  const dnnl::memory::desc b_md({k, n}, dt::bf16,
+                                tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  const auto& eng = cpu_engine();
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
+  MatmulEntry e;
+  e.prim = dnnl::matmul(pd);
+  e.a = dnnl::memory(a_md, eng, DNNL_MEMORY_NONE);
+  e.b = dnnl::memory(b_md, eng, DNNL_MEMORY_NONE);
+  e.c = dnnl::memory(c_md, eng, DNNL_MEMORY_NONE);
+  e.scratch_buf.resize(pd.scratchpad_desc().get_size());
+  e.scratch = dnnl::memory(pd.scratchpad_desc(), eng, e.scratch_buf.data());
+  return e;
+}
+
+MatmulEntry& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+  // Bounded: a caller sweeping many shapes (a benchmark) must not grow memory without end.
+  constexpr size_t kMaxEntries = 256;
+  thread_local std::map<MatmulKey, MatmulEntry> cache;
+  const MatmulKey key{ta, tb, m, n, k, lda, ldb, ldc, float_bits(alpha), float_bits(beta)};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kMaxEntries) cache.clear();
+  return cache.emplace(key, make_matmul(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc))
+      .first->second;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+}  // namespace
+
+void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  OmpSingleThread one;
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                      ldb, beta, c, ldc);
+  if (st != dnnl_success)
+    core::fail("gemm", "dnnl_sgemm failed with status ", static_cast<int>(st), " for m=", m,
+               " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const core::bf16* a,
+               int64_t lda, const core::bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  OmpSingleThread one;  // before creation too: the primitive's blocking is chosen for 1 thread
+  try {
+    MatmulEntry& e = matmul_for(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    e.a.set_data_handle(const_cast<core::bf16*>(a));
+    e.b.set_data_handle(const_cast<core::bf16*>(b));
+    e.c.set_data_handle(c);
+    auto& s = thread_stream();
+    e.prim.execute(s, {{DNNL_ARG_SRC, e.a},
+                       {DNNL_ARG_WEIGHTS, e.b},
+                       {DNNL_ARG_DST, e.c},
+                       {DNNL_ARG_SCRATCHPAD, e.scratch}});
+    s.wait();
+  } catch (const dnnl::error& err) {
+    core::fail("gemm", "oneDNN bf16 matmul failed (", err.what(), ") for m=", m, " n=", n,
+               " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, " trans_a=", ta,
+               " trans_b=", tb);
+  }
+}
+
+const char* gemm_library() { return "onednn"; }
 #endif
+
+// ---- deterministic row-panel parallelism (library independent) -------------------------------
+
+// 128 rows: large enough that each panel is an efficient GEMM, small enough that a 256-row
+// attention tile still splits over 2 threads.
+int64_t gemm_panel_rows() { return 128; }
+
+namespace {
+template <class T, class Gemm>
+void panel_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc, Gemm gemm) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  const int64_t panel = gemm_panel_rows();
+  const int64_t panels = (m + panel - 1) / panel;
+  const int nt = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, panels)));
+  // Panel p is rows [p*panel, ...) of C: rows of A, or columns of the stored A when trans_a.
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t r0 = p * panel, rows = std::min(panel, m - r0);
+    const T* ap = ta ? a + r0 : a + r0 * lda;
+    gemm(ta, tb, rows, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
+  }
+}
+}  // namespace
 
 void gemm_f32_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                        float* c, int64_t ldc) {
-  // Fixed row panels: the blocking (and so the bits) do not depend on the thread count.
-  constexpr int64_t kPanel = 128;
-  const int64_t panels = (m + kPanel - 1) / kPanel;
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t r0 = p * kPanel, rows = std::min(kPanel, m - r0);
-    const float* ap = ta ? a + r0 : a + r0 * lda;
-    gemm_f32(ta, tb, rows, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
-  }
+  panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_f32);
+}
+
+void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc) {
+  panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
 
 }  // namespace longseq::kernels

@@ -3,11 +3,20 @@
 // docs/gemm.md for the measurements behind the choice). Everything above kernels/ multiplies
 // matrices through these functions, so swapping the library touches only gemm.cpp.
 //
-// Row-major: C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, op = transpose when the flag
-// is set; lda/ldb/ldc are row strides in elements of the stored (untransposed) matrices.
-// Threading: each call runs on the calling thread only (the library's own pool is pinned to one
-// thread) so that callers parallelise over heads/tiles within the budget they were given.
-// gemm_f32_parallel splits M over up to `threads` OpenMP threads for large products.
+// Legend: C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, op = transpose when the flag is
+// set. Row-major; lda/ldb/ldc are the row strides, in elements, of the matrices as stored (A is
+// stored [K, M] when trans_a). beta == 0 overwrites C (NaN/garbage in C is not propagated); K == 0
+// gives C = beta * C. Sizes and strides are checked with LONGSEQ_CHECK (they come from code, not
+// users).
+//
+// Threading: gemm_f32/gemm_bf16 run on the calling thread only, inside or outside an OpenMP
+// parallel region, whatever omp_set_num_threads / OMP_NUM_THREADS say, so callers parallelise
+// over heads/tiles within the thread budget they were given and never oversubscribe.
+// (OpenBLAS: openblas_set_num_threads(1) once. oneDNN, OpenMP runtime: the OpenMP nthreads ICV of
+// the calling task is set to 1 for the duration of the call; see docs/gemm.md.) Calls from
+// different threads may run concurrently. The *_parallel variants split C's rows into fixed
+// panels of gemm_panel_rows() rows over `threads` OpenMP threads; each panel is one single-thread
+// call, so the result is bit-identical for every `threads` value.
 #include <cstdint>
 
 #include "longseq/core/dtype.hpp"
@@ -24,10 +33,18 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                float* c, int64_t ldc);
 
 /// As gemm_f32, rows of C split over `threads` threads (deterministic: each row of C is computed
-/// by exactly one thread with the same blocking whatever `threads` is).
+/// by exactly one thread with the same blocking whatever `threads` is). threads <= 0 means 1.
 void gemm_f32_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                        float beta, float* c, int64_t ldc);
+
+/// As gemm_bf16, rows of C split over `threads` threads; bit-identical for every `threads`.
+void gemm_bf16_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc);
+
+/// Rows of C per panel in the *_parallel variants (fixed, so the bits never depend on threads).
+int64_t gemm_panel_rows();
 
 /// Name of the library behind the wrapper: "openblas" or "onednn".
 const char* gemm_library();
