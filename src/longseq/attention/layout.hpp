@@ -1,0 +1,103 @@
+#pragma once
+// Balance layouts: which global token positions each rank holds (design.md §3).
+//
+//   contiguous     rank r holds [r*L, (r+1)*L)
+//   zigzag         2P chunks of c tokens; rank i holds chunks i and 2P-1-i (balances causal work)
+//   striped        token t lives on rank t mod P (balances causal work at token granularity)
+//   block-striped  for block masks of B tokens: every block is cut into P runs of B/P tokens and
+//                  rank r holds run r of every block, so any block pattern gives every rank the
+//                  same work. B must be a multiple of P.
+//
+// Any sequence length works: the layout pads the sequence to `padded_len()` (a multiple of what
+// the layout needs) with padding tokens whose position is -1; they see nothing and nobody sees
+// them. Every rank holds exactly `local_len()` tokens, padding included.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace longseq::attention {
+
+enum class Balance { contiguous, zigzag, striped, block_striped };
+
+/// "contiguous" | "zigzag" | "striped" | "block-striped"; throws core::Error naming `s` otherwise.
+Balance parse_balance(std::string_view s);
+std::string_view balance_name(Balance b);
+
+/// A run of a rank's local tokens: local indices [local_begin, local_begin + len) hold padded
+/// positions pos_begin + i * pos_stride. Padded positions >= global_len are padding.
+struct Chunk {
+  int64_t local_begin = 0;
+  int64_t len = 0;
+  int64_t pos_begin = 0;
+  int64_t pos_stride = 1;
+};
+
+/// Value type; cheap queries, pure functions of (balance, n, world, block).
+class Layout {
+ public:
+  /// `block` is the block-mask block size (block_striped only; ignored otherwise).
+  /// Throws core::Error naming the values when world < 1, n < 1 or block does not suit.
+  Layout(Balance balance, int64_t n, int world, int64_t block = 0);
+
+  Balance balance() const { return balance_; }
+  int world() const { return world_; }
+  int64_t global_len() const { return n_; }
+  int64_t padded_len() const { return padded_; }
+  int64_t local_len() const { return padded_ / world_; }
+
+  /// The rank's tokens as runs, in local order.
+  const std::vector<Chunk>& chunks(int rank) const { return chunks_[rank]; }
+  /// Global position of local token i on `rank`, -1 for padding.
+  int64_t position(int rank, int64_t i) const;
+  /// All local positions of `rank` (-1 for padding).
+  std::vector<int64_t> positions(int rank) const;
+  /// The inverse: (rank, local index) holding padded position p (0 <= p < padded_len()).
+  std::pair<int, int64_t> locate(int64_t p) const;
+
+  /// Copies the rank's rows out of a global [n, row] array (row = elements per token) into
+  /// local [local_len, row]; padding rows are zero.
+  template <class T>
+  void shard(const T* global, int64_t row, int rank, T* local) const;
+  /// Writes the rank's non-padding rows of local [local_len, row] into global [n, row].
+  template <class T>
+  void unshard(const T* local, int64_t row, int rank, T* global) const;
+
+ private:
+  Balance balance_;
+  int64_t n_;
+  int world_;
+  int64_t block_;
+  int64_t padded_;
+  std::vector<std::vector<Chunk>> chunks_;
+};
+
+template <class T>
+void Layout::shard(const T* global, int64_t row, int rank, T* local) const {
+  for (const Chunk& c : chunks(rank))
+    for (int64_t i = 0; i < c.len; ++i) {
+      const int64_t p = c.pos_begin + i * c.pos_stride;
+      T* dst = local + (c.local_begin + i) * row;
+      if (p < n_) {
+        const T* src = global + p * row;
+        for (int64_t e = 0; e < row; ++e) dst[e] = src[e];
+      } else {
+        for (int64_t e = 0; e < row; ++e) dst[e] = T{};
+      }
+    }
+}
+
+template <class T>
+void Layout::unshard(const T* local, int64_t row, int rank, T* global) const {
+  for (const Chunk& c : chunks(rank))
+    for (int64_t i = 0; i < c.len; ++i) {
+      const int64_t p = c.pos_begin + i * c.pos_stride;
+      if (p >= n_) continue;
+      const T* src = local + (c.local_begin + i) * row;
+      T* dst = global + p * row;
+      for (int64_t e = 0; e < row; ++e) dst[e] = src[e];
+    }
+}
+
+}  // namespace longseq::attention

@@ -1,0 +1,73 @@
+#pragma once
+// The user's mask over the whole sequence, and its chunk-level classification.
+//
+// A MaskSpec owns its document ids and block mask (the kernels borrow them through
+// kernels::Mask). Chunk pairs are classified from position and document-id ranges:
+//   empty    no (q, k) pair of the two chunks is visible: no compute and, when a whole step is
+//            empty, no transfer
+//   full     every pair is visible: the kernel may skip per-element masking
+//   partial  anything else (the kernel evaluates the predicate per tile / element)
+// Classification is conservative: "empty" and "full" are only claimed when certain.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/kernels/mask.hpp"
+
+namespace longseq::attention {
+
+struct MaskSpec {
+  bool causal = false;
+  int64_t window = 0;                ///< > 0: sliding window, k <= q and q - k < window
+  std::vector<int32_t> doc_ids;      ///< [n] when non-empty: a token sees only its own document
+  std::vector<uint8_t> block_mask;   ///< [num_blocks, num_blocks] when non-empty, 1 = visible
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;
+
+  /// Parses the CLI form: comma-separated terms, each one of full | causal | window:W |
+  /// document:FILE (int32 .npy [n]; implies causal) | blocks:FILE:B (uint8 .npy
+  /// [ceil(n/B), ceil(n/B)]). `causal` adds causality (e.g. to a block mask). `n` is the sequence
+  /// length the files must match. Throws core::Error naming the term and the values.
+  static MaskSpec parse(std::string_view text, bool causal, int64_t n);
+
+  /// Checks sizes against sequence length n; throws core::Error naming the values.
+  void validate(int64_t n) const;
+  /// The borrowed kernel view (valid while this MaskSpec lives and is not modified).
+  kernels::Mask kernel_mask() const;
+  /// "causal+window:512+document(3 docs)+blocks:64" style description.
+  std::string describe() const;
+};
+
+enum class PairKind : uint8_t { empty, partial, full };
+std::string_view pair_kind_name(PairKind k);
+
+/// What classification needs of one chunk.
+struct ChunkInfo {
+  bool any_valid = false;    ///< holds at least one non-padding token
+  bool has_padding = false;  ///< holds at least one padding token
+  int64_t pmin = 0, pmax = -1;
+  int32_t dmin = 0, dmax = 0;
+};
+
+ChunkInfo chunk_info(const Chunk& c, int64_t n, const MaskSpec& m);
+PairKind classify(const MaskSpec& m, const ChunkInfo& q, const ChunkInfo& k);
+
+/// Classification of every (q chunk, k chunk) pair of (q_rank, k_rank) under a layout,
+/// precomputed once per (layout, mask) since schedules query it P^2 times.
+class PairTable {
+ public:
+  PairTable(const Layout& layout, const MaskSpec& mask);
+  PairKind kind(int q_rank, int qc, int k_rank, int kc) const;
+  /// True when some chunk pair of (q_rank, k_rank) is not empty.
+  bool needs(int q_rank, int k_rank) const { return any_[q_rank * world_ + k_rank] != 0; }
+  int chunks_per_rank() const { return chunks_; }
+
+ private:
+  int world_, chunks_;
+  std::vector<PairKind> kinds_;  // [q_rank][qc][k_rank][kc]
+  std::vector<uint8_t> any_;     // [q_rank][k_rank]
+};
+
+}  // namespace longseq::attention

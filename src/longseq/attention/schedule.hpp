@@ -1,0 +1,121 @@
+#pragma once
+// Schedules: pure functions from (rank, world, topology, layout, mask, algorithm, pass) to the
+// plan one executor runs (design.md §5). No communication, no compute: tests check them for
+// every world up to 64, and the planner costs them.
+//
+// The model. Every rank owns one *bundle*: the shard that circulates (K,V in the forward and in
+// ring's backward; Q, dO, D, LSE in burst's backward). A bundle spreads from its origin along a
+// route tree: the flat ring is a path r, r+1, ..., r+P-1; the double ring is an outer path across
+// nodes (same local rank) with an inner path inside every node. Rank r *visits* bundle j at step
+// t(r, j) and computes the non-empty chunk pairs it owes for it. Branches whose subtree needs
+// nothing are pruned, so a step whose chunk pairs are all empty posts no transfer.
+// Backward passes also carry a gradient part (dK,dV for ring; dQ for burst). Gradients are summed
+// along *chains* (the computing ranks of one inner path, in visit order); each chain's last rank
+// sends its partial sum home, where the origin adds it to its own gradient. A rank computes its
+// contribution into a fresh slot, and only at the next step adds the partial that arrived
+// meanwhile and forwards the sum: the one-step warm-up of BurstEngine Figure 5, so gradient
+// transfers overlap the next compute instead of stalling it.
+//
+// Timing is logical. At step s a rank (1) waits for the requests whose wait_step is s, (2) adds
+// received gradient partials, (3) posts all transfers whose post_step is s in one grouped call,
+// (4) computes the work of step s. Every request is posted at a step strictly before the step at
+// which either side waits for it, so by induction over steps no schedule can deadlock.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/mask_spec.hpp"
+
+namespace longseq::attention {
+
+/// Route shape. flat: one ring over all ranks; double_ring: inner rings inside nodes and an outer
+/// ring across nodes, with separate intra and inter buffers.
+enum class Route : uint8_t { flat, double_ring };
+/// Backward variant. kv: K,V,dK,dV circulate (RingAttention). q: Q,dQ,dO,D,LSE circulate and
+/// K,V,dK,dV stay home (BurstAttention, BurstEngine Algorithm 2).
+enum class Backward : uint8_t { kv, q };
+
+struct Algorithm {
+  Route route = Route::flat;
+  Backward backward = Backward::q;
+  /// ring | burst | double-ring (burst backward) | double-ring:ring (KV backward).
+  static Algorithm parse(std::string_view s);
+  std::string name() const;
+};
+
+enum class Pass : uint8_t { forward, backward };
+
+/// Which ranks share a node. Ranks of a node must be equally many; local index = order within it.
+struct Topology {
+  int world = 1;
+  std::vector<int> node_of;  ///< [world]
+  /// `nodes` equal blocks of consecutive ranks; throws core::Error when nodes does not divide world.
+  static Topology blocks(int world, int nodes);
+  int nodes() const;
+  int ranks_per_node() const;
+  bool same_node(int a, int b) const { return node_of[a] == node_of[b]; }
+};
+
+enum class Part : uint8_t { data, grad };
+
+/// One point-to-point transfer as seen from one side.
+struct Xfer {
+  bool send = false;
+  int peer = -1;
+  int origin = -1;  ///< bundle origin rank
+  Part part = Part::data;
+  int slot = -1;    ///< data or grad slot (by part) read from / written into
+  int post_step = 0;
+  int wait_step = 0;
+  int tag() const { return origin * 2 + static_cast<int>(part); }
+};
+
+/// A chunk pair to compute: q chunk index of the query side's rank, kv chunk index of the key side.
+struct SubPair {
+  int qc = 0, kc = 0;
+  PairKind kind = PairKind::partial;
+};
+
+/// The compute of one step: this rank with bundle `origin` (held in data slot `slot`).
+/// Forward and ring-backward: queries are local, keys come from the bundle. Burst backward:
+/// queries come from the bundle, keys are local. grad_slot: where a backward step writes its
+/// contribution to the bundle's gradient (-1: the bundle is our own, write straight home).
+struct Work {
+  int step = 0;
+  int origin = -1;
+  int slot = -1;
+  int grad_slot = -1;
+  std::vector<SubPair> pairs;
+};
+
+/// At `step` (after waits), add grad slot `from` into grad slot `into` (-1: into our own gradient).
+struct Accumulate {
+  int step = 0;
+  int from = -1;
+  int into = -1;
+};
+
+/// Everything one rank does in one pass.
+struct RankSchedule {
+  int rank = 0;
+  int num_steps = 0;   ///< steps 0 .. num_steps-1 (the last ones may have only waits)
+  int data_slots = 0;  ///< buffers of one bundle's data part
+  int grad_slots = 0;  ///< buffers of one bundle's gradient part (backward only)
+  int own_slot = -1;   ///< data slot the executor packs this rank's own bundle into at step 0
+  std::vector<Work> work;            ///< by step, at most one per step
+  std::vector<Xfer> xfers;
+  std::vector<Accumulate> accumulates;
+};
+
+/// The plan of `rank`. Pure: the same arguments give the same schedule on every rank.
+RankSchedule make_schedule(int rank, const Topology& topo, const Layout& layout,
+                           const PairTable& pairs, Algorithm algo, Pass pass);
+
+/// Which side of a (q rank, kv rank) pair the bundle is, for `algo` and `pass`.
+inline bool bundle_is_query(Algorithm algo, Pass pass) {
+  return pass == Pass::backward && algo.backward == Backward::q;
+}
+
+}  // namespace longseq::attention
