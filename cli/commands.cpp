@@ -7,6 +7,7 @@ const std::vector<Command>& commands() {
       {"info", "print the build configuration (GEMM library, MPI, CUDA)", add_info},
       {"ref-attention", "run the fp64 reference attention on a seeded sequence and check it",
        add_ref_attention},
+      {"schedule", "print a distributed-attention schedule step by step for every rank", add_schedule},
   };
   return table;
 }

@@ -1,0 +1,65 @@
+#pragma once
+// Distributed attention: one call per pass on every rank of a group (design.md §5).
+//
+// Legend (per rank): L = layout.local_len() tokens in the layout's local order (padding included),
+// Hq query heads, Hkv key/value heads (Hq = g * Hkv), D head dim.
+//   q [L, Hq, D], k and v [L, Hkv, D], o and do [L, Hq, D], lse [L, Hq] (natural log).
+// All ranks call with the same spec and layout; the call blocks until this rank's part is done
+// (it communicates with the other ranks of `group` through the schedule of spec.algo).
+// Rows of padding tokens, and rows that see no key, get o = 0, lse = -inf, zero gradients.
+#include <memory>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/mask_spec.hpp"
+#include "longseq/attention/schedule.hpp"
+#include "longseq/core/tensor.hpp"
+
+namespace longseq::comm {
+class Group;
+}
+
+namespace longseq::attention {
+
+struct AttentionSpec {
+  Algorithm algo;
+  std::shared_ptr<const MaskSpec> mask = std::make_shared<MaskSpec>();
+  double scale = 0.0;  ///< 0: 1/sqrt(D)
+  int threads = 1;     ///< compute threads of this rank (ranks may share a host's cores)
+};
+
+/// Per-rank timings of one pass, for stats.json and the trainer's metrics.
+struct AttentionStats {
+  double compute_s = 0;  ///< kernels (including merges and gradient adds)
+  double wait_s = 0;     ///< blocked in waits for transfers
+  int steps = 0;
+  int pairs = 0;  ///< chunk pairs computed
+};
+
+/// What the backward needs from the forward. q, k, v are borrowed (the caller keeps them alive
+/// and unchanged until the backward); o and lse are owned.
+struct AttentionSaved {
+  core::View<const float> q, k, v;
+  core::Tensor<float> o;    ///< [L, Hq, D]
+  core::Tensor<float> lse;  ///< [L, Hq]
+};
+
+struct AttentionGrads {
+  core::Tensor<float> dq, dk, dv;
+};
+
+/// Checks shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
+/// the values (e.g. a head count that does not divide, a world that does not match the layout).
+void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq,
+              int64_t hkv, int64_t d);
+
+AttentionSaved distributed_attention_forward(core::View<const float> q, core::View<const float> k,
+                                             core::View<const float> v, const AttentionSpec& spec,
+                                             const Layout& layout, comm::Group& group,
+                                             AttentionStats* stats = nullptr);
+
+AttentionGrads distributed_attention_backward(core::View<const float> dout,
+                                              const AttentionSaved& saved,
+                                              const AttentionSpec& spec, const Layout& layout,
+                                              comm::Group& group, AttentionStats* stats = nullptr);
+
+}  // namespace longseq::attention
