@@ -19,7 +19,6 @@ const std::vector<Command>& commands();
 
 // Each subcommand's registration lives in cmd_<name>.cpp.
 std::function<int()> add_info(CLI::App& app);
-std::function<int()> add_ref_attention(CLI::App& app);
 std::function<int()> add_schedule(CLI::App& app);
 
 }  // namespace longseq::cli
