@@ -27,4 +27,9 @@ void attention_backward(const double* q, const double* k, const double* v, const
                         const Tokens& qt, const Tokens& kt, const Mask& mask, double scale,
                         const AttnDims& dims, double* dq, double* dk, double* dv);
 
+/// delta[r] = sum_c o[r, c] * dout[r, c] for r < t * h: the `D = rowsum(dO * O)` that the
+/// LSE-based backward (design.md §2) takes instead of O. o and dout [t, h, d], delta [t, h].
+void attention_d(const double* o, const double* dout, int64_t t, int64_t h, int64_t d,
+                 double* delta);
+
 }  // namespace longseq::kernels::ref
