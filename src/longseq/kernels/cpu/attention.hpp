@@ -118,9 +118,9 @@ size_t attention_backward_workspace_floats(const AttnDims& dims, int threads);
 /// threads; bit-identical for every thread count.
 void attention_block_backward(const float* q, const float* k, const float* v, const float* dout,
                               const float* lse, const float* delta, const Tokens& qt,
-                              const Tokens& kt, const Mask& mask, float scale,
-                              const AttnDims& dims, int threads, std::span<float> workspace,
-                              float* dq, float* dk, float* dv);
+                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
+                              int threads, std::span<float> workspace, float* dq, float* dk,
+                              float* dv);
 /// bf16 inputs; fp32 accumulation and gradients. P and dS are rounded to bf16 for the gradient
 /// GEMMs (as a bf16 FlashAttention does).
 void attention_block_backward(const core::bf16* q, const core::bf16* k, const core::bf16* v,

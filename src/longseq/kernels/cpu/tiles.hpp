@@ -1,0 +1,275 @@
+#pragma once
+// Internal to kernels/cpu: tile classification, per-element masking and the vectorised
+// exponential of the softmax. Not part of the public API (attention.hpp is).
+//
+// Classification uses only the min/max of a tile's valid positions and document ids, which bound
+// every pair whatever the order of positions inside the tile: "empty" and "full" are claimed only
+// when certain, everything else is "partial" and evaluated per element. So striped, zigzag or
+// shuffled positions are correct, and contiguous ones (the common case) skip the most work.
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "longseq/core/dtype.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/kernels/mask.hpp"
+
+namespace longseq::kernels::cpu::detail {
+
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+/// What classification needs of one tile of tokens [begin, end).
+struct TileInfo {
+  bool any_valid = false;  ///< at least one non-padding token
+  bool all_valid = true;   ///< no padding token
+  int64_t pmin = std::numeric_limits<int64_t>::max(), pmax = -1;
+  int32_t dmin = std::numeric_limits<int32_t>::max(), dmax = std::numeric_limits<int32_t>::min();
+};
+
+inline TileInfo tile_info(const Tokens& t, int64_t begin, int64_t end, bool docs) {
+  TileInfo r;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t p = t.pos[i];
+    if (p < 0) {
+      r.all_valid = false;
+      continue;
+    }
+    r.any_valid = true;
+    r.pmin = std::min(r.pmin, p);
+    r.pmax = std::max(r.pmax, p);
+    if (docs) {
+      r.dmin = std::min(r.dmin, t.doc[i]);
+      r.dmax = std::max(r.dmax, t.doc[i]);
+    }
+  }
+  return r;
+}
+
+enum class TileKind : uint8_t { empty, partial, full };
+
+// Block-mask rectangles larger than this are not scanned (called partial): a striped tile can
+// span the whole sequence, and the per-element pass is exact anyway.
+inline constexpr int64_t kMaxBlockScan = 4096;
+
+inline TileKind classify(const Mask& m, const TileInfo& q, const TileInfo& k) {
+  if (!q.any_valid || !k.any_valid) return TileKind::empty;
+  bool full = q.all_valid && k.all_valid;
+  if (m.causal || m.window > 0) {
+    if (k.pmin > q.pmax) return TileKind::empty;  // every key after every query
+    if (k.pmax > q.pmin) full = false;
+  }
+  if (m.window > 0) {
+    if (q.pmin - k.pmax >= m.window) return TileKind::empty;  // every key too far back
+    if (q.pmax - k.pmin >= m.window) full = false;
+  }
+  if (m.docs) {
+    if (k.dmax < q.dmin || k.dmin > q.dmax) return TileKind::empty;  // disjoint documents
+    if (!(q.dmin == q.dmax && k.dmin == k.dmax && q.dmin == k.dmin)) full = false;
+  }
+  if (m.block_mask) {
+    const int64_t b = m.block_size, qb0 = q.pmin / b, qb1 = q.pmax / b, kb0 = k.pmin / b,
+                  kb1 = k.pmax / b;
+    LONGSEQ_CHECK_MSG(qb1 < m.num_blocks && kb1 < m.num_blocks, "positions ", q.pmax, "/", k.pmax,
+                      " beyond block mask of ", m.num_blocks, " blocks of ", b);
+    if ((qb1 - qb0 + 1) * (kb1 - kb0 + 1) > kMaxBlockScan) {
+      full = false;
+    } else {
+      bool any = false, all = true;
+      for (int64_t qb = qb0; qb <= qb1; ++qb)
+        for (int64_t kb = kb0; kb <= kb1; ++kb) {
+          const bool vis = m.block_mask[qb * m.num_blocks + kb] != 0;
+          any = any || vis;
+          all = all && vis;
+        }
+      if (!any) return TileKind::empty;
+      if (!all) full = false;
+    }
+  }
+  return full ? TileKind::full : TileKind::partial;
+}
+
+/// Sets s[j] = -inf for every key j of the tile that query (qp, qd) must not see: the predicate
+/// of mask.hpp, element by element (branch-free for causal/window/docs, so it vectorises).
+inline void mask_row(const Mask& m, int64_t qp, int32_t qd, const int64_t* kp, const int32_t* kd,
+                     float* s, int64_t n) {
+  if (qp < 0) {
+    std::fill(s, s + n, kNegInf);
+    return;
+  }
+  // Visible keys satisfy lo < p <= hi (lo >= -1 also rejects padding).
+  const int64_t hi = (m.causal || m.window > 0) ? qp : std::numeric_limits<int64_t>::max();
+  const int64_t lo = m.window > 0 ? std::max<int64_t>(qp - m.window, -1) : -1;
+  if (m.docs) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const bool vis = (kp[j] > lo) & (kp[j] <= hi) & (kd[j] == qd);
+      s[j] = vis ? s[j] : kNegInf;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const bool vis = (kp[j] > lo) & (kp[j] <= hi);
+      s[j] = vis ? s[j] : kNegInf;
+    }
+  }
+  if (m.block_mask) {
+    const uint8_t* row = m.block_mask + (qp / m.block_size) * m.num_blocks;
+    for (int64_t j = 0; j < n; ++j)
+      if (kp[j] >= 0 && !row[kp[j] / m.block_size]) s[j] = kNegInf;
+  }
+}
+
+/// 2^x in fp32 for softmax arguments: Cephes' exp2f polynomial on [-0.5, 0.5] (relative error
+/// ~2e-7) scaled by 2^n. x < -126 (including -inf, i.e. masked scores) gives exactly 0; the upper
+/// clamp only keeps the exponent arithmetic in range (softmax arguments are <= 0).
+inline float exp2_fast(float x) {
+  float xc = x < -126.0f ? -126.0f : x;
+  xc = xc > 126.0f ? 126.0f : xc;
+  const float n = std::nearbyint(xc);
+  const float f = xc - n;
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  return x < -126.0f ? 0.0f : std::ldexp(p, static_cast<int>(n));
+}
+
+// The row loops below run once per score element, so they decide how close the forward gets to
+// the GEMM rate: with AVX-512 they are written with intrinsics (GCC leaves the generic loops
+// scalar in this context), with a generic fallback for other targets. Tails use masked vector
+// operations, so every element of a row goes through the same code and the reduction order is a
+// function of the row length only.
+#if defined(__AVX512F__)
+inline __m512 exp2_v(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-126.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  // The merge-masked forms with an all-ones mask: GCC 12's unmasked ones start from an
+  // "undefined" vector and trip -Wmaybe-uninitialized (-Werror) inside its own headers.
+  constexpr __mmask16 all = 0xffff;
+  __m512 xc = _mm512_mask_max_ps(x, all, x, lo);
+  xc = _mm512_mask_min_ps(xc, all, xc, _mm512_set1_ps(126.0f));
+  const __m512 n =
+      _mm512_mask_roundscale_ps(xc, all, xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(keep, _mm512_mask_scalef_ps(p, all, p, n));
+}
+
+// Horizontal reductions in a fixed pairwise order (GCC 12's _mm512_reduce_* trip
+// -Wmaybe-uninitialized inside its own headers).
+inline float hmax(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = std::max(t[i], t[i + w]);
+  return t[0];
+}
+inline float hsum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] += t[i + w];
+  return t[0];
+}
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff)
+                    : static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
+}
+#endif
+
+inline float row_max(const float* s, int64_t n) {
+#if defined(__AVX512F__)
+  __m512 m = _mm512_set1_ps(kNegInf);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + j));
+  }
+  return hmax(m);
+#else
+  float m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+#endif
+}
+
+/// s[j] = 2^(s[j] - m) in place; returns the sum of the results.
+inline float exp2_row_inplace(float* s, int64_t n, float m) {
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 p = exp2_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    _mm512_mask_storeu_ps(s + j, k, p);
+    acc = _mm512_mask_add_ps(acc, k, acc, p);
+  }
+  return hsum(acc);
+#else
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = exp2_fast(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+#endif
+}
+
+/// x[j] *= c.
+inline void scale_row(float* x, int64_t n, float c) {
+#if defined(__AVX512F__)
+  const __m512 cv = _mm512_set1_ps(c);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    _mm512_mask_storeu_ps(x + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), cv));
+  }
+#else
+  for (int64_t j = 0; j < n; ++j) x[j] *= c;
+#endif
+}
+
+/// ds[j] = p[j] * (ds[j] - delta): the softmax backward of one row, dP in ds on entry.
+inline void softmax_grad_row(const float* p, float* ds, int64_t n, float delta) {
+#if defined(__AVX512F__)
+  const __m512 dv = _mm512_set1_ps(delta);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, ds + j), dv);
+    _mm512_mask_storeu_ps(ds + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), x));
+  }
+#else
+  for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta);
+#endif
+}
+
+/// y[j] = bf16(x[j]), round to nearest even (finite inputs: probabilities and dS).
+inline void to_bf16_row(const float* x, core::bf16* y, int64_t n) {
+#if defined(__AVX512BF16__)
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + j));
+    _mm256_mask_storeu_epi16(y + j, k, std::bit_cast<__m256i>(b));
+  }
+#else
+  for (int64_t j = 0; j < n; ++j) y[j] = core::to_bf16(x[j]);
+#endif
+}
+
+}  // namespace longseq::kernels::cpu::detail
