@@ -1,0 +1,166 @@
+// StarTrail / WallFacer: the communication configuration generator (pure, exhaustive up to
+// P = 64, both placements, the papers' 8-GPU C = 2 example).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "longseq/attention/schedule.hpp"
+#include "longseq/attention/startrail.hpp"
+#include "longseq/core/error.hpp"
+
+using namespace longseq::attention;
+
+namespace {
+
+// The papers' example (WallFacer Figure 5 / Algorithms 2-3): 8 GPUs, C = 2, teams on consecutive
+// ranks: teams {0,1} {2,3} {4,5} {6,7}; team groups {team 0, team 1} and {team 2, team 3}; 4
+// sub-rings of 2 ranks. Worked by hand from Algorithm 2: rank 1 (team 0, member 1) sends team
+// 0's K,V to team group 1, team 2 + 0/2 = 2, member 0 % 2 = 0: rank 4.
+TEST(StarTrailConfig, PaperExampleEightRanksC2) {
+  const StarTrailConfig cfg(8, 2, TeamPlacement::teams);
+  EXPECT_EQ(cfg.teams(), 4);
+  EXPECT_EQ(cfg.ring_len(), 2);
+  const std::vector<int> send = {0, 4, 1, 5, 2, 6, 3, 7};
+  const std::vector<int> recv = {0, 2, 4, 6, 1, 3, 5, 7};
+  const std::vector<int> shard = {0, 1, 2, 3, 0, 1, 2, 3};
+  const std::vector<int> next = {2, 3, 0, 1, 6, 7, 4, 5};
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(cfg.init_send_target(r), send[r]) << "rank " << r;
+    EXPECT_EQ(cfg.init_recv_source(r), recv[r]) << "rank " << r;
+    EXPECT_EQ(cfg.initial_shard(r), shard[r]) << "rank " << r;
+    EXPECT_EQ(cfg.ring_next(r), next[r]) << "rank " << r;
+    EXPECT_EQ(cfg.ring_prev(r), next[r]) << "rank " << r;  // rings of 2
+  }
+  EXPECT_EQ(cfg.team_ranks(2), (std::vector<int>{4, 5}));
+  EXPECT_EQ(cfg.ring_ranks(5), (std::vector<int>{5, 7}));
+  // Sub-ring {0, 2} (group 0, member 0) holds shards {0, 2}, sub-ring {1, 3} holds {1, 3}: team
+  // group 0 sees all four team shards once; team group 1 = ranks 4..7 likewise.
+  EXPECT_EQ(cfg.shard_at_step(0, 1), 2);
+  EXPECT_EQ(cfg.shard_at_step(2, 1), 0);
+
+  // Same example with sub-rings on consecutive ranks: rings {0,1} {2,3} {4,5} {6,7}.
+  const StarTrailConfig rc(8, 2, TeamPlacement::rings);
+  EXPECT_EQ(rc.ring_ranks(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(rc.team_ranks(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(rc.team_ranks(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(rc.team_ranks(2), (std::vector<int>{4, 6}));
+}
+
+TEST(StarTrailConfig, COneIsTheFlatRing) {
+  for (int p = 1; p <= 16; ++p)
+    for (TeamPlacement pl : {TeamPlacement::teams, TeamPlacement::rings}) {
+      const StarTrailConfig cfg(p, 1, pl);
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(cfg.init_send_target(r), r);
+        EXPECT_EQ(cfg.init_recv_source(r), r);
+        EXPECT_EQ(cfg.initial_shard(r), r);
+        EXPECT_EQ(cfg.ring_next(r), (r + 1) % p);
+        EXPECT_EQ(cfg.ring_prev(r), (r + p - 1) % p);
+        for (int s = 0; s < p; ++s) EXPECT_EQ(cfg.shard_at_step(r, s), (r - s + p) % p);
+      }
+    }
+}
+
+TEST(StarTrailConfig, RefusesBadC) {
+  auto msg = [](int p, int c) {
+    try {
+      StarTrailConfig cfg(p, c);
+    } catch (const longseq::core::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg(8, 3).find("startrail:3"), std::string::npos);
+  EXPECT_NE(msg(8, 3).find("world 8"), std::string::npos);
+  EXPECT_NE(msg(8, 4).find("C*C = 16 to divide world 8"), std::string::npos);  // C | P, C^2 does not
+  EXPECT_TRUE(msg(12, 2).empty());  // 4 | 12
+  EXPECT_FALSE(msg(8, 0).empty());
+  EXPECT_TRUE(msg(16, 4).empty());
+}
+
+// Every (P <= 64, C with C^2 | P, placement): the generator's invariants.
+TEST(StarTrailConfig, ExhaustiveUpTo64) {
+  int configs = 0;
+  for (int p = 1; p <= 64; ++p)
+    for (int c = 1; c * c <= p; ++c) {
+      if (p % (c * c) != 0) continue;
+      for (TeamPlacement pl : {TeamPlacement::teams, TeamPlacement::rings}) {
+        SCOPED_TRACE("P " + std::to_string(p) + " C " + std::to_string(c) + " " +
+                     std::string(team_placement_name(pl)));
+        ++configs;
+        const StarTrailConfig cfg(p, c, pl);
+        const int t_count = cfg.teams(), g_len = cfg.ring_len();
+        ASSERT_EQ(t_count, g_len * c);
+        // Coordinates are a bijection.
+        std::set<int> seen;
+        for (int r = 0; r < p; ++r) {
+          const auto x = cfg.coord(r);
+          ASSERT_EQ(cfg.rank_of(x), r);
+          seen.insert(r);
+          ASSERT_EQ(cfg.team_member_rank(cfg.team_of(r), cfg.member_of(r)), r);
+        }
+        // The initial transfer is a permutation; what a rank receives is its source's team shard.
+        std::vector<int> in_deg(p, 0);
+        for (int r = 0; r < p; ++r) {
+          const int dst = cfg.init_send_target(r);
+          ++in_deg[dst];
+          ASSERT_EQ(cfg.init_recv_source(dst), r);
+          ASSERT_EQ(cfg.initial_shard(dst), cfg.team_of(r));
+        }
+        for (int r = 0; r < p; ++r) ASSERT_EQ(in_deg[r], 1);
+        // Sub-rings: next/prev are inverse, stay in the same group and member, and close after G.
+        for (int r = 0; r < p; ++r) {
+          ASSERT_EQ(cfg.ring_prev(cfg.ring_next(r)), r);
+          const auto x = cfg.coord(r), y = cfg.coord(cfg.ring_next(r));
+          ASSERT_EQ(x.group, y.group);
+          ASSERT_EQ(x.member, y.member);
+          int z = r;
+          for (int i = 0; i < g_len; ++i) z = cfg.ring_next(z);
+          ASSERT_EQ(z, r);
+          // Circulation: what r holds at step s is what its successor holds at step s + 1.
+          for (int s = 0; s + 1 < g_len; ++s)
+            ASSERT_EQ(cfg.shard_at_step(cfg.ring_next(r), s + 1), cfg.shard_at_step(r, s));
+        }
+        // Every team group sees every shard exactly once (at every step), and no two teams of a
+        // sub-ring hold the same shard at any step.
+        for (int g = 0; g < c; ++g)
+          for (int s = 0; s < g_len; ++s) {
+            std::vector<int> count(t_count, 0);
+            for (int a = 0; a < c; ++a) {
+              std::set<int> ring_shards;
+              for (int j = 0; j < g_len; ++j) {
+                const int sh = cfg.shard_at_step(cfg.rank_of({g, j, a}), s);
+                ++count[sh];
+                ASSERT_TRUE(ring_shards.insert(sh).second) << "two teams of a ring hold shard " << sh;
+              }
+            }
+            for (int sh = 0; sh < t_count; ++sh) ASSERT_EQ(count[sh], 1) << "group " << g << " shard " << sh;
+          }
+        // Over the whole ring phase every team (its C members together) meets every shard once:
+        // its queries see every key exactly once.
+        for (int t = 0; t < t_count; ++t) {
+          std::vector<int> count(t_count, 0);
+          for (int r : cfg.team_ranks(t))
+            for (int s = 0; s < g_len; ++s) ++count[cfg.shard_at_step(r, s)];
+          for (int sh = 0; sh < t_count; ++sh) ASSERT_EQ(count[sh], 1) << "team " << t << " shard " << sh;
+        }
+        // Placement: teams on consecutive ranks, or sub-rings on consecutive ranks. With nodes of
+        // that size, the collectives (resp. the ring P2P) never leave a node.
+        const int block = pl == TeamPlacement::teams ? c : g_len;
+        const Topology topo = Topology::blocks(p, p / block);
+        for (int r = 0; r < p; ++r) {
+          if (pl == TeamPlacement::teams) {
+            for (int m : cfg.team_ranks(cfg.team_of(r))) ASSERT_TRUE(topo.same_node(r, m));
+          } else {
+            ASSERT_TRUE(topo.same_node(r, cfg.ring_next(r)));
+          }
+        }
+      }
+    }
+  EXPECT_GT(configs, 150);
+}
+
+}  // namespace
