@@ -37,29 +37,51 @@ const std::vector<int64_t> kQPos = {3, 20, 21, 23, 26, -1, 27};
 const std::vector<int64_t> kKPos = {18, 19, 20, 21, 22, 24, 26, -1, 28, 11};
 constexpr int64_t kBlock = 4, kNumBlocks = 8;
 
-int32_t doc_of(int64_t pos) { return pos < 0 ? 0 : static_cast<int32_t>(pos / 6); }
+int32_t doc_of(int64_t pos) {
+  return pos < 0 ? 0 : static_cast<int32_t>(pos / 6);
+}
 
 // Local + neighbour + one global block column (2); block row 0 (query position 3) sees nothing.
 std::vector<uint8_t> block_pattern() {
   std::vector<uint8_t> bm(kNumBlocks * kNumBlocks, 0);
   for (int64_t i = 1; i < kNumBlocks; ++i)
-    for (int64_t j = 0; j < kNumBlocks; ++j) bm[i * kNumBlocks + j] = (std::abs(i - j) <= 1 || j == 2);
+    for (int64_t j = 0; j < kNumBlocks; ++j)
+      bm[i * kNumBlocks + j] = (std::abs(i - j) <= 1 || j == 2);
   return bm;
 }
 
-enum class Kind { full, causal, window, docs, docs_causal, block, block_causal, window_docs, block_docs_causal };
+enum class Kind {
+  full,
+  causal,
+  window,
+  docs,
+  docs_causal,
+  block,
+  block_causal,
+  window_docs,
+  block_docs_causal
+};
 
 const char* name(Kind k) {
   switch (k) {
-    case Kind::full: return "full";
-    case Kind::causal: return "causal";
-    case Kind::window: return "window";
-    case Kind::docs: return "docs";
-    case Kind::docs_causal: return "docs_causal";
-    case Kind::block: return "block";
-    case Kind::block_causal: return "block_causal";
-    case Kind::window_docs: return "window_docs";
-    case Kind::block_docs_causal: return "block_docs_causal";
+    case Kind::full:
+      return "full";
+    case Kind::causal:
+      return "causal";
+    case Kind::window:
+      return "window";
+    case Kind::docs:
+      return "docs";
+    case Kind::docs_causal:
+      return "docs_causal";
+    case Kind::block:
+      return "block";
+    case Kind::block_causal:
+      return "block_causal";
+    case Kind::window_docs:
+      return "window_docs";
+    case Kind::block_docs_causal:
+      return "block_docs_causal";
   }
   return "?";
 }
@@ -112,14 +134,31 @@ Problem make(Kind kind, int64_t hkv, int64_t hq = 4, int64_t d = 3, uint64_t see
   p.kpos = kKPos;
   p.dims = {static_cast<int64_t>(p.qpos.size()), static_cast<int64_t>(p.kpos.size()), hq, hkv, d};
   switch (kind) {
-    case Kind::full: break;
-    case Kind::causal: p.mask.causal = true; break;
-    case Kind::window: p.mask.window = 3; break;
-    case Kind::docs: p.mask.docs = true; break;
-    case Kind::docs_causal: p.mask.docs = p.mask.causal = true; break;
-    case Kind::block: p.blocks = block_pattern(); break;
-    case Kind::block_causal: p.blocks = block_pattern(); p.mask.causal = true; break;
-    case Kind::window_docs: p.mask.window = 5; p.mask.docs = true; break;
+    case Kind::full:
+      break;
+    case Kind::causal:
+      p.mask.causal = true;
+      break;
+    case Kind::window:
+      p.mask.window = 3;
+      break;
+    case Kind::docs:
+      p.mask.docs = true;
+      break;
+    case Kind::docs_causal:
+      p.mask.docs = p.mask.causal = true;
+      break;
+    case Kind::block:
+      p.blocks = block_pattern();
+      break;
+    case Kind::block_causal:
+      p.blocks = block_pattern();
+      p.mask.causal = true;
+      break;
+    case Kind::window_docs:
+      p.mask.window = 5;
+      p.mask.docs = true;
+      break;
     case Kind::block_docs_causal:
       p.blocks = block_pattern();
       p.mask.docs = p.mask.causal = true;
@@ -147,33 +186,52 @@ Problem make(Kind kind, int64_t hkv, int64_t hq = 4, int64_t d = 3, uint64_t see
 std::map<int64_t, std::vector<int64_t>> expected_visible(Kind kind) {
   const std::vector<int64_t> all = {11, 18, 19, 20, 21, 22, 24, 26, 28};
   switch (kind) {
-    case Kind::full: return {{3, all}, {20, all}, {21, all}, {23, all}, {26, all}, {27, all}};
+    case Kind::full:
+      return {{3, all}, {20, all}, {21, all}, {23, all}, {26, all}, {27, all}};
     case Kind::causal:
-      return {{20, {11, 18, 19, 20}},         {21, {11, 18, 19, 20, 21}},
-              {23, {11, 18, 19, 20, 21, 22}}, {26, {11, 18, 19, 20, 21, 22, 24, 26}},
+      return {{20, {11, 18, 19, 20}},
+              {21, {11, 18, 19, 20, 21}},
+              {23, {11, 18, 19, 20, 21, 22}},
+              {26, {11, 18, 19, 20, 21, 22, 24, 26}},
               {27, {11, 18, 19, 20, 21, 22, 24, 26}}};
     case Kind::window:  // q - 3 < k <= q
       return {{20, {18, 19, 20}}, {21, {19, 20, 21}}, {23, {21, 22}}, {26, {24, 26}}, {27, {26}}};
     case Kind::docs:  // docs: 3 -> 0; 11 -> 1; 18..23 -> 3; 24..28 -> 4
-      return {{20, {18, 19, 20, 21, 22}}, {21, {18, 19, 20, 21, 22}}, {23, {18, 19, 20, 21, 22}},
-              {26, {24, 26, 28}},         {27, {24, 26, 28}}};
+      return {{20, {18, 19, 20, 21, 22}},
+              {21, {18, 19, 20, 21, 22}},
+              {23, {18, 19, 20, 21, 22}},
+              {26, {24, 26, 28}},
+              {27, {24, 26, 28}}};
     case Kind::docs_causal:
-      return {{20, {18, 19, 20}}, {21, {18, 19, 20, 21}}, {23, {18, 19, 20, 21, 22}},
-              {26, {24, 26}},     {27, {24, 26}}};
+      return {{20, {18, 19, 20}},
+              {21, {18, 19, 20, 21}},
+              {23, {18, 19, 20, 21, 22}},
+              {26, {24, 26}},
+              {27, {24, 26}}};
     case Kind::block:  // query blocks 5 (20..23) and 6 (24..27) see key blocks i-1..i+1 and 2
-      return {{20, {11, 18, 19, 20, 21, 22, 24, 26}}, {21, {11, 18, 19, 20, 21, 22, 24, 26}},
-              {23, {11, 18, 19, 20, 21, 22, 24, 26}}, {26, {11, 20, 21, 22, 24, 26, 28}},
+      return {{20, {11, 18, 19, 20, 21, 22, 24, 26}},
+              {21, {11, 18, 19, 20, 21, 22, 24, 26}},
+              {23, {11, 18, 19, 20, 21, 22, 24, 26}},
+              {26, {11, 20, 21, 22, 24, 26, 28}},
               {27, {11, 20, 21, 22, 24, 26, 28}}};
     case Kind::block_causal:
-      return {{20, {11, 18, 19, 20}},         {21, {11, 18, 19, 20, 21}},
-              {23, {11, 18, 19, 20, 21, 22}}, {26, {11, 20, 21, 22, 24, 26}},
+      return {{20, {11, 18, 19, 20}},
+              {21, {11, 18, 19, 20, 21}},
+              {23, {11, 18, 19, 20, 21, 22}},
+              {26, {11, 20, 21, 22, 24, 26}},
               {27, {11, 20, 21, 22, 24, 26}}};
     case Kind::window_docs:  // q - 5 < k <= q, same document
-      return {{20, {18, 19, 20}}, {21, {18, 19, 20, 21}}, {23, {19, 20, 21, 22}},
-              {26, {24, 26}},     {27, {24, 26}}};
+      return {{20, {18, 19, 20}},
+              {21, {18, 19, 20, 21}},
+              {23, {19, 20, 21, 22}},
+              {26, {24, 26}},
+              {27, {24, 26}}};
     case Kind::block_docs_causal:
-      return {{20, {18, 19, 20}}, {21, {18, 19, 20, 21}}, {23, {18, 19, 20, 21, 22}},
-              {26, {24, 26}},     {27, {24, 26}}};
+      return {{20, {18, 19, 20}},
+              {21, {18, 19, 20, 21}},
+              {23, {18, 19, 20, 21, 22}},
+              {26, {24, 26}},
+              {27, {24, 26}}};
   }
   return {};
 }
@@ -182,7 +240,8 @@ bool all_finite_or_neg_inf(const std::vector<double>& x) {
   return std::all_of(x.begin(), x.end(), [](double y) { return !std::isnan(y) && y != kInf; });
 }
 
-// ---- gradients -----------------------------------------------------------------------------------
+// ---- gradients
+// -----------------------------------------------------------------------------------
 
 class RefAttentionGrad : public ::testing::TestWithParam<std::tuple<Kind, int64_t>> {};
 
@@ -245,15 +304,16 @@ TEST_P(RefAttentionGrad, EmptyRowsAndUnseenKeysAreZeroNeverNaN) {
     EXPECT_TRUE(std::all_of(x->begin(), x->end(), [](double y) { return std::isfinite(y); }));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    MaskKindsAndGqa, RefAttentionGrad,
-    ::testing::Combine(::testing::ValuesIn(kKinds), ::testing::Values<int64_t>(1, 2, 4)),
-    [](const auto& info) {
-      return std::string(name(std::get<0>(info.param))) + "_g" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(MaskKindsAndGqa, RefAttentionGrad,
+                         ::testing::Combine(::testing::ValuesIn(kKinds),
+                                            ::testing::Values<int64_t>(1, 2, 4)),
+                         [](const auto& info) {
+                           return std::string(name(std::get<0>(info.param))) + "_g" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
-// ---- forward semantics ---------------------------------------------------------------------------
+// ---- forward semantics
+// ---------------------------------------------------------------------------
 
 class RefAttentionMask : public ::testing::TestWithParam<Kind> {};
 
@@ -281,8 +341,9 @@ TEST_P(RefAttentionMask, SeesExactlyTheHandListedKeys) {
     const int64_t zero = 0;
     kr::AttnDims sd{1, static_cast<int64_t>(pos.size()), dm.hq, dm.hkv, dm.d};
     std::vector<double> so(dm.hq * dm.d), slse(dm.hq);
-    kr::attention_forward(p.q.data() + i * dm.hq * dm.d, ks.data(), vs.data(), Tokens{&zero, nullptr},
-                          Tokens{pos.data(), nullptr}, Mask{}, p.scale, sd, so.data(), slse.data());
+    kr::attention_forward(p.q.data() + i * dm.hq * dm.d, ks.data(), vs.data(),
+                          Tokens{&zero, nullptr}, Tokens{pos.data(), nullptr}, Mask{}, p.scale, sd,
+                          so.data(), slse.data());
     for (int64_t h = 0; h < dm.hq; ++h) {
       EXPECT_NEAR(lse[i * dm.hq + h], slse[h], 1e-12) << name(kind) << " query " << p.qpos[i];
       for (int64_t c = 0; c < dm.d; ++c)
@@ -322,7 +383,8 @@ TEST_P(RefAttentionMask, PartialsOverKeyHalvesMergeToTheWhole) {
     const double l = mx + std::log(std::exp(a - mx) + std::exp(b - mx));
     EXPECT_NEAR(lse[r], l, 1e-12) << name(kind) << " row " << r;
     for (int64_t c = 0; c < dm.d; ++c) {
-      const double m = std::exp(a - l) * part_o[0][r * dm.d + c] + std::exp(b - l) * part_o[1][r * dm.d + c];
+      const double m =
+          std::exp(a - l) * part_o[0][r * dm.d + c] + std::exp(b - l) * part_o[1][r * dm.d + c];
       EXPECT_NEAR(o[r * dm.d + c], m, 1e-12) << name(kind) << " row " << r;
     }
   }
@@ -373,7 +435,8 @@ TEST_P(RefAttentionMask, GqaEqualsRepeatedKv) {
 INSTANTIATE_TEST_SUITE_P(MaskKinds, RefAttentionMask, ::testing::ValuesIn(kKinds),
                          [](const auto& info) { return std::string(name(info.param)); });
 
-// ---- edge cases ----------------------------------------------------------------------------------
+// ---- edge cases
+// ----------------------------------------------------------------------------------
 
 // A key block entirely in the future of the query block (a ring step under a causal mask): every
 // row is empty; nothing is NaN.
@@ -420,8 +483,8 @@ TEST(RefAttention, RefusesInconsistentInputs) {
   std::vector<double> o(64), lse(16);
   const std::vector<int64_t> pos = {0, 1};
   const Tokens t{pos.data(), nullptr};
-  EXPECT_THROW(kr::attention_forward(x.data(), x.data(), x.data(), t, t, Mask{}, 1.0, {2, 2, 3, 2, 2},
-                                     o.data(), lse.data()),
+  EXPECT_THROW(kr::attention_forward(x.data(), x.data(), x.data(), t, t, Mask{}, 1.0,
+                                     {2, 2, 3, 2, 2}, o.data(), lse.data()),
                longseq::core::Error);  // hkv does not divide hq
   Mask docs;
   docs.docs = true;
@@ -433,8 +496,8 @@ TEST(RefAttention, RefusesInconsistentInputs) {
   blocks.block_mask = bm.data();
   blocks.block_size = 1;
   blocks.num_blocks = 1;
-  EXPECT_THROW(kr::attention_forward(x.data(), x.data(), x.data(), t, t, blocks, 1.0, {2, 2, 2, 1, 2},
-                                     o.data(), lse.data()),
+  EXPECT_THROW(kr::attention_forward(x.data(), x.data(), x.data(), t, t, blocks, 1.0,
+                                     {2, 2, 2, 1, 2}, o.data(), lse.data()),
                longseq::core::Error);  // position 1 beyond a 1-block mask
 }
 

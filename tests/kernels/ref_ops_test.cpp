@@ -20,7 +20,8 @@ namespace kr = longseq::kernels::ref;
 namespace lt = longseq::test;
 using longseq::core::Error;
 
-// ---- LM head + cross-entropy ---------------------------------------------------------------------
+// ---- LM head + cross-entropy
+// ---------------------------------------------------------------------
 
 struct CeProblem {
   kr::LmHeadDims dims{6, 4, 7};
@@ -94,10 +95,11 @@ TEST(RefCrossEntropy, HugeLogitsStayFinite) {
   const std::vector<int32_t> labels = {2, 2};
   std::vector<double> tl(2);
   const auto ce = kr::lm_head_ce_forward(h.data(), w.data(), labels.data(), d, tl.data());
-  EXPECT_NEAR(tl[0], 2e4, 1e-9);  // logits (1e4, 0, -1e4), label at -1e4
+  EXPECT_NEAR(tl[0], 2e4, 1e-9);   // logits (1e4, 0, -1e4), label at -1e4
   EXPECT_NEAR(tl[1], 0.0, 1e-12);  // logits (-1e4, 0, 1e4), label at the max
   std::vector<double> dh(2), dw(3);
-  kr::lm_head_ce_backward(h.data(), w.data(), labels.data(), d, 1.0 / ce.count, dh.data(), dw.data());
+  kr::lm_head_ce_backward(h.data(), w.data(), labels.data(), d, 1.0 / ce.count, dh.data(),
+                          dw.data());
   for (double x : dh) EXPECT_TRUE(std::isfinite(x));
   for (double x : dw) EXPECT_TRUE(std::isfinite(x));
 }
@@ -112,8 +114,8 @@ TEST(RefCrossEntropy, AllIgnoredIsZeroNotNaN) {
   EXPECT_EQ(ce.sum, 0.0);
   EXPECT_EQ(ce.mean(), 0.0);
   std::vector<double> dh(p.hidden.size(), 1.0), dw(p.weight.size(), 1.0);
-  kr::lm_head_ce_backward(p.hidden.data(), p.weight.data(), p.labels.data(), p.dims, 0.25, dh.data(),
-                          dw.data());
+  kr::lm_head_ce_backward(p.hidden.data(), p.weight.data(), p.labels.data(), p.dims, 0.25,
+                          dh.data(), dw.data());
   for (double x : dh) EXPECT_EQ(x, 0.0);
   for (double x : dw) EXPECT_EQ(x, 0.0);
 }
@@ -121,7 +123,8 @@ TEST(RefCrossEntropy, AllIgnoredIsZeroNotNaN) {
 // Splitting tokens over two "ranks" and normalising by the global count equals the whole.
 TEST(RefCrossEntropy, ShardedSumOverGlobalCountEqualsMean) {
   CeProblem p;
-  const auto whole = kr::lm_head_ce_forward(p.hidden.data(), p.weight.data(), p.labels.data(), p.dims);
+  const auto whole =
+      kr::lm_head_ce_forward(p.hidden.data(), p.weight.data(), p.labels.data(), p.dims);
   std::vector<double> dh(p.hidden.size()), dw(p.weight.size());
   kr::lm_head_ce_backward(p.hidden.data(), p.weight.data(), p.labels.data(), p.dims,
                           1.0 / whole.count, dh.data(), dw.data());
@@ -155,7 +158,8 @@ TEST(RefCrossEntropy, RefusesLabelsOutsideTheVocabulary) {
   EXPECT_THROW(p.mean(), Error);
 }
 
-// ---- RMSNorm -------------------------------------------------------------------------------------
+// ---- RMSNorm
+// -------------------------------------------------------------------------------------
 
 TEST(RefRmsNorm, GradientsMatchFiniteDifferences) {
   const int64_t t = 4, c = 6;
@@ -189,7 +193,8 @@ TEST(RefRmsNorm, ForwardMatchesClosedFormAndAliases) {
   EXPECT_THROW(kr::rmsnorm_forward(z.data(), w.data(), 1, 3, -1.0, zy.data()), Error);
 }
 
-// ---- RoPE ----------------------------------------------------------------------------------------
+// ---- RoPE
+// ----------------------------------------------------------------------------------------
 
 TEST(RefRope, GradientsMatchFiniteDifferences) {
   const int64_t t = 4, h = 2, d = 6;
@@ -248,7 +253,8 @@ TEST(RefRope, ScoresDependOnlyOnRelativePosition) {
   EXPECT_THROW(kr::rope_forward(q.data(), &p, 1, 1, 7, 1e4, y.data()), Error);
 }
 
-// ---- SwiGLU --------------------------------------------------------------------------------------
+// ---- SwiGLU
+// --------------------------------------------------------------------------------------
 
 TEST(RefSwiglu, GradientsMatchFiniteDifferences) {
   const int64_t n = 3 * 5;

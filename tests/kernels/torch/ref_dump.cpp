@@ -57,7 +57,8 @@ std::vector<double> normal(size_t n, uint64_t seed, double stddev = 1.0) {
   return v;
 }
 
-// ---- attention -----------------------------------------------------------------------------------
+// ---- attention
+// -----------------------------------------------------------------------------------
 
 // Queries: a striped block (40, 42, ..., 62), a query at position 1 before every key, and one
 // padding token. Keys: a contiguous block 30..45 that overlaps the queries' range, then padding.
@@ -84,7 +85,9 @@ void attention_case(const std::filesystem::path& root, const std::string& kind, 
   if (kind.find("window") != std::string::npos) mask.window = 6;
   if (docs) {
     // Documents of lengths 7, 11, 5, ... so boundaries fall inside both blocks.
-    auto doc = [](int64_t p) { return p < 0 ? 0 : static_cast<int32_t>(p < 37 ? p / 7 : 5 + (p - 37) / 11); };
+    auto doc = [](int64_t p) {
+      return p < 0 ? 0 : static_cast<int32_t>(p < 37 ? p / 7 : 5 + (p - 37) / 11);
+    };
     mask.docs = true;
     for (int64_t p : qpos) qdoc.push_back(doc(p));
     for (int64_t p : kpos) kdoc.push_back(doc(p));
@@ -104,7 +107,8 @@ void attention_case(const std::filesystem::path& root, const std::string& kind, 
   const Tokens kt{kpos.data(), docs ? kdoc.data() : nullptr};
   std::vector<double> o(q.size()), lse(dm.tq * hq), dq(q.size()), dk(k.size()), dv(v.size()),
       delta(dm.tq * hq);
-  kr::attention_forward(q.data(), k.data(), v.data(), qt, kt, mask, scale, dm, o.data(), lse.data());
+  kr::attention_forward(q.data(), k.data(), v.data(), qt, kt, mask, scale, dm, o.data(),
+                        lse.data());
   kr::attention_backward(q.data(), k.data(), v.data(), dout.data(), qt, kt, mask, scale, dm,
                          dq.data(), dk.data(), dv.data());
   kr::attention_d(o.data(), dout.data(), dm.tq, hq, d, delta.data());
@@ -133,7 +137,8 @@ void attention_case(const std::filesystem::path& root, const std::string& kind, 
   w.f64("dv", ks, dv);
 }
 
-// ---- LM head + cross-entropy ---------------------------------------------------------------------
+// ---- LM head + cross-entropy
+// ---------------------------------------------------------------------
 
 void ce_case(const std::filesystem::path& root, const std::string& name, int32_t ignore,
              uint64_t seed) {
@@ -161,7 +166,8 @@ void ce_case(const std::filesystem::path& root, const std::string& name, int32_t
   w.f64("dweight", {dm.v, dm.c}, dw);
 }
 
-// ---- RMSNorm, RoPE, SwiGLU -----------------------------------------------------------------------
+// ---- RMSNorm, RoPE, SwiGLU
+// -----------------------------------------------------------------------
 
 void rmsnorm_case(const std::filesystem::path& root, uint64_t seed) {
   const int64_t t = 7, c = 16;

@@ -41,7 +41,8 @@ def compare(case, name, ref, want, atol=ATOL, rtol=RTOL):
         failures.append(f"{case}/{name}: shape {ref.shape} != torch {want.shape}")
         return 0.0
     if np.isnan(ref).any():
-        failures.append(f"{case}/{name}: reference has NaN at {np.argwhere(np.isnan(ref))[:5].tolist()}")
+        where = np.argwhere(np.isnan(ref))[:5].tolist()
+        failures.append(f"{case}/{name}: reference has NaN at {where}")
         return 0.0
     inf_ref, inf_want = np.isinf(ref), np.isinf(want)
     if (inf_ref != inf_want).any() or (ref[inf_ref] != want[inf_want]).any():

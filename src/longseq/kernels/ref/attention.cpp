@@ -18,8 +18,8 @@ void check_dims(const AttnDims& d, const Mask& mask, const Tokens& qt, const Tok
   core::require(d.tq >= 0 && d.tk >= 0 && d.hq > 0 && d.hkv > 0 && d.d > 0, "kernels.ref",
                 "attention dims must be tq, tk >= 0 and hq, hkv, d > 0; got tq ", d.tq, " tk ",
                 d.tk, " hq ", d.hq, " hkv ", d.hkv, " d ", d.d);
-  core::require(d.hq % d.hkv == 0, "kernels.ref", "attention needs hkv to divide hq; got hq ",
-                d.hq, " hkv ", d.hkv);
+  core::require(d.hq % d.hkv == 0, "kernels.ref", "attention needs hkv to divide hq; got hq ", d.hq,
+                " hkv ", d.hkv);
   core::require(d.tq == 0 || qt.pos != nullptr, "kernels.ref", "query positions are null");
   core::require(d.tk == 0 || kt.pos != nullptr, "kernels.ref", "key positions are null");
   if (mask.docs)
@@ -36,9 +36,9 @@ void check_dims(const AttnDims& d, const Mask& mask, const Tokens& qt, const Tok
 void check_block_extent(const Mask& mask, const Tokens& t, int64_t n, const char* what) {
   if (!mask.block_mask) return;
   for (int64_t i = 0; i < n; ++i)
-    core::require(t.pos[i] < mask.block_size * mask.num_blocks, "kernels.ref", what,
-                  " position ", t.pos[i], " lies beyond the block mask (", mask.num_blocks,
-                  " blocks of ", mask.block_size, ")");
+    core::require(t.pos[i] < mask.block_size * mask.num_blocks, "kernels.ref", what, " position ",
+                  t.pos[i], " lies beyond the block mask (", mask.num_blocks, " blocks of ",
+                  mask.block_size, ")");
 }
 
 double dot(const double* a, const double* b, int64_t n) {

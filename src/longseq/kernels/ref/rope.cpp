@@ -22,7 +22,8 @@ void rotate(const double* x, const int64_t* pos, int64_t t, int64_t h, int64_t d
   for (int64_t r = 0; r < t; ++r) {
     for (int64_t i = 0; i < half; ++i) {
       const bool pad = pos[r] < 0;
-      const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+      const double inv_freq =
+          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
       const double a = pad ? 0.0 : static_cast<double>(pos[r]) * inv_freq;
       const double cs = std::cos(a), sn = sign * std::sin(a);
       for (int64_t hh = 0; hh < h; ++hh) {
