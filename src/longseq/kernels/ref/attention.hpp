@@ -5,6 +5,10 @@
 // Legend: Tq query tokens, Tk key tokens, Hq query heads, Hkv key/value heads (Hq = g * Hkv, query
 // head h uses kv head h / g; K/V are never repeated), D head dim.
 // Layouts, row-major: q [Tq, Hq, D], k and v [Tk, Hkv, D], o and do [Tq, Hq, D], lse [Tq, Hq].
+//
+// Errors: core::Error("[kernels.ref] ...") naming the values when Hkv does not divide Hq, a dim is
+// out of range, mask.docs is set without document ids, or a position lies beyond the block mask
+// (block_size * num_blocks), which the predicate could not evaluate.
 #include <cstdint>
 
 #include "longseq/kernels/mask.hpp"
