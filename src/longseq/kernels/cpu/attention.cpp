@@ -125,19 +125,24 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
         const float mnew = std::max(m[r], detail::row_max(row, bc));
         if (mnew == kNegInf) {
           // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be NaN).
-          std::fill(row, row + bc, 0.0f);
-        } else {
-          const float sum = detail::exp2_row_inplace(row, bc, mnew);
-          if (m[r] != mnew && m[r] != kNegInf) {
-            const float c = std::exp2(m[r] - mnew);
-            float* orow = otile + r * ldq;
-            detail::scale_row(orow, d, c);
-            l[r] *= c;
-          }
-          l[r] += sum;
-          m[r] = mnew;
+          if constexpr (kIsBf16<T>)
+            std::fill(pb + r * kBk, pb + r * kBk + bc, bf16{});
+          else
+            std::fill(row, row + bc, 0.0f);
+          continue;
         }
-        if constexpr (kIsBf16<T>) detail::to_bf16_row(row, pb + r * kBk, bc);
+        float sum;
+        if constexpr (kIsBf16<T>)
+          sum = detail::exp2_row_to_bf16(row, pb + r * kBk, bc, mnew);
+        else
+          sum = detail::exp2_row_inplace(row, bc, mnew);
+        if (m[r] != mnew && m[r] != kNegInf) {
+          const float c = std::exp2(m[r] - mnew);
+          detail::scale_row(otile + r * ldq, d, c);
+          l[r] *= c;
+        }
+        l[r] += sum;
+        m[r] = mnew;
       }
       if constexpr (kIsBf16<T>)
         gemm(false, false, br, d, bc, 1.0f, pb, kBk, v + (c0 * dm.hkv + kvh) * d, ldk, 1.0f, otile,
@@ -236,13 +241,16 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
           const float lse_r = lse[(r0 + r) * dm.hq + h];
           if (lse_r == kNegInf) {
             std::fill(row, row + bc, 0.0f);  // saw nothing anywhere: no gradient
-          } else {
-            if (kind == TileKind::partial)
-              detail::mask_row(mask, qt.pos[r0 + r], mask.docs ? qt.doc[r0 + r] : 0, kt.pos + c0,
-                               mask.docs ? kt.doc + c0 : nullptr, row, bc);
-            detail::exp2_row_inplace(row, bc, lse_r * kLog2e);
+            if constexpr (kIsBf16<T>) std::fill(pb + r * kBbk, pb + r * kBbk + bc, bf16{});
+            continue;
           }
-          if constexpr (kIsBf16<T>) detail::to_bf16_row(row, pb + r * kBbk, bc);
+          if (kind == TileKind::partial)
+            detail::mask_row(mask, qt.pos[r0 + r], mask.docs ? qt.doc[r0 + r] : 0, kt.pos + c0,
+                             mask.docs ? kt.doc + c0 : nullptr, row, bc);
+          if constexpr (kIsBf16<T>)
+            detail::exp2_row_inplace_and_bf16(row, pb + r * kBbk, bc, lse_r * kLog2e);
+          else
+            detail::exp2_row_inplace(row, bc, lse_r * kLog2e);
         }
         // dV_j += P^T dO_i
         if constexpr (kIsBf16<T>)
@@ -256,11 +264,15 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
           const float* prow = p + r * kBbk;
           const float dl = delta[(r0 + r) * dm.hq + h];
           if (lse[(r0 + r) * dm.hq + h] == kNegInf) {
-            std::fill(dsrow, dsrow + bc, 0.0f);
+            if constexpr (kIsBf16<T>)
+              std::fill(dsb + r * kBbk, dsb + r * kBbk + bc, bf16{});
+            else
+              std::fill(dsrow, dsrow + bc, 0.0f);
+          } else if constexpr (kIsBf16<T>) {
+            detail::softmax_grad_row_to_bf16(prow, dsrow, dsb + r * kBbk, bc, dl);
           } else {
             detail::softmax_grad_row(prow, dsrow, bc, dl);
           }
-          if constexpr (kIsBf16<T>) detail::to_bf16_row(dsrow, dsb + r * kBbk, bc);
         }
         float* dqtile = dq_target + (r0 * dm.hq + h) * d;
         if constexpr (kIsBf16<T>) {

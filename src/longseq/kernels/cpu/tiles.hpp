@@ -172,21 +172,27 @@ inline __m512 exp2_v(__m512 x) {
   return _mm512_maskz_mov_ps(keep, _mm512_mask_scalef_ps(p, all, p, n));
 }
 
-// Horizontal reductions in a fixed pairwise order (GCC 12's _mm512_reduce_* trip
-// -Wmaybe-uninitialized inside its own headers).
+// Horizontal reductions in a fixed order (so a function of the data only). Built from the
+// merge-masked extract: GCC 12's unmasked forms (and _mm512_reduce_*) start from an "undefined"
+// vector and trip -Wmaybe-uninitialized (-Werror) inside its own headers.
+template <int kHalf>
+inline __m256 half(__m512 v) {
+  return _mm256_castpd_ps(
+      _mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xf, _mm512_castps_pd(v), kHalf));
+}
 inline float hmax(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  for (int w = 8; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] = std::max(t[i], t[i + w]);
-  return t[0];
+  const __m256 h = _mm256_max_ps(half<0>(v), half<1>(v));
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
 }
 inline float hsum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  for (int w = 8; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] += t[i + w];
-  return t[0];
+  const __m256 h = _mm256_add_ps(half<0>(v), half<1>(v));
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
 }
 
 inline __mmask16 tail_mask(int64_t left) {
@@ -232,6 +238,30 @@ inline float exp2_row_inplace(float* s, int64_t n, float m) {
 #endif
 }
 
+/// p[j] = 2^(s[j] - m) written as bf16 (round to nearest even); returns the fp32 sum of the
+/// unrounded values. One pass: the fp32 probabilities are never stored (bf16 forward).
+inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 e = exp2_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    _mm256_mask_storeu_epi16(p + j, k, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+    acc = _mm512_mask_add_ps(acc, k, acc, e);
+  }
+  return hsum(acc);
+#else
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = exp2_fast(s[j] - m);
+    p[j] = core::to_bf16(e);
+    sum += e;
+  }
+  return sum;
+#endif
+}
+
 /// x[j] *= c.
 inline void scale_row(float* x, int64_t n, float c) {
 #if defined(__AVX512F__)
@@ -256,6 +286,39 @@ inline void softmax_grad_row(const float* p, float* ds, int64_t n, float delta) 
   }
 #else
   for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta);
+#endif
+}
+
+/// ds[j] = bf16(p[j] * (dp[j] - delta)): the bf16 backward's dS, in one pass.
+inline void softmax_grad_row_to_bf16(const float* p, const float* dp, core::bf16* ds, int64_t n,
+                                     float delta) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  const __m512 dv = _mm512_set1_ps(delta);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), dv);
+    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), x);
+    _mm256_mask_storeu_epi16(ds + j, k, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(g)));
+  }
+#else
+  for (int64_t j = 0; j < n; ++j) ds[j] = core::to_bf16(p[j] * (dp[j] - delta));
+#endif
+}
+
+/// p[j] = 2^(s[j] - m) in place, and also written to pb as bf16 (bf16 backward: P is needed in
+/// fp32 for dS and in bf16 for the dV product).
+inline void exp2_row_inplace_and_bf16(float* s, core::bf16* pb, int64_t n, float m) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  const __m512 mv = _mm512_set1_ps(m);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 e = exp2_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    _mm256_mask_storeu_epi16(pb + j, k, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+  }
+#else
+  exp2_row_inplace(s, n, m);
+  for (int64_t j = 0; j < n; ++j) pb[j] = core::to_bf16(s[j]);
 #endif
 }
 
