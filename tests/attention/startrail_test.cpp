@@ -1,5 +1,6 @@
 // StarTrail / WallFacer: the communication configuration generator (pure, exhaustive up to
-// P = 64, both placements, the papers' 8-GPU C = 2 example).
+// P = 64, both placements, the papers' 8-GPU C = 2 example), then forward and backward on local
+// ranks against the fp64 reference for every layout x mask, with exact per-rank byte counts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
+#include "attention/hybrid_case.hpp"
+#endif
 #include "longseq/attention/schedule.hpp"
 #include "longseq/attention/startrail.hpp"
 #include "longseq/core/error.hpp"
@@ -162,5 +166,103 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
     }
   EXPECT_GT(configs, 150);
 }
+
+#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
+using longseq::testing::AttnCase;
+
+const std::vector<std::string> kBalances = {"contiguous", "zigzag", "striped", "block-striped"};
+const std::vector<std::string> kMasks = {"full", "causal", "window", "document", "blocks", "blocks+causal"};
+
+// Bytes per rank equal the schedule's formulas (docs/attention-startrail.md), split by link class
+// when the nodes are the teams: the team collectives are then exactly the intra-node bytes.
+void check_bytes(const AttnCase& c, const StarTrailConfig& cfg, const Layout& layout, bool teams_are_nodes) {
+  const int64_t l = layout.local_len();
+  for (int r = 0; r < c.world; ++r) {
+    const StarTrailVolume f = startrail_forward_volume(cfg, r, l, c.hq, c.hkv, c.d);
+    const StarTrailVolume b = startrail_backward_volume(cfg, r, l, c.hq, c.hkv, c.d);
+    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.collective + f.p2p)) << "rank " << r;
+    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.collective + b.p2p)) << "rank " << r;
+    if (teams_are_nodes) {
+      EXPECT_EQ(c.fwd_bytes[r].intra, 4 * f.collective) << "rank " << r;
+      EXPECT_EQ(c.fwd_bytes[r].inter, 4 * f.p2p) << "rank " << r;
+      EXPECT_EQ(c.bwd_bytes[r].intra, 4 * b.collective) << "rank " << r;
+      EXPECT_EQ(c.bwd_bytes[r].inter, 4 * b.p2p) << "rank " << r;
+    }
+  }
+}
+
+struct StarRun {
+  int world, c;
+  TeamPlacement placement;
+  int64_t hq, hkv;
+};
+
+TEST(StarTrail, MatchesReferenceEveryLayoutAndMask) {
+  const std::vector<StarRun> runs = {
+      {4, 1, TeamPlacement::teams, 4, 2},  // the flat ring
+      {4, 2, TeamPlacement::teams, 4, 2},  // G = 1: collectives only
+      {8, 2, TeamPlacement::teams, 4, 2},  // the papers' example: 4 sub-rings of 2
+      {8, 2, TeamPlacement::rings, 4, 4},
+  };
+  uint64_t seed = 100;
+  for (const StarRun& run : runs)
+    for (const std::string& mask : kMasks) {
+      AttnCase c(37, run.hq, run.hkv, 16, mask, run.world, ++seed);
+      c.run_reference();
+      HybridAlgo a;
+      a.kind = HybridAlgo::Kind::startrail;
+      a.startrail = {run.c, run.placement};
+      const StarTrailConfig cfg(run.world, run.c, run.placement);
+      for (const std::string& bal : kBalances) {
+        SCOPED_TRACE(a.name() + " P " + std::to_string(run.world) + " " + bal + " " + mask);
+        const Layout layout = longseq::testing::make_layout(bal, c);
+        const bool teams_are_nodes = run.placement == TeamPlacement::teams;
+        longseq::testing::run_hybrid(c, a, layout, teams_are_nodes ? cfg.teams() : 1);
+        longseq::testing::expect_matches_reference(c);
+        check_bytes(c, cfg, layout, teams_are_nodes);
+        if (HasFailure()) return;
+      }
+    }
+}
+
+// Larger worlds, one mask each: 16 ranks with 4 sub-rings of 4 (C = 2) and with C = 4 (G = 1),
+// and 9 ranks with C = 3 (a world that is not a power of two).
+TEST(StarTrail, LargerWorlds) {
+  const std::vector<StarRun> runs = {{16, 2, TeamPlacement::rings, 4, 2},
+                                 {16, 4, TeamPlacement::teams, 4, 4},
+                                 {9, 3, TeamPlacement::teams, 3, 1}};
+  for (const StarRun& run : runs) {
+    AttnCase c(70, run.hq, run.hkv, 8, "causal", run.world, 7 + run.world);
+    c.run_reference();
+    HybridAlgo a;
+    a.kind = HybridAlgo::Kind::startrail;
+    a.startrail = {run.c, run.placement};
+    SCOPED_TRACE(a.name() + " P " + std::to_string(run.world));
+    const Layout layout(Balance::zigzag, c.n, c.world);
+    longseq::testing::run_hybrid(c, a, layout, 1);
+    longseq::testing::expect_matches_reference(c);
+    check_bytes(c, StarTrailConfig(run.world, run.c, run.placement), layout, false);
+  }
+}
+
+// C = 1 moves exactly the flat ring's forward bytes (P - 1 hops of K,V) and the burst backward's
+// (P - 1 hops of Q, dO, D, LSE and of dQ), and nothing else.
+TEST(StarTrail, COneMovesRingBytes) {
+  AttnCase c(40, 4, 2, 8, "causal", 4, 3);
+  c.run_reference();
+  HybridAlgo a;
+  a.kind = HybridAlgo::Kind::startrail;
+  a.startrail = {1, TeamPlacement::teams};
+  const Layout layout(Balance::zigzag, c.n, c.world);
+  longseq::testing::run_hybrid(c, a, layout, 1);
+  longseq::testing::expect_matches_reference(c);
+  const int64_t l = layout.local_len();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(c.fwd_bytes[r].intra, 4 * 3 * 2 * l * c.hkv * c.d);
+    EXPECT_EQ(c.bwd_bytes[r].intra, 4 * 3 * (3 * l * c.hq * c.d + 2 * l * c.hq));
+  }
+}
+
+#endif  // TEMP-GUARD
 
 }  // namespace

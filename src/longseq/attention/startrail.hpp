@@ -86,4 +86,35 @@ class StarTrailConfig {
   TeamPlacement placement_;
 };
 
+/// Options of `--algo startrail:C[:teams|:rings]`.
+struct StarTrailOptions {
+  int c = 1;
+  TeamPlacement placement = TeamPlacement::teams;
+};
+
+/// Forward on every rank of `group` (size P = layout.world()). Shapes as in distributed.hpp.
+/// Blocking. Throws core::Error naming the values when C does not suit P.
+AttentionSaved startrail_forward(core::View<const float> q, core::View<const float> k,
+                                 core::View<const float> v, const AttentionSpec& spec,
+                                 const Layout& layout, comm::Group& group, AttentionStats* stats,
+                                 const StarTrailOptions& opt);
+
+/// Backward: dq [L, Hq, D], dk and dv [L, Hkv, D] of this rank's tokens. Re-places K,V (team
+/// all-gather + initial transfer) as the paper does rather than keeping 2*C*L*Hkv*D per layer.
+AttentionGrads startrail_backward(core::View<const float> dout, const AttentionSaved& saved,
+                                  const AttentionSpec& spec, const Layout& layout,
+                                  comm::Group& group, AttentionStats* stats,
+                                  const StarTrailOptions& opt);
+
+/// Elements (not bytes) one rank sends in each pass, by the schedule above; the docs state the
+/// formulas and the tests compare them with the byte counters. Self-transfers count zero.
+struct StarTrailVolume {
+  int64_t collective = 0;  ///< all-gathers and reduce-scatters inside the team
+  int64_t p2p = 0;         ///< initial transfer, sub-ring steps, final hops
+};
+StarTrailVolume startrail_forward_volume(const StarTrailConfig& cfg, int rank, int64_t l,
+                                         int64_t hq, int64_t hkv, int64_t d);
+StarTrailVolume startrail_backward_volume(const StarTrailConfig& cfg, int rank, int64_t l,
+                                          int64_t hq, int64_t hkv, int64_t d);
+
 }  // namespace longseq::attention
