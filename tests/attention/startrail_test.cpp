@@ -263,6 +263,36 @@ TEST(StarTrail, COneMovesRingBytes) {
   }
 }
 
+// WallFacer eq. (6)-(7) directly, MHA (H = h*D, B = 1, N = P*L): per rank, the collective bytes are
+// 4*N*H*(C-1)/P (+ the LSE rows of the merge, (C-1)*L*h) and the P2P bytes 2*N*H/C for every rank
+// whose initial transfer leaves it (G - 1 for the others). One team per node, so collectives are
+// exactly the intra-node bytes and P2P exactly the inter-node bytes.
+TEST(StarTrail, BytesMatchWallFacerEquations) {
+  const int p = 8, c = 2;
+  const int64_t n = 64, h = 4, d = 16, hh = h * d, l = n / p;
+  AttnCase cs(n, h, h, d, "causal", p, 21);
+  cs.run_reference();
+  HybridAlgo a;
+  a.kind = HybridAlgo::Kind::startrail;
+  a.startrail = {c, TeamPlacement::teams};
+  const StarTrailConfig cfg(p, c);
+  const Layout layout(Balance::zigzag, n, p);
+  longseq::testing::run_hybrid(cs, a, layout, cfg.teams());
+  longseq::testing::expect_matches_reference(cs);
+  int moving = 0;
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(cs.fwd_bytes[r].intra, 4 * (4 * n * hh * (c - 1) / p + (c - 1) * l * h)) << "rank " << r;
+    const bool moves = cfg.init_send_target(r) != r;
+    moving += moves;
+    const int64_t rounds = p / (c * c) - (moves ? 0 : 1);
+    EXPECT_EQ(cs.fwd_bytes[r].inter, 4 * rounds * 2 * c * hh * n / p) << "rank " << r;
+    if (moves) {
+      EXPECT_EQ(cs.fwd_bytes[r].inter, 4 * 2 * n * hh / c) << "rank " << r;
+    }
+  }
+  EXPECT_EQ(moving, 6);  // ranks 0 and 7 keep their shard (the 8-rank table above)
+}
+
 #endif  // TEMP-GUARD
 
 }  // namespace

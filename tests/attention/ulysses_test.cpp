@@ -103,6 +103,7 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
       {"ulysses", 2, 4, 2},  // kv heads split
       {"ulysses", 4, 4, 2},  // kv heads replicated 2x
       {"ulysses", 4, 8, 1},  // MQA
+      {"ulysses", 8, 8, 8},  // MHA, 8 ranks
       {"usp:2", 4, 4, 2},    {"usp:2:ring", 4, 4, 2}, {"usp:2", 8, 4, 4}, {"usp:4:ring", 8, 8, 2},
   };
   uint64_t seed = 11;

@@ -58,7 +58,7 @@ constexpr int kTagRing = 2000;   // ring_pass uses 2*size()+4 tags from here
 // [begin(j), begin(j) + per) of every token; source i's rows land at out[i*L ...]. `pack` must
 // live until the exchange completes.
 template <class Begin>
-void post_to_heads(Exchange& ex, const std::vector<int>& ranks, int me, const float* x, int64_t l,
+void post_to_heads(Exchange& ex, const std::vector<int>& ranks, const float* x, int64_t l,
                    int64_t h, int64_t d, int64_t per, Begin begin, std::vector<float>& pack,
                    float* out, int tag) {
   const int u = static_cast<int>(ranks.size());
@@ -72,7 +72,6 @@ void post_to_heads(Exchange& ex, const std::vector<int>& ranks, int me, const fl
   }
   for (int j = 0; j < u; ++j) ex.send(pack.data() + j * piece, piece, ranks[j], tag);
   for (int i = 0; i < u; ++i) ex.recv(out + i * piece, piece, ranks[i], tag);
-  (void)me;
 }
 
 // The reverse: head-sharded y [U*L, per, D] -> staging [U][L][per][D] (member i's heads of this
@@ -175,9 +174,9 @@ AttentionSaved usp_forward(core::View<const float> q, core::View<const float> k,
   std::vector<float> pq, pk, pv;
   {
     const core::Timer t;
-    post_to_heads(ex, s.group_ranks, s.member, q.data(), l, hq, d, hs.hq_per, qb, pq, qh.data(), kTagA2A);
-    post_to_heads(ex, s.group_ranks, s.member, k.data(), l, hkv, d, hs.kv_per, kb, pk, kvh.data(), kTagA2A + 1);
-    post_to_heads(ex, s.group_ranks, s.member, v.data(), l, hkv, d, hs.kv_per, kb, pv,
+    post_to_heads(ex, s.group_ranks, q.data(), l, hq, d, hs.hq_per, qb, pq, qh.data(), kTagA2A);
+    post_to_heads(ex, s.group_ranks, k.data(), l, hkv, d, hs.kv_per, kb, pk, kvh.data(), kTagA2A + 1);
+    post_to_heads(ex, s.group_ranks, v.data(), l, hkv, d, hs.kv_per, kb, pv,
                   kvh.data() + kv_elems, kTagA2A + 2);
     if (stats) stats->compute_s += t.elapsed();
   }
@@ -241,12 +240,12 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
   float* lseh = dvh + re;
   std::vector<float> p0, p1, p2, p3, p4, p5;
   Exchange ex(group);
-  post_to_heads(ex, s.group_ranks, s.member, saved.q.data(), l, hq, d, hs.hq_per, qb, p0, qh, kTagA2A);
-  post_to_heads(ex, s.group_ranks, s.member, dout.data(), l, hq, d, hs.hq_per, qb, p1, doh, kTagA2A + 1);
-  post_to_heads(ex, s.group_ranks, s.member, dvec.data(), l, hq, 1, hs.hq_per, qb, p2, dvh, kTagA2A + 2);
-  post_to_heads(ex, s.group_ranks, s.member, saved.lse.data(), l, hq, 1, hs.hq_per, qb, p3, lseh, kTagA2A + 3);
-  post_to_heads(ex, s.group_ranks, s.member, saved.k.data(), l, hkv, d, hs.kv_per, kb, p4, kvh.data(), kTagA2A + 4);
-  post_to_heads(ex, s.group_ranks, s.member, saved.v.data(), l, hkv, d, hs.kv_per, kb, p5,
+  post_to_heads(ex, s.group_ranks, saved.q.data(), l, hq, d, hs.hq_per, qb, p0, qh, kTagA2A);
+  post_to_heads(ex, s.group_ranks, dout.data(), l, hq, d, hs.hq_per, qb, p1, doh, kTagA2A + 1);
+  post_to_heads(ex, s.group_ranks, dvec.data(), l, hq, 1, hs.hq_per, qb, p2, dvh, kTagA2A + 2);
+  post_to_heads(ex, s.group_ranks, saved.lse.data(), l, hq, 1, hs.hq_per, qb, p3, lseh, kTagA2A + 3);
+  post_to_heads(ex, s.group_ranks, saved.k.data(), l, hkv, d, hs.kv_per, kb, p4, kvh.data(), kTagA2A + 4);
+  post_to_heads(ex, s.group_ranks, saved.v.data(), l, hkv, d, hs.kv_per, kb, p5,
                 kvh.data() + kv_elems, kTagA2A + 5);
   ex.wait_all(stats);
 
