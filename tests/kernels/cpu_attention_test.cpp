@@ -227,7 +227,7 @@ const std::vector<MaskCase>& mask_cases() {
       {"full"},
       {"causal", true},
       {"window", true, 37},
-      {"window-edge", true, 143},
+      {"window-edge", true, 187},
       {"docs", false, 0, 90},
       {"docs+causal", true, 0, 90},
       {"blocks", false, 0, 0, 32},
@@ -240,18 +240,21 @@ const std::vector<MaskCase>& mask_cases() {
 // ---- fp32 against the reference ----------------------------------------------------------------
 
 // Every mask kind, with the query block late and the key block early, the reverse, and both
-// covering the same positions; Tq != Tk and neither a multiple of any tile.
+// covering the same positions; Tq != Tk, neither a multiple of any tile, and both spanning
+// several tiles (forward 256 x 512, backward 256 x 256).
 TEST(CpuAttention, EveryMaskAtRingOffsets) {
-  const kc::AttnDims dm{200, 300, 4, 2, 64};
+  const kc::AttnDims dm{300, 600, 2, 1, 64};
+  static_assert(kc::kForwardTileQ < 300 && kc::kForwardTileK < 600 && kc::kBackwardTileK < 300);
   struct Offsets {
     const char* name;
     int64_t q0, k0;
   };
-  // "straddle": the second key tile starts 3 positions before the first query tile ends.
-  // "edge": the last (query, key) tile pair spans exactly the 143-token window of "window-edge".
+  // "straddle": the second forward key tile starts 3 positions before the first query tile ends.
+  // "edge": the last (query, key) tile pair spans exactly the 187-token window of "window-edge"
+  // (forward and backward tiles alike), so a classification off by one calls it full.
   for (const Offsets& off :
        {Offsets{"same", 0, 0}, Offsets{"q-late", 700, 250}, Offsets{"q-early", 40, 130},
-        Offsets{"straddle", 200, 69}, Offsets{"edge", 1000, 800}}) {
+        Offsets{"straddle", 600, 341}, Offsets{"edge", 1200, 800}}) {
     for (const MaskCase& mc : mask_cases()) {
       const Problem p(dm, block(dm.tq, off.q0), block(dm.tk, off.k0), mc, 11);
       expect_matches_ref(p, std::string(off.name) + "/" + mc.name);
@@ -262,7 +265,7 @@ TEST(CpuAttention, EveryMaskAtRingOffsets) {
 TEST(CpuAttention, GqaGroupsAndHeadDims) {
   for (int64_t g : {1, 2, 4, 8}) {
     for (int64_t d : {64, 80, 128}) {
-      const kc::AttnDims dm{150, 270, 8, 8 / g, d};
+      const kc::AttnDims dm{140, 530, 8, 8 / g, d};
       const Problem p(dm, block(dm.tq, 300), block(dm.tk, 100), {"causal", true}, 20 + g + d);
       expect_matches_ref(p, "g=" + std::to_string(g) + " d=" + std::to_string(d));
     }
@@ -272,7 +275,7 @@ TEST(CpuAttention, GqaGroupsAndHeadDims) {
 // Striped and reversed positions (non-monotonic tiles, as a striped or zigzag layout gives), with
 // padding tokens: classification must stay conservative and the per-element mask exact.
 TEST(CpuAttention, StripedReversedAndPaddedPositions) {
-  const kc::AttnDims dm{190, 260, 4, 1, 64};
+  const kc::AttnDims dm{290, 560, 2, 1, 64};
   Block q = block(dm.tq, 3, 4, 9);  // rank 3 of 4 in a striped layout, 9 padding tokens
   Block k = block(dm.tk, 0, 3, 0);
   std::reverse(k.pos.begin(), k.pos.end());
@@ -418,7 +421,7 @@ std::vector<bf16> to_bf16(const std::vector<float>& x) {
 // not. Both must give the same bits for 1, 2 and 3 threads, in fp32 and bf16.
 TEST(CpuAttention, IdenticalBitsForEveryThreadCount) {
   for (int64_t hkv : {1, 2, 8}) {
-    const kc::AttnDims dm{300, 520, 8, hkv, 64};
+    const kc::AttnDims dm{300, 1100, 8, hkv, 64};
     const Problem p(dm, block(dm.tq, 400), block(dm.tk, 0), {"causal", true}, 61);
     ASSERT_EQ(kc::attention_backward_chunks(dm) > 1, hkv < 8);
     const CpuOut one = run_cpu_f32(p, 1);
@@ -520,8 +523,8 @@ double max_err(const std::vector<double>& got, const std::vector<double>& want) 
 TEST(CpuAttention, Bf16WithinTwiceNaiveBf16Error) {
   for (const MaskCase& mc : {MaskCase{"full"}, MaskCase{"causal", true},
                              MaskCase{"window+docs+blocks", true, 150, 110, 48}}) {
-    const kc::AttnDims dm{200, 300, 4, 2, 128};
-    Problem p(dm, block(dm.tq, 260), block(dm.tk, 0), mc, 71);
+    const kc::AttnDims dm{300, 600, 4, 2, 128};
+    Problem p(dm, block(dm.tq, 360), block(dm.tk, 0), mc, 71);
     // The reference runs on the bf16-rounded inputs: the error measured is the computation's.
     for (auto* x : {&p.q, &p.k, &p.v, &p.dout})
       for (float& e : *x) e = core::round_bf16(e);
@@ -603,9 +606,9 @@ TEST(CpuAttention, DeltaIsRowsumOfDoTimesO) {
 }
 
 TEST(CpuAttention, WorkspaceQueriesAndChunks) {
-  EXPECT_EQ(kc::attention_backward_chunks({1000, 1000, 8, 8, 128}), 1);
-  EXPECT_EQ(kc::attention_backward_chunks({1000, 1000, 8, 2, 128}), 4);
-  EXPECT_EQ(kc::attention_backward_chunks({1000, 1000, 8, 1, 128}), 8);
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 8, 128}), 1);
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 2, 128}), 4);
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 1, 128}), 8);
   EXPECT_EQ(kc::attention_backward_chunks({1000, 100, 8, 1, 128}), 1);  // one key tile
   // The forward needs no more with more rows: scratch is per thread, not per token.
   EXPECT_EQ(kc::attention_forward_workspace_floats({100, 100, 8, 8, 128}, 2),

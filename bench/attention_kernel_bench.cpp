@@ -1,0 +1,467 @@
+// attention_kernel_bench: the kernels/cpu attention block kernels (forward, forward+backward) at
+// D in {64, 128}, T in {2K, 4K, 8K, 16K}, full and causal, fp32 and bf16, as GFLOP/s and as a
+// fraction of the GEMM library's own rate measured in the same run, side by side with PyTorch's
+// naive attention (bench/attention_torch_naive.py, one process per case) at the same shapes:
+// time and peak memory. Writes JSON (--out) and prints a table plus the targets.
+//
+// Legend: T tokens (Tq = Tk = T, one block holding the whole sequence), H heads (Hq = Hkv), D head
+// dim. FLOPs: forward 4 T^2 H D (two GEMMs), forward+backward 3.5x that (seven GEMMs); causal
+// counts only the visible pairs, T (T + 1) / 2 instead of T^2 (the FlashAttention convention).
+//
+// GEMM reference rate ("sgemm rate"): 4096^3 products through kernels/gemm, one single-threaded
+// call per thread running concurrently on `threads` threads (exactly how the attention kernels
+// use the library), and the wrapper's row-panel parallel call; the larger of the two, measured
+// before and after the attention cases (the larger again), is the denominator. Attention tiles
+// are smaller than 4096^3, so the tile-shaped rates are reported too, for orientation.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "longseq/core/dtype.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/core/rng.hpp"
+#include "longseq/core/timer.hpp"
+#include "longseq/kernels/cpu/attention.hpp"
+#include "longseq/kernels/gemm.hpp"
+
+#ifndef LONGSEQ_SOURCE_DIR
+#define LONGSEQ_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using longseq::core::bf16;
+using nlohmann::json;
+namespace kc = longseq::kernels::cpu;
+namespace kn = longseq::kernels;
+
+struct Options {
+  std::string out = "bench_attention_kernels.json";
+  std::vector<int64_t> ts = {2048, 4096, 8192, 16384};
+  std::vector<int64_t> ds = {64, 128};
+  std::vector<std::string> masks = {"full", "causal"};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  int64_t heads = 8;
+  int threads = 2;
+  int reps = 3;
+  double max_case_s = 20.0;
+  bool torch = true;
+  int64_t torch_max_t = 8192;
+  std::string python = "/usr/bin/python3";
+  std::string torch_script = LONGSEQ_SOURCE_DIR "/bench/attention_torch_naive.py";
+};
+
+void usage() {
+  std::printf(
+      "usage: attention_kernel_bench [options]\n"
+      "  --out PATH          JSON output (default bench_attention_kernels.json)\n"
+      "  --t LIST            sequence lengths (default 2048,4096,8192,16384)\n"
+      "  --d LIST            head dims (default 64,128)\n"
+      "  --mask LIST         full,causal (default both)\n"
+      "  --dtype LIST        f32,bf16 (default both)\n"
+      "  --heads H           heads, Hq = Hkv (default 8)\n"
+      "  --threads N         thread budget of the kernels and of PyTorch (default 2)\n"
+      "  --reps N            timed repetitions per case, best reported (default 3; 1 once a\n"
+      "                      repetition exceeds --max-case-s)\n"
+      "  --max-case-s S      see --reps (default 20)\n"
+      "  --no-torch          skip the PyTorch baseline\n"
+      "  --torch-max-t T     largest T given to PyTorch (default 8192: its T^2 scores need\n"
+      "                      ~9 GB at 8192, ~35 GB at 16384)\n"
+      "  --python PATH       interpreter with torch (default /usr/bin/python3)\n"
+      "  --torch-script PATH (default <source>/bench/attention_torch_naive.py)\n");
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  while (p <= s.size()) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> split_ints(const std::string& s) {
+  std::vector<int64_t> out;
+  for (const auto& x : split(s)) out.push_back(std::stoll(x));
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) longseq::core::fail("bench", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--out")
+      o.out = next();
+    else if (a == "--t")
+      o.ts = split_ints(next());
+    else if (a == "--d")
+      o.ds = split_ints(next());
+    else if (a == "--mask")
+      o.masks = split(next());
+    else if (a == "--dtype")
+      o.dtypes = split(next());
+    else if (a == "--heads")
+      o.heads = std::stoll(next());
+    else if (a == "--threads")
+      o.threads = std::stoi(next());
+    else if (a == "--reps")
+      o.reps = std::stoi(next());
+    else if (a == "--max-case-s")
+      o.max_case_s = std::stod(next());
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--torch-max-t")
+      o.torch_max_t = std::stoll(next());
+    else if (a == "--python")
+      o.python = next();
+    else if (a == "--torch-script")
+      o.torch_script = next();
+    else if (a == "-h" || a == "--help") {
+      usage();
+      std::exit(0);
+    } else {
+      usage();
+      longseq::core::fail("bench", "unknown option ", a);
+    }
+  }
+  for (const auto& m : o.masks)
+    longseq::core::require(m == "full" || m == "causal", "bench", "--mask ", m);
+  for (const auto& d : o.dtypes)
+    longseq::core::require(d == "f32" || d == "bf16", "bench", "--dtype ", d);
+  return o;
+}
+
+// ---- GEMM reference rates ---------------------------------------------------------------------
+
+struct GemmOperands {
+  std::vector<float> a, b, c;
+  std::vector<bf16> a16, b16;
+  GemmOperands(int64_t m, int64_t n, int64_t k, uint64_t seed)
+      : a(m * k), b(k * n), c(m * n), a16(m * k), b16(k * n) {
+    longseq::core::fill_uniform(a.data(), a.size(), seed, 0, -1, 1);
+    longseq::core::fill_uniform(b.data(), b.size(), seed + 1, 0, -1, 1);
+    longseq::core::f32_to_bf16(a.data(), a16.data(), a.size());
+    longseq::core::f32_to_bf16(b.data(), b16.data(), b.size());
+  }
+};
+
+// GFLOP/s of `threads` concurrent single-threaded products C[m,n] (+)= A[m,k] op(B), each thread
+// on its own operands, repeated for at least min_time seconds (best of 3 windows).
+double concurrent_rate(bool bf, bool tb, int64_t m, int64_t n, int64_t k, float beta, int threads,
+                       double min_time) {
+  std::vector<std::unique_ptr<GemmOperands>> ops;
+  for (int t = 0; t < threads; ++t) ops.push_back(std::make_unique<GemmOperands>(m, n, k, 7 + t));
+  const int64_t ldb = tb ? k : n;
+  auto call = [&](int t) {
+    GemmOperands& x = *ops[t];
+    if (bf)
+      kn::gemm_bf16(false, tb, m, n, k, 1.0f, x.a16.data(), k, x.b16.data(), ldb, beta, x.c.data(),
+                    n);
+    else
+      kn::gemm_f32(false, tb, m, n, k, 1.0f, x.a.data(), k, x.b.data(), ldb, beta, x.c.data(), n);
+  };
+  double best = 0;
+  for (int window = 0; window < 3; ++window) {
+    int64_t total = 0;
+    double elapsed = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total) reduction(max : elapsed)
+    {
+      const int t = omp_get_thread_num();
+      call(t);  // warm-up (oneDNN primitive creation, page faults)
+#pragma omp barrier
+      longseq::core::Timer timer;
+      int64_t calls = 0;
+      do {
+        call(t);
+        ++calls;
+      } while (timer.elapsed() < min_time);
+      total += calls;
+      elapsed = timer.elapsed();
+    }
+    best = std::max(best, 2.0 * m * n * k * static_cast<double>(total) / elapsed / 1e9);
+  }
+  return best;
+}
+
+double parallel_rate(bool bf, int64_t s, int threads, double min_time) {
+  GemmOperands x(s, s, s, 3);
+  auto call = [&] {
+    if (bf)
+      kn::gemm_bf16_parallel(threads, false, false, s, s, s, 1.0f, x.a16.data(), s, x.b16.data(), s,
+                             0.0f, x.c.data(), s);
+    else
+      kn::gemm_f32_parallel(threads, false, false, s, s, s, 1.0f, x.a.data(), s, x.b.data(), s,
+                            0.0f, x.c.data(), s);
+  };
+  double best = 0;
+  call();
+  for (int window = 0; window < 3; ++window) {
+    longseq::core::Timer timer;
+    int64_t calls = 0;
+    do {
+      call();
+      ++calls;
+    } while (timer.elapsed() < min_time);
+    best = std::max(best, 2.0 * s * s * s * static_cast<double>(calls) / timer.elapsed() / 1e9);
+  }
+  return best;
+}
+
+json gemm_rates(int threads) {
+  json g;
+  for (const bool bf : {false, true}) {
+    const std::string ty = bf ? "bf16" : "f32";
+    json r;
+    r["large_4096_concurrent"] = concurrent_rate(bf, false, 4096, 4096, 4096, 0.0f, threads, 0.5);
+    r["large_4096_parallel_wrapper"] = parallel_rate(bf, 4096, threads, 0.5);
+    r["large"] = std::max(r["large_4096_concurrent"].get<double>(),
+                          r["large_4096_parallel_wrapper"].get<double>());
+    // The forward's tile products (kForwardTileQ x kForwardTileK, D = 128).
+    r["tile_qk_128x256x128"] = concurrent_rate(bf, true, 128, 256, 128, 0.0f, threads, 0.3);
+    r["tile_pv_128x128x256"] = concurrent_rate(bf, false, 128, 128, 256, 1.0f, threads, 0.3);
+    g[ty] = r;
+  }
+  return g;
+}
+
+// ---- attention cases --------------------------------------------------------------------------
+
+struct Case {
+  int64_t t, d;
+  bool causal, bf;
+};
+
+double case_flops(const Case& c, int64_t h) {
+  const double pairs = c.causal ? 0.5 * c.t * (c.t + 1.0) : static_cast<double>(c.t) * c.t;
+  return 4.0 * pairs * h * c.d;
+}
+
+template <class T>
+json run_case(const Case& c, const Options& opt) {
+  const int64_t t = c.t, h = opt.heads, d = c.d;
+  const kc::AttnDims dm{t, t, h, h, d};
+  const size_t n = static_cast<size_t>(t * h * d);
+  std::vector<T> q(n), k(n), v(n), dout(n);
+  longseq::core::fill_normal(q.data(), n, 1);
+  longseq::core::fill_normal(k.data(), n, 2);
+  longseq::core::fill_normal(v.data(), n, 3);
+  longseq::core::fill_normal(dout.data(), n, 4);
+  std::vector<float> o(n), lse(t * h), delta(t * h), dq(n), dk(n), dv(n);
+  std::vector<int64_t> pos(t);
+  for (int64_t i = 0; i < t; ++i) pos[i] = i;
+  const kn::Tokens tok{pos.data(), nullptr};
+  kn::Mask mask;
+  mask.causal = c.causal;
+  const size_t ws_floats = std::max(kc::attention_forward_workspace_floats(dm, opt.threads),
+                                    kc::attention_backward_workspace_floats(dm, opt.threads));
+  std::vector<float> ws(ws_floats);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto forward = [&] {
+    kc::attention_block_forward(q.data(), k.data(), v.data(), tok, tok, mask, scale, dm,
+                                opt.threads, ws, o.data(), lse.data());
+  };
+  auto backward = [&] {
+    kc::attention_delta(dout.data(), o.data(), t, h, d, opt.threads, delta.data());
+    kc::attention_block_backward(q.data(), k.data(), v.data(), dout.data(), lse.data(),
+                                 delta.data(), tok, tok, mask, scale, dm, opt.threads, ws,
+                                 dq.data(), dk.data(), dv.data());
+  };
+  auto zero_grads = [&] {
+    for (auto* g : {&dq, &dk, &dv}) std::fill(g->begin(), g->end(), 0.0f);
+  };
+  // Warm-up: first touch of every buffer and the GEMM library's per-shape setup.
+  forward();
+  zero_grads();
+  backward();
+  double fwd = 1e30, fb = 1e30;
+  for (int r = 0; r < opt.reps; ++r) {
+    longseq::core::Timer tf;
+    forward();
+    fwd = std::min(fwd, tf.elapsed());
+    zero_grads();
+    longseq::core::Timer tb;
+    forward();
+    backward();
+    fb = std::min(fb, tb.elapsed());
+    if (fb > opt.max_case_s) break;
+  }
+  const double fl = case_flops(c, h);
+  json j;
+  j["fwd_s"] = fwd;
+  j["fwdbwd_s"] = fb;
+  j["fwd_gflops"] = fl / fwd / 1e9;
+  j["fwdbwd_gflops"] = 3.5 * fl / fb / 1e9;
+  j["workspace_bytes"] = ws_floats * sizeof(float);
+  // Everything a forward+backward allocates beyond the inputs: o, lse, delta, dq, dk, dv and the
+  // workspace; O(T) (the workspace is O(threads * tile^2) here: Hkv = H = 8 needs no dq buffers).
+  j["extra_bytes"] = (4 * n + 2 * static_cast<size_t>(t * h)) * sizeof(float) + ws_floats * 4;
+  return j;
+}
+
+json run_torch(const Case& c, const Options& opt) {
+  const std::string cmd = opt.python + " " + opt.torch_script + " --t " + std::to_string(c.t) +
+                          " --h " + std::to_string(opt.heads) + " --d " + std::to_string(c.d) +
+                          " --mask " + (c.causal ? "causal" : "full") + " --dtype " +
+                          (c.bf ? "bf16" : "f32") + " --threads " + std::to_string(opt.threads) +
+                          " --reps " + (c.t >= 8192 ? "1" : "2");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return json{{"error", "popen failed: " + cmd}};
+  std::string outp;
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof buf, p)) outp.append(buf, got);
+  const int rc = pclose(p);
+  if (rc != 0) return json{{"error", "exit status " + std::to_string(rc) + " from: " + cmd}};
+  try {
+    return json::parse(outp.substr(outp.find('{')));
+  } catch (const std::exception& e) {
+    return json{{"error", std::string("unparsable output: ") + outp}};
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options opt = parse(argc, argv);
+  json out;
+  out["command"] = [&] {
+    std::string s;
+    for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+    return s;
+  }();
+  out["gemm_library"] = kn::gemm_library();
+  out["threads"] = opt.threads;
+  out["heads"] = opt.heads;
+  out["tiles"] = {{"forward_q", kc::kForwardTileQ},
+                  {"forward_k", kc::kForwardTileK},
+                  {"backward_q", kc::kBackwardTileQ},
+                  {"backward_k", kc::kBackwardTileK}};
+  std::printf("GEMM library %s, %d threads: measuring reference rates...\n", kn::gemm_library(),
+              opt.threads);
+  std::fflush(stdout);
+  json gemm_before = gemm_rates(opt.threads);
+
+  json cases = json::array();
+  for (const auto& dt : opt.dtypes)
+    for (int64_t d : opt.ds)
+      for (const auto& m : opt.masks)
+        for (int64_t t : opt.ts) {
+          const Case c{t, d, m == "causal", dt == "bf16"};
+          json j = c.bf ? run_case<bf16>(c, opt) : run_case<float>(c, opt);
+          j["t"] = t;
+          j["d"] = d;
+          j["h"] = opt.heads;
+          j["mask"] = m;
+          j["dtype"] = dt;
+          if (opt.torch) {
+            if (t <= opt.torch_max_t)
+              j["torch"] = run_torch(c, opt);
+            else
+              j["torch"] = json{{"skipped", "T > --torch-max-t (naive scores need " +
+                                                std::to_string(static_cast<double>(t) * t *
+                                                               opt.heads * 4 * 4 / 1e9) +
+                                                " GB+)"}};
+          }
+          std::printf(
+              "%-5s D=%-3ld %-6s T=%-6ld fwd %8.3f s %7.1f GFLOP/s | fwd+bwd %8.3f s %7.1f GFLOP/s",
+              dt.c_str(), d, m.c_str(), t, j["fwd_s"].get<double>(), j["fwd_gflops"].get<double>(),
+              j["fwdbwd_s"].get<double>(), j["fwdbwd_gflops"].get<double>());
+          if (j.contains("torch") && j["torch"].contains("fwdbwd_s"))
+            std::printf(" | torch fwd %.3f s fwd+bwd %.3f s peak %.2f GB",
+                        j["torch"]["fwd_s"].get<double>(), j["torch"]["fwdbwd_s"].get<double>(),
+                        j["torch"]["fwdbwd_peak_extra_bytes"].get<double>() / 1e9);
+          std::printf("\n");
+          std::fflush(stdout);
+          cases.push_back(j);
+        }
+
+  json gemm_after = gemm_rates(opt.threads);
+  json gemm;
+  for (const char* ty : {"f32", "bf16"}) {
+    gemm[ty] = gemm_before[ty];
+    for (auto& [key, val] : gemm[ty].items())
+      val = std::max(val.get<double>(), gemm_after[ty][key].get<double>());
+  }
+  out["gemm_gflops"] = gemm;
+  out["gemm_gflops_before"] = gemm_before;
+  out["gemm_gflops_after"] = gemm_after;
+  const double sgemm = gemm["f32"]["large"], bgemm = gemm["bf16"]["large"];
+  for (auto& j : cases) {
+    const double ref = j["dtype"] == "bf16" ? bgemm : sgemm;
+    j["fwd_frac_gemm"] = j["fwd_gflops"].get<double>() / ref;
+    j["fwdbwd_frac_gemm"] = j["fwdbwd_gflops"].get<double>() / ref;
+    j["fwd_frac_sgemm"] = j["fwd_gflops"].get<double>() / sgemm;
+    j["fwdbwd_frac_sgemm"] = j["fwdbwd_gflops"].get<double>() / sgemm;
+    if (j.contains("torch") && j["torch"].contains("fwdbwd_s")) {
+      j["speedup_vs_torch_fwd"] = j["torch"]["fwd_s"].get<double>() / j["fwd_s"].get<double>();
+      j["speedup_vs_torch_fwdbwd"] =
+          j["torch"]["fwdbwd_s"].get<double>() / j["fwdbwd_s"].get<double>();
+    }
+  }
+  out["cases"] = cases;
+
+  // ---- the targets (each evaluated when its cases ran) -------------------------------
+  auto find = [&](int64_t t, int64_t d, const char* mask, const char* dt) -> const json* {
+    for (const auto& j : cases)
+      if (j["t"] == t && j["d"] == d && j["mask"] == mask && j["dtype"] == dt) return &j;
+    return nullptr;
+  };
+  json targets = json::array();
+  auto target = [&](const std::string& name, double value, double goal, bool at_least) {
+    const bool met = at_least ? value >= goal : value <= goal;
+    targets.push_back({{"target", name}, {"value", value}, {"goal", goal}, {"met", met}});
+    std::printf("  %-72s %8.3f (goal %s %.2f) %s\n", name.c_str(), value,
+                at_least ? ">=" : "<=", goal, met ? "MET" : "MISSED");
+  };
+  std::printf(
+      "GEMM reference (GFLOP/s, %d threads): sgemm %.1f, bf16 %.1f; tile QK^T f32 %.1f "
+      "bf16 %.1f\nTargets:\n",
+      opt.threads, sgemm, bgemm, gemm["f32"]["tile_qk_128x256x128"].get<double>(),
+      gemm["bf16"]["tile_qk_128x256x128"].get<double>());
+  if (const json* f = find(8192, 128, "full", "f32")) {
+    target("fwd D=128 T=8192 fp32 full, fraction of sgemm", (*f)["fwd_frac_sgemm"], 0.60, true);
+    target("fwd+bwd D=128 T=8192 fp32 full, fraction of sgemm", (*f)["fwdbwd_frac_sgemm"], 0.45,
+           true);
+    if (const json* c = find(8192, 128, "causal", "f32")) {
+      target("causal/full time, fwd D=128 T=8192 fp32",
+             (*c)["fwd_s"].get<double>() / (*f)["fwd_s"].get<double>(), 0.55, false);
+      target("causal/full time, fwd+bwd D=128 T=8192 fp32",
+             (*c)["fwdbwd_s"].get<double>() / (*f)["fwdbwd_s"].get<double>(), 0.55, false);
+    }
+    if (const json* b = find(8192, 128, "full", "bf16")) {
+      target("bf16/fp32 rate, fwd D=128 T=8192 full",
+             (*b)["fwd_gflops"].get<double>() / (*f)["fwd_gflops"].get<double>(), 1.7, true);
+      target("bf16/fp32 rate, fwd+bwd D=128 T=8192 full",
+             (*b)["fwdbwd_gflops"].get<double>() / (*f)["fwdbwd_gflops"].get<double>(), 1.7, true);
+    }
+  }
+  if (const json* c = find(4096, 128, "causal", "f32"); c && c->contains("speedup_vs_torch_fwdbwd"))
+    target("causal fwd+bwd D=128 T=4096 H=" + std::to_string(opt.heads) +
+               " fp32, speedup vs PyTorch naive",
+           (*c)["speedup_vs_torch_fwdbwd"], 3.0, true);
+  out["targets"] = targets;
+
+  std::ofstream f(opt.out);
+  longseq::core::require(static_cast<bool>(f), "bench", "cannot write ", opt.out);
+  f << out.dump(2) << "\n";
+  std::printf("wrote %s\n", opt.out.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
+}
