@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
+#if __has_include("longseq/comm/local.hpp")  // TEMP-GUARD
 #include "attention/hybrid_case.hpp"
 #endif
 #include "longseq/attention/schedule.hpp"
@@ -167,7 +167,7 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
   EXPECT_GT(configs, 150);
 }
 
-#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
+#if __has_include("longseq/comm/local.hpp")  // TEMP-GUARD
 using longseq::testing::AttnCase;
 
 const std::vector<std::string> kBalances = {"contiguous", "zigzag", "striped", "block-striped"};

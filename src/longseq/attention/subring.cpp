@@ -95,7 +95,7 @@ void Exchange::send(const float* p, int64_t n, int peer, int tag) {
     self_[tag] = {p, n};
     return;
   }
-  comm::Request r = group_.isend(p, static_cast<size_t>(n) * sizeof(float), peer, tag);
+  comm::Request r = group_.isend(peer, p, static_cast<size_t>(n) * sizeof(float), tag);
   waits_.push_back([r]() mutable { r.wait(); });
 }
 
@@ -108,7 +108,7 @@ void Exchange::recv(float* p, int64_t n, int peer, int tag) {
     self_.erase(it);
     return;
   }
-  comm::Request r = group_.irecv(p, static_cast<size_t>(n) * sizeof(float), peer, tag);
+  comm::Request r = group_.irecv(peer, p, static_cast<size_t>(n) * sizeof(float), tag);
   waits_.push_back([r]() mutable { r.wait(); });
 }
 
