@@ -7,6 +7,7 @@
 
 #include "attention/attention_case.hpp"
 #include "longseq/attention/hybrid.hpp"
+#include "longseq/comm/launch.hpp"
 
 namespace longseq::testing {
 
@@ -35,7 +36,7 @@ inline void run_hybrid(AttnCase& c, const attention::HybridAlgo& algo, const att
   c.bwd_bytes.assign(c.world, {});
   c.fwd_stats.assign(c.world, {});
   c.bwd_stats.assign(c.world, {});
-  comm::LocalConfig cfg;
+  comm::Options cfg;
   cfg.world = c.world;
   cfg.nodes = nodes;
   cfg.link = link;
@@ -51,15 +52,15 @@ inline void run_hybrid(AttnCase& c, const attention::HybridAlgo& algo, const att
         vv(lv.data(), core::Shape{l, hkv, d}), vd(ld.data(), core::Shape{l, hq, d});
     g.reset_stats();
     attention::AttentionSaved saved = attention::hybrid_forward(algo, vq, vk, vv, spec, layout, g, &c.fwd_stats[r]);
-    c.fwd_bytes[r] = {static_cast<int64_t>(g.stats().intra.bytes_sent),
-                      static_cast<int64_t>(g.stats().inter.bytes_sent)};
+    c.fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
     layout.unshard(saved.o.data(), hq * d, r, c.o.data());
     layout.unshard(saved.lse.data(), hq, r, c.lse.data());
     if (!backward) return;
     g.reset_stats();
     attention::AttentionGrads gr = attention::hybrid_backward(algo, vd, saved, spec, layout, g, &c.bwd_stats[r]);
-    c.bwd_bytes[r] = {static_cast<int64_t>(g.stats().intra.bytes_sent),
-                      static_cast<int64_t>(g.stats().inter.bytes_sent)};
+    c.bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
     layout.unshard(gr.dq.data(), hq * d, r, c.dq.data());
     layout.unshard(gr.dk.data(), hkv * d, r, c.dk.data());
     layout.unshard(gr.dv.data(), hkv * d, r, c.dv.data());
