@@ -1,0 +1,138 @@
+#include "longseq/model/lm_head.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "longseq/core/error.hpp"
+#include "longseq/core/tensor.hpp"
+#include "longseq/kernels/gemm.hpp"
+
+namespace longseq::model {
+
+int64_t count_targets(const int32_t* labels, int64_t t, int64_t v, int32_t ignore_index) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    if (labels[i] == ignore_index) continue;
+    core::require(labels[i] >= 0 && labels[i] < v, "model", "label ", labels[i], " at row ", i,
+                  " outside the vocabulary [0, ", v, ") and not the ignore index ", ignore_index);
+    ++n;
+  }
+  return n;
+}
+
+int64_t lm_head_token_tile(const LmHeadDims& d, const LmHeadOptions& o) {
+  int64_t bs = o.token_tile;
+  if (bs <= 0) bs = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(d.v, 1), 16, 1024);
+  return std::max<int64_t>(1, std::min(bs, std::max<int64_t>(d.t, 1)));
+}
+
+int64_t lm_head_fused_workspace_floats(const LmHeadDims& d, const LmHeadOptions& o) {
+  return lm_head_token_tile(d, o) * d.v;
+}
+
+namespace {
+
+// Rows [0, n) of `logits` [n, V] (their lse known): returns the loss sum, then the rows become
+// grad_scale * (softmax - onehot), or 0 for ignored rows. Per-row losses are summed in row order
+// afterwards, so the result does not depend on the thread count.
+double softmax_grad_rows(float* logits, const float* lse, const int32_t* labels, int64_t n,
+                         int64_t v, double grad_scale, int32_t ignore, int threads) {
+  std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
+  const float gs = static_cast<float>(grad_scale);
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = logits + r * v;
+    const int32_t y = labels[r];
+    if (y == ignore) {
+      std::fill(row, row + v, 0.0f);
+      continue;
+    }
+    row_loss[r] = static_cast<double>(lse[r]) - row[y];
+    const float l = lse[r];
+    for (int64_t j = 0; j < v; ++j) row[j] = gs * std::exp(row[j] - l);
+    row[y] -= gs;  // the one-hot term is subtracted (Algorithm 3 prints "+ E")
+  }
+  double sum = 0.0;
+  for (double x : row_loss) sum += x;
+  return sum;
+}
+
+// Online logsumexp of one vocabulary tile of rows [n, bv] (row stride v), merged into (m, s):
+// running max and sum of exp(x - m), Algorithm 3 lines 5-6.
+void lse_update(const float* tile, int64_t n, int64_t bv, int64_t v, double* m, double* s) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = tile + r * v;
+    float tm = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < bv; ++j) tm = std::max(tm, row[j]);
+    double ts = 0.0;
+    for (int64_t j = 0; j < bv; ++j) ts += std::exp(static_cast<double>(row[j]) - tm);
+    if (tm > m[r]) {
+      s[r] = s[r] * std::exp(m[r] - tm) + ts;
+      m[r] = tm;
+    } else {
+      s[r] += ts * std::exp(tm - m[r]);
+    }
+  }
+}
+
+}  // namespace
+
+LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_t* labels,
+                          const LmHeadDims& d, double grad_scale, float* dhidden, float* dweight,
+                          const LmHeadOptions& o) {
+  LossPart out;
+  out.count = count_targets(labels, d.t, d.v, o.ignore_index);
+  const int64_t bs = lm_head_token_tile(d, o);
+  const int64_t bv = std::max<int64_t>(1, std::min(o.vocab_tile > 0 ? o.vocab_tile : d.v, d.v));
+  core::Buffer<float> logits(static_cast<size_t>(bs * d.v));
+  std::vector<double> m(static_cast<size_t>(bs)), s(static_cast<size_t>(bs));
+  std::vector<float> lse(static_cast<size_t>(bs));
+  for (int64_t t0 = 0; t0 < d.t; t0 += bs) {
+    const int64_t n = std::min(bs, d.t - t0);
+    const float* h = hidden + t0 * d.c;
+    std::fill(m.begin(), m.end(), -std::numeric_limits<double>::infinity());
+    std::fill(s.begin(), s.end(), 0.0);
+    for (int64_t v0 = 0; v0 < d.v; v0 += bv) {
+      const int64_t nv = std::min(bv, d.v - v0);
+      // logits[:, v0:v0+nv] = H_i W_j^T
+      kernels::gemm_f32_parallel(o.threads, false, true, n, nv, d.c, 1.0f, h, d.c,
+                                 weight + v0 * d.c, d.c, 0.0f, logits.data() + v0, d.v);
+      lse_update(logits.data() + v0, n, nv, d.v, m.data(), s.data());
+    }
+    for (int64_t r = 0; r < n; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
+    out.sum += softmax_grad_rows(logits.data(), lse.data(), labels + t0, n, d.v, grad_scale,
+                                 o.ignore_index, o.threads);
+    // dH_i = dLogits W  [n, C];  dW += dLogits^T H_i  [V, C]
+    kernels::gemm_f32_parallel(o.threads, false, false, n, d.c, d.v, 1.0f, logits.data(), d.v,
+                               weight, d.c, 0.0f, dhidden + t0 * d.c, d.c);
+    kernels::gemm_f32_parallel(o.threads, true, false, d.v, d.c, n, 1.0f, logits.data(), d.v, h,
+                               d.c, 1.0f, dweight, d.c);
+  }
+  return out;
+}
+
+LossPart lm_head_ce_unfused(const float* hidden, const float* weight, const int32_t* labels,
+                            const LmHeadDims& d, double grad_scale, float* dhidden, float* dweight,
+                            const LmHeadOptions& o) {
+  LossPart out;
+  out.count = count_targets(labels, d.t, d.v, o.ignore_index);
+  core::Buffer<float> logits(static_cast<size_t>(d.t * d.v));
+  kernels::gemm_f32_parallel(o.threads, false, true, d.t, d.v, d.c, 1.0f, hidden, d.c, weight,
+                             d.c, 0.0f, logits.data(), d.v);
+  std::vector<double> m(static_cast<size_t>(d.t), -std::numeric_limits<double>::infinity());
+  std::vector<double> s(static_cast<size_t>(d.t), 0.0);
+  lse_update(logits.data(), d.t, d.v, d.v, m.data(), s.data());
+  std::vector<float> lse(static_cast<size_t>(d.t));
+  for (int64_t r = 0; r < d.t; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
+  out.sum = softmax_grad_rows(logits.data(), lse.data(), labels, d.t, d.v, grad_scale,
+                              o.ignore_index, o.threads);
+  kernels::gemm_f32_parallel(o.threads, false, false, d.t, d.c, d.v, 1.0f, logits.data(), d.v,
+                             weight, d.c, 0.0f, dhidden, d.c);
+  kernels::gemm_f32_parallel(o.threads, true, false, d.v, d.c, d.t, 1.0f, logits.data(), d.v,
+                             hidden, d.c, 1.0f, dweight, d.c);
+  return out;
+}
+
+}  // namespace longseq::model
