@@ -1,0 +1,69 @@
+#pragma once
+// Starting ranks: pick a backend, build the world group, run a function on every rank.
+//
+//   comm::Options opt;                  // backend "any": MPI under mpirun, else local threads
+//   opt.world = 4; opt.nodes = 2;       // local: 4 threads declared on 2 nodes
+//   opt.link = comm::LinkModel::parse("intra=2us,50GB/s:inter=10us,5GB/s");
+//   comm::run(opt, [&](comm::Group& world) { ... });   // throws RankFailed if any rank failed
+//
+// Under `local`, run() starts `world` threads (the calling thread is rank 0) and joins them all.
+// Under `mpi`, each process runs the function once as its own rank; run() returns on a rank only
+// after every rank's function has returned, so all ranks agree on success or on the first
+// failure. Each run() builds a fresh world: a failure in one run does not leak into the next.
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "longseq/comm/group.hpp"
+#include "longseq/comm/link_model.hpp"
+
+namespace longseq::comm {
+
+enum class Backend { local, mpi };
+
+std::string_view backend_name(Backend b);
+
+/// Everything needed to start a world; the CLI fills it from flags (add_cli_options in
+/// comm/cli_options.hpp).
+struct Options {
+  /// "local" | "mpi" | "any" (MPI when launched by mpirun, else local).
+  std::string backend = "any";
+  /// Ranks. local: number of threads (>= 1). mpi: 0 = as started by mpirun; any other value must
+  /// equal the mpirun world size.
+  int world = 1;
+  /// Nodes. local: declared, must divide world (0 means 1). mpi: 0 = real topology from
+  /// MPI_Comm_split_type; M > 0 declares M even nodes instead (to exercise inter-node code
+  /// paths on one machine).
+  int nodes = 0;
+  /// Link model (local backend only; ignored, with a note in docs, under MPI).
+  LinkModel link;
+  /// Seconds a wait may block without progress before the world fails.
+  double timeout_s = 300.0;
+  /// mpi: after a failure, call MPI_Abort (kills every process, including ones stuck in
+  /// compute) instead of returning. For command-line jobs; tests leave it off.
+  bool abort_on_failure = false;
+};
+
+/// True when this process was started by mpirun/mpiexec (OpenMPI, PMIx or PMI environment).
+bool launched_by_mpirun();
+/// True when the MPI backend was built.
+bool mpi_available();
+/// Resolves "local" | "mpi" | "any"; throws core::Error for unknown names, and for "mpi" when the
+/// backend was not built.
+Backend resolve_backend(std::string_view name);
+/// Resolves the backend and, for MPI, initialises MPI (MPI_Init_thread, progress thread) once per
+/// process; later calls are cheap. MPI is finalised at process exit.
+Backend init(std::string_view name);
+/// Number of ranks run() will start with these options (mpirun's size under MPI).
+int world_size(const Options& options);
+
+/// Runs fn on every rank of a new world (see top of file). Rethrows the first failure as
+/// RankFailed on every rank (after all local threads are joined).
+void run(const Options& options, const std::function<void(Group&)>& fn);
+/// run() with the local backend whatever options.backend says.
+void run_local(const Options& options, const std::function<void(Group&)>& fn);
+
+/// MPI: MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised; otherwise std::exit(code).
+[[noreturn]] void abort_job(int code);
+
+}  // namespace longseq::comm
