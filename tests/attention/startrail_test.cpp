@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-#if __has_include("longseq/comm/local.hpp")  // TEMP-GUARD
 #include "attention/hybrid_case.hpp"
-#endif
 #include "longseq/attention/schedule.hpp"
 #include "longseq/attention/startrail.hpp"
 #include "longseq/core/error.hpp"
@@ -167,7 +165,6 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
   EXPECT_GT(configs, 150);
 }
 
-#if __has_include("longseq/comm/local.hpp")  // TEMP-GUARD
 using longseq::testing::AttnCase;
 
 const std::vector<std::string> kBalances = {"contiguous", "zigzag", "striped", "block-striped"};
@@ -292,7 +289,5 @@ TEST(StarTrail, BytesMatchWallFacerEquations) {
   }
   EXPECT_EQ(moving, 6);  // ranks 0 and 7 keep their shard (the 8-rank table above)
 }
-
-#endif  // TEMP-GUARD
 
 }  // namespace

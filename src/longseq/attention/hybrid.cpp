@@ -1,5 +1,3 @@
-// TEMP-GUARD: compiled only once the comm layer header exists (removed when it lands).
-#if __has_include("longseq/comm/group.hpp")
 #include "longseq/attention/hybrid.hpp"
 
 #include <charconv>
@@ -133,4 +131,3 @@ AttentionGrads hybrid_backward(const HybridAlgo& algo, core::View<const float> d
 }
 
 }  // namespace longseq::attention
-#endif  // TEMP-GUARD

@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
 #include "longseq/attention/subring.hpp"
 #include "longseq/comm/group.hpp"
-#endif
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/cpu/attention.hpp"
@@ -124,7 +122,6 @@ int StarTrailConfig::shard_at_step(int rank, int step) const {
 
 }  // namespace longseq::attention
 
-#if __has_include("longseq/comm/group.hpp")  // TEMP-GUARD
 // ---------------------------------------------------------------------------------------------
 // Attention
 
@@ -355,4 +352,3 @@ StarTrailVolume startrail_backward_volume(const StarTrailConfig& cfg, int rank, 
 }
 
 }  // namespace longseq::attention
-#endif  // TEMP-GUARD

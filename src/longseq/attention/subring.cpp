@@ -1,5 +1,3 @@
-// TEMP-GUARD: compiled only once the comm layer header exists (removed when it lands).
-#if __has_include("longseq/comm/group.hpp")
 #include "longseq/attention/subring.hpp"
 
 #include <algorithm>
@@ -201,4 +199,3 @@ void ring_pass(Exchange& ex, const Ring& ring, const float* own_data, int64_t da
 }
 
 }  // namespace longseq::attention::detail
-#endif  // TEMP-GUARD

@@ -1,5 +1,3 @@
-// TEMP-GUARD: compiled only once the comm layer header exists (removed when it lands).
-#if __has_include("longseq/comm/group.hpp")
 #include "longseq/attention/ulysses.hpp"
 
 #include <algorithm>
@@ -319,4 +317,3 @@ UspVolume usp_backward_volume(const UspOptions& opt, int world, int64_t l, int64
 }
 
 }  // namespace longseq::attention
-#endif  // TEMP-GUARD
