@@ -5,7 +5,10 @@ namespace longseq::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"info", "print the build configuration (GEMM library, MPI, CUDA)", add_info},
+      {"attention", "distributed attention (forward, and backward with --do) on .npy or seeded inputs",
+       add_attention},
       {"schedule", "print a distributed-attention schedule step by step for every rank", add_schedule},
+      {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
   };
   return table;
 }

@@ -20,5 +20,7 @@ const std::vector<Command>& commands();
 // Each subcommand's registration lives in cmd_<name>.cpp.
 std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_schedule(CLI::App& app);
+std::function<int()> add_plan(CLI::App& app);
+std::function<int()> add_attention(CLI::App& app);
 
 }  // namespace longseq::cli

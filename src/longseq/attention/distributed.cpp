@@ -1,0 +1,324 @@
+// The one executor: runs any RankSchedule (design.md §5). Per step s it (1) waits for the requests
+// whose wait_step is s, (2) adds gradient partials that arrived, (3) posts every transfer of step
+// s together, (4) computes the chunk pairs of step s. Transfers posted at s are in flight while
+// step s computes: that is the overlap (double or triple buffering comes from the schedule's
+// slot count, not from the executor).
+#include "longseq/attention/distributed.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "longseq/attention/block_ops.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace longseq::attention {
+
+using core::Tensor;
+using core::View;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Tags of the two passes differ so a late forward message can never match a backward receive.
+constexpr int kForwardTagBase = 0;
+constexpr int kBackwardTagBase = 1 << 18;  // tags are origin*2+part < 2^18 (comm::kMaxTag = 2^19)
+
+struct Dims {
+  int64_t l, hq, hkv, d;
+};
+
+// Token metadata of every rank (positions, document ids), shared by all steps.
+struct TokenTable {
+  std::vector<std::vector<int64_t>> pos;
+  std::vector<std::vector<int32_t>> doc;
+  TokenTable(const Layout& layout, const MaskSpec& mask) {
+    pos.resize(layout.world());
+    doc.resize(layout.world());
+    for (int r = 0; r < layout.world(); ++r) {
+      pos[r] = layout.positions(r);
+      if (!mask.doc_ids.empty()) {
+        doc[r].resize(pos[r].size());
+        for (size_t i = 0; i < pos[r].size(); ++i) doc[r][i] = pos[r][i] >= 0 ? mask.doc_ids[pos[r][i]] : -1;
+      }
+    }
+  }
+  kernels::Tokens tokens(int rank, int64_t begin) const {
+    return {pos[rank].data() + begin, doc[rank].empty() ? nullptr : doc[rank].data() + begin};
+  }
+};
+
+template <class T>
+const T* contiguous_or_copy(View<const T> v, std::vector<T>& keep, const char* what) {
+  if (v.is_contiguous()) return v.data();
+  LONGSEQ_CHECK_MSG(v.rank() == 3, what, " must be rank 3");
+  keep.resize(static_cast<size_t>(v.numel()));
+  size_t i = 0;
+  for (int64_t a = 0; a < v.dim(0); ++a)
+    for (int64_t b = 0; b < v.dim(1); ++b)
+      for (int64_t c = 0; c < v.dim(2); ++c) keep[i++] = v(a, b, c);
+  return keep.data();
+}
+
+// Posts and waits the schedule's transfers; times the waits.
+class Transport {
+ public:
+  Transport(comm::Group& g, int tag_base, AttentionStats* st) : g_(g), tag_base_(tag_base), st_(st) {}
+
+  void post(const Xfer& x, void* slot_ptr, size_t bytes) {
+    comm::Request r = x.send ? g_.isend(x.peer, slot_ptr, bytes, tag_base_ + x.tag())
+                             : g_.irecv(x.peer, slot_ptr, bytes, tag_base_ + x.tag());
+    pending_.push_back({x.wait_step, std::move(r)});
+  }
+  void wait_step(int step) {
+    core::ScopedTimer t(st_ ? &st_->wait_s : &scratch_);
+    for (auto& p : pending_)
+      if (p.first == step) p.second.wait();
+    std::erase_if(pending_, [&](const auto& p) { return p.first == step; });
+  }
+  void wait_all() {
+    core::ScopedTimer t(st_ ? &st_->wait_s : &scratch_);
+    for (auto& p : pending_) p.second.wait();
+    pending_.clear();
+  }
+
+ private:
+  comm::Group& g_;
+  int tag_base_;
+  AttentionStats* st_;
+  double scratch_ = 0;
+  std::vector<std::pair<int, comm::Request>> pending_;
+};
+
+// The attention view of the group's topology (which ranks share a node).
+Topology group_topology(const comm::Group& g) {
+  Topology t;
+  t.world = g.size();
+  t.node_of = g.topology().nodes();
+  return t;
+}
+
+// Checks that the schedule never waits on something it has not posted (a bug, not user input).
+void check_schedule(const RankSchedule& rs) {
+  for (const Xfer& x : rs.xfers) LONGSEQ_CHECK(x.post_step < x.wait_step && x.wait_step < rs.num_steps);
+}
+
+}  // namespace
+
+void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq, int64_t hkv,
+              int64_t d) {
+  using core::require;
+  require(spec.mask != nullptr, "attention", "no mask given");
+  require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
+          hkv, ", D ", d);
+  require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ", hkv);
+  require(layout.world() == topo.world, "attention", "layout is for world ", layout.world(),
+          ", the group has ", topo.world, " ranks");
+  require(spec.threads >= 1, "attention", "threads must be >= 1, got ", spec.threads);
+  spec.mask->validate(layout.global_len());
+  if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
+    require(spec.mask->block_size % layout.world() == 0, "attention", "block-striped needs block size ",
+            spec.mask->block_size, " to be a multiple of world ", layout.world());
+  if (spec.algo.route == Route::double_ring && topo.world > 1)
+    require(topo.nodes() > 1 && topo.nodes() < topo.world, "attention", "--algo ", spec.algo.name(),
+            " needs several nodes with several ranks each; got ", topo.nodes(), " node(s) for world ",
+            topo.world, " (use ring or burst, or set --nodes)");
+}
+
+AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
+                                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                                             AttentionStats* stats) {
+  const Topology topo = group_topology(group);
+  const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
+  core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention", "q, k, v must be [L, H, D]");
+  core::require(q.dim(0) == dm.l && k.dim(0) == dm.l && v.dim(0) == dm.l, "attention", "rank ", group.rank(),
+                " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0), " q/k/v tokens, the layout gives ", dm.l);
+  core::require(k.shape() == v.shape() && k.dim(2) == dm.d, "attention", "k ", k.shape().str(), " and v ",
+                v.shape().str(), " must match and share D with q ", q.shape().str());
+  validate(spec, layout, topo, dm.hq, dm.hkv, dm.d);
+  const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
+  const MaskSpec& mask = *spec.mask;
+  const kernels::Mask kmask = mask.kernel_mask();
+  const int me = group.rank();
+
+  const PairTable pairs(layout, mask);
+  const RankSchedule rs = make_schedule(me, topo, layout, pairs, spec.algo, Pass::forward);
+  check_schedule(rs);
+  const TokenTable tokens(layout, mask);
+
+  std::vector<float> qkeep, kkeep, vkeep;
+  const float* qp = contiguous_or_copy(q, qkeep, "q");
+  const float* kp = contiguous_or_copy(k, kkeep, "k");
+  const float* vp = contiguous_or_copy(v, vkeep, "v");
+
+  // Data part of a bundle: [K | V], each [L, Hkv, D].
+  const int64_t kv_elems = dm.l * dm.hkv * dm.d;
+  std::vector<core::Buffer<float>> slots;
+  for (int i = 0; i < rs.data_slots; ++i) slots.emplace_back(2 * kv_elems);
+  if (rs.own_slot >= 0) {
+    std::memcpy(slots[rs.own_slot].data(), kp, kv_elems * sizeof(float));
+    std::memcpy(slots[rs.own_slot].data() + kv_elems, vp, kv_elems * sizeof(float));
+  }
+
+  AttentionSaved saved;
+  saved.q = q;
+  saved.k = k;
+  saved.v = v;
+  saved.o = Tensor<float>(core::Shape{dm.l, dm.hq, dm.d});
+  saved.lse = Tensor<float>(core::Shape{dm.l, dm.hq});
+  std::fill(saved.lse.begin(), saved.lse.end(), kNegInf);
+
+  BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
+  Transport tr(group, kForwardTagBase, stats);
+  const auto& my_chunks = layout.chunks(me);
+  size_t wi = 0;
+  double scratch_s = 0;
+  for (int s = 0; s < rs.num_steps; ++s) {
+    tr.wait_step(s);
+    for (const Xfer& x : rs.xfers)
+      if (x.post_step == s) tr.post(x, slots[x.slot].data(), 2 * kv_elems * sizeof(float));
+    if (wi < rs.work.size() && rs.work[wi].step == s) {
+      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
+      const Work& w = rs.work[wi++];
+      const float* kb = slots[w.slot].data();
+      const float* vb = kb + kv_elems;
+      const auto& kv_chunks = layout.chunks(w.origin);
+      for (const SubPair& p : w.pairs) {
+        const Chunk& qc = my_chunks[p.qc];
+        const Chunk& kc = kv_chunks[p.kc];
+        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin), qc.len,
+                          kb + kc.local_begin * dm.hkv * dm.d, vb + kc.local_begin * dm.hkv * dm.d,
+                          tokens.tokens(w.origin, kc.local_begin), kc.len, kmask,
+                          saved.o.data() + qc.local_begin * dm.hq * dm.d, saved.lse.data() + qc.local_begin * dm.hq);
+        if (stats) ++stats->pairs;
+      }
+    }
+  }
+  tr.wait_all();
+  if (stats) stats->steps += rs.num_steps;
+  return saved;
+}
+
+AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
+                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                                              AttentionStats* stats) {
+  const Topology topo = group_topology(group);
+  const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
+  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
+                saved.q.shape().str());
+  validate(spec, layout, topo, dm.hq, dm.hkv, dm.d);
+  const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
+  const MaskSpec& mask = *spec.mask;
+  const kernels::Mask kmask = mask.kernel_mask();
+  const int me = group.rank();
+  const bool bq = spec.algo.backward == Backward::q;
+
+  const PairTable pairs(layout, mask);
+  const RankSchedule rs = make_schedule(me, topo, layout, pairs, spec.algo, Pass::backward);
+  check_schedule(rs);
+  const TokenTable tokens(layout, mask);
+
+  std::vector<float> qkeep, kkeep, vkeep, dkeep;
+  const float* qp = contiguous_or_copy(saved.q, qkeep, "q");
+  const float* kp = contiguous_or_copy(saved.k, kkeep, "k");
+  const float* vp = contiguous_or_copy(saved.v, vkeep, "v");
+  const float* dop = contiguous_or_copy(dout, dkeep, "do");
+  BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
+
+  const int64_t q_elems = dm.l * dm.hq * dm.d, row_elems = dm.l * dm.hq, kv_elems = dm.l * dm.hkv * dm.d;
+  // D = rowsum(dO * O): computed once at home; burst ships it instead of O.
+  std::vector<float> dvec(static_cast<size_t>(row_elems));
+  ops.compute_d(saved.o.data(), dop, dm.l, dvec.data());
+
+  // Data part: burst [Q | dO | D | LSE], ring [K | V]. Gradient part: burst dQ, ring [dK | dV].
+  const int64_t data_elems = bq ? 2 * q_elems + 2 * row_elems : 2 * kv_elems;
+  const int64_t grad_elems = bq ? q_elems : 2 * kv_elems;
+  std::vector<core::Buffer<float>> dslots, gslots;
+  for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(data_elems);
+  for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(grad_elems);
+  if (rs.own_slot >= 0) {
+    float* o = dslots[rs.own_slot].data();
+    if (bq) {
+      std::memcpy(o, qp, q_elems * sizeof(float));
+      std::memcpy(o + q_elems, dop, q_elems * sizeof(float));
+      std::memcpy(o + 2 * q_elems, dvec.data(), row_elems * sizeof(float));
+      std::memcpy(o + 2 * q_elems + row_elems, saved.lse.data(), row_elems * sizeof(float));
+    } else {
+      std::memcpy(o, kp, kv_elems * sizeof(float));
+      std::memcpy(o + kv_elems, vp, kv_elems * sizeof(float));
+    }
+  }
+
+  AttentionGrads g;
+  g.dq = Tensor<float>(core::Shape{dm.l, dm.hq, dm.d});
+  g.dk = Tensor<float>(core::Shape{dm.l, dm.hkv, dm.d});
+  g.dv = Tensor<float>(core::Shape{dm.l, dm.hkv, dm.d});
+  // Home gradient of our own bundle, in the gradient part's packing.
+  core::Buffer<float> home_kv(bq ? 0 : 2 * kv_elems);
+  float* home = bq ? g.dq.data() : home_kv.data();
+
+  Transport tr(group, kBackwardTagBase, stats);
+  const auto& my_chunks = layout.chunks(me);
+  size_t wi = 0, ai = 0;
+  double scratch_s = 0;
+  for (int s = 0; s < rs.num_steps; ++s) {
+    tr.wait_step(s);
+    {
+      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
+      for (; ai < rs.accumulates.size() && rs.accumulates[ai].step == s; ++ai) {
+        const Accumulate& a = rs.accumulates[ai];
+        float* into = a.into < 0 ? home : gslots[a.into].data();
+        const float* from = gslots[a.from].data();
+        for (int64_t i = 0; i < grad_elems; ++i) into[i] += from[i];
+      }
+    }
+    for (const Xfer& x : rs.xfers)
+      if (x.post_step == s) {
+        float* p = x.part == Part::data ? dslots[x.slot].data() : gslots[x.slot].data();
+        tr.post(x, p, (x.part == Part::data ? data_elems : grad_elems) * sizeof(float));
+      }
+    if (wi < rs.work.size() && rs.work[wi].step == s) {
+      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
+      const Work& w = rs.work[wi++];
+      float* gout = w.grad_slot < 0 ? home : gslots[w.grad_slot].data();
+      if (w.grad_slot >= 0) std::fill(gout, gout + grad_elems, 0.0f);
+      const float* b = dslots[w.slot].data();
+      const auto& other_chunks = layout.chunks(w.origin);
+      for (const SubPair& p : w.pairs) {
+        if (bq) {
+          // Queries (and dO, D, LSE) from the bundle, keys local; dQ into the bundle's gradient.
+          const Chunk& qc = other_chunks[p.qc];
+          const Chunk& kc = my_chunks[p.kc];
+          const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
+          const int64_t ko = kc.local_begin * dm.hkv * dm.d;
+          ops.backward(b + qo, kp + ko, vp + ko, b + q_elems + qo, b + 2 * q_elems + row_elems + ro,
+                       b + 2 * q_elems + ro, tokens.tokens(w.origin, qc.local_begin), qc.len,
+                       tokens.tokens(me, kc.local_begin), kc.len, kmask, gout + qo,
+                       g.dk.data() + ko, g.dv.data() + ko);
+        } else {
+          // Queries local, keys from the bundle; dK, dV into the bundle's gradient.
+          const Chunk& qc = my_chunks[p.qc];
+          const Chunk& kc = other_chunks[p.kc];
+          const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
+          const int64_t ko = kc.local_begin * dm.hkv * dm.d;
+          ops.backward(qp + qo, b + ko, b + kv_elems + ko, dop + qo, saved.lse.data() + ro, dvec.data() + ro,
+                       tokens.tokens(me, qc.local_begin), qc.len, tokens.tokens(w.origin, kc.local_begin), kc.len,
+                       kmask, g.dq.data() + qo, gout + ko, gout + kv_elems + ko);
+        }
+        if (stats) ++stats->pairs;
+      }
+    }
+  }
+  tr.wait_all();
+  if (!bq) {
+    std::memcpy(g.dk.data(), home_kv.data(), kv_elems * sizeof(float));
+    std::memcpy(g.dv.data(), home_kv.data() + kv_elems, kv_elems * sizeof(float));
+  }
+  if (stats) stats->steps += rs.num_steps;
+  return g;
+}
+
+}  // namespace longseq::attention

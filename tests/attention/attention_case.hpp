@@ -1,0 +1,150 @@
+#pragma once
+// One attention case shared by the tests and the benchmarks (design.md §9): seeded global inputs,
+// the fp64 reference, the distributed run on local ranks, and the comparison.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "longseq/attention/distributed.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/rng.hpp"
+#include "longseq/kernels/ref/attention.hpp"
+
+namespace longseq::testing {
+
+struct LinkBytes {
+  int64_t intra = 0, inter = 0;
+};
+
+struct AttnCase {
+  int64_t n, hq, hkv, d;
+  int world;
+  std::shared_ptr<attention::MaskSpec> mask = std::make_shared<attention::MaskSpec>();
+  std::vector<float> q, k, v, dout;                   // global inputs
+  std::vector<float> o, lse, dq, dk, dv;              // distributed results, global order
+  std::vector<double> ref_o, ref_lse, ref_dq, ref_dk, ref_dv;
+  std::vector<LinkBytes> fwd_bytes, bwd_bytes;        // per rank
+  std::vector<attention::AttentionStats> fwd_stats, bwd_stats;
+
+  /// mask: full | causal | window | document | blocks | blocks+causal. Block masks use blocks of
+  /// 2 * world tokens (a multiple of world, as block-striped needs).
+  AttnCase(int64_t n_, int64_t hq_, int64_t hkv_, int64_t d_, const std::string& mask_kind, int world_,
+           uint64_t seed)
+      : n(n_), hq(hq_), hkv(hkv_), d(d_), world(world_) {
+    q.resize(n * hq * d);
+    k.resize(n * hkv * d);
+    v.resize(n * hkv * d);
+    dout.resize(n * hq * d);
+    core::fill_normal(q.data(), q.size(), core::derive_seed(seed, 1));
+    core::fill_normal(k.data(), k.size(), core::derive_seed(seed, 2));
+    core::fill_normal(v.data(), v.size(), core::derive_seed(seed, 3));
+    core::fill_normal(dout.data(), dout.size(), core::derive_seed(seed, 4));
+    attention::MaskSpec& m = *mask;
+    if (mask_kind == "causal") m.causal = true;
+    if (mask_kind == "window") m.window = std::max<int64_t>(2, n / 4);
+    if (mask_kind == "document") {
+      // Uneven documents: boundaries at seeded places, some tiny, some long.
+      m.causal = true;
+      m.doc_ids.resize(n);
+      int32_t doc = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (i > 0 && core::uniform01(seed, 1000 + i) < 4.0 / static_cast<double>(n)) ++doc;
+        m.doc_ids[i] = doc;
+      }
+    }
+    if (mask_kind.rfind("blocks", 0) == 0) {
+      m.causal = mask_kind == "blocks+causal";
+      m.block_size = 2 * world;
+      m.num_blocks = (n + m.block_size - 1) / m.block_size;
+      m.block_mask.resize(m.num_blocks * m.num_blocks);
+      for (int64_t i = 0; i < m.num_blocks; ++i)
+        for (int64_t j = 0; j < m.num_blocks; ++j)  // local band + global first block + a dilated pattern
+          m.block_mask[i * m.num_blocks + j] = (std::abs(i - j) <= 1 || j == 0 || (i + 2 * j) % 5 == 0) ? 1 : 0;
+      // One block row that sees nothing at all: its rows must come out O = 0, LSE = -inf.
+      if (m.num_blocks > 2)
+        for (int64_t j = 0; j < m.num_blocks; ++j) m.block_mask[2 * m.num_blocks + j] = 0;
+    }
+  }
+
+  void run_reference() {
+    auto to_d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+    std::vector<double> qd = to_d(q), kd = to_d(k), vd = to_d(v), dod = to_d(dout);
+    std::vector<int64_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = i;
+    kernels::Tokens t{pos.data(), mask->doc_ids.empty() ? nullptr : mask->doc_ids.data()};
+    kernels::ref::AttnDims dims{n, n, hq, hkv, d};
+    ref_o.resize(n * hq * d);
+    ref_lse.resize(n * hq);
+    ref_dq.resize(n * hq * d);
+    ref_dk.resize(n * hkv * d);
+    ref_dv.resize(n * hkv * d);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const kernels::Mask km = mask->kernel_mask();
+    kernels::ref::attention_forward(qd.data(), kd.data(), vd.data(), t, t, km, scale, dims, ref_o.data(),
+                                    ref_lse.data());
+    kernels::ref::attention_backward(qd.data(), kd.data(), vd.data(), dod.data(), t, t, km, scale, dims,
+                                     ref_dq.data(), ref_dk.data(), ref_dv.data());
+  }
+
+  void run_distributed(const attention::AttentionSpec& spec, const attention::Layout& layout, int nodes,
+                       bool backward = true, const comm::LinkModel& link = {}) {
+    o.assign(n * hq * d, 0.f);
+    lse.assign(n * hq, 0.f);
+    dq.assign(n * hq * d, 0.f);
+    dk.assign(n * hkv * d, 0.f);
+    dv.assign(n * hkv * d, 0.f);
+    fwd_bytes.assign(world, {});
+    bwd_bytes.assign(world, {});
+    fwd_stats.assign(world, {});
+    bwd_stats.assign(world, {});
+    comm::Options cfg;
+    cfg.backend = "local";
+    cfg.world = world;
+    cfg.nodes = nodes;
+    cfg.link = link;
+    comm::run_local(cfg, [&](comm::Group& g) {
+      const int r = g.rank();
+      const int64_t l = layout.local_len();
+      std::vector<float> lq(l * hq * d), lk(l * hkv * d), lv(l * hkv * d), ld(l * hq * d);
+      layout.shard(q.data(), hq * d, r, lq.data());
+      layout.shard(k.data(), hkv * d, r, lk.data());
+      layout.shard(v.data(), hkv * d, r, lv.data());
+      layout.shard(dout.data(), hq * d, r, ld.data());
+      core::View<const float> vq(lq.data(), core::Shape{l, hq, d}), vk(lk.data(), core::Shape{l, hkv, d}),
+          vv(lv.data(), core::Shape{l, hkv, d}), vd(ld.data(), core::Shape{l, hq, d});
+      g.reset_stats();
+      attention::AttentionSaved saved = attention::distributed_attention_forward(vq, vk, vv, spec, layout, g,
+                                                                                 &fwd_stats[r]);
+      fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes), static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      layout.unshard(saved.o.data(), hq * d, r, o.data());
+      layout.unshard(saved.lse.data(), hq, r, lse.data());
+      if (!backward) return;
+      g.reset_stats();
+      attention::AttentionGrads gr = attention::distributed_attention_backward(vd, saved, spec, layout, g,
+                                                                               &bwd_stats[r]);
+      bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes), static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      layout.unshard(gr.dq.data(), hq * d, r, dq.data());
+      layout.unshard(gr.dk.data(), hkv * d, r, dk.data());
+      layout.unshard(gr.dv.data(), hkv * d, r, dv.data());
+    });
+  }
+
+  /// |got - ref| <= atol + rtol * |ref| elementwise; -inf must match -inf exactly; no NaN.
+  static void expect_close(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+                           double atol, double rtol) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = got[i], r = ref[i];
+      const bool ok = std::isinf(r) ? (g == r) : (!std::isnan(g) && std::fabs(g - r) <= atol + rtol * std::fabs(r));
+      if (!ok && bad++ < 5) ADD_FAILURE() << what << "[" << i << "] = " << g << ", reference " << r;
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance";
+  }
+};
+
+}  // namespace longseq::testing
