@@ -1,0 +1,122 @@
+#pragma once
+// The backend interface behind Group (internal to comm/ and its tests).
+//
+// A backend implements posting of point-to-point operations on a channel and the construction of
+// sub-groups; everything else (collectives, split, topology helpers, byte accounting) is written
+// once in terms of those, so every backend counts bytes and reports errors identically.
+//
+// Channels: every group has a group id `gid` agreed by its members (split computes it); its user
+// traffic runs on channel 2*gid and its collective traffic on 2*gid+1, so a collective can never
+// match a user message. gid 0 is reserved (the MPI backend's control messages).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "longseq/comm/group.hpp"
+
+namespace longseq::comm {
+
+enum class Channel : uint32_t { user = 0, collective = 1 };
+
+/// Atomic form of Stats' counters.
+struct AtomicTraffic {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> messages{0};
+  void add(uint64_t b) {
+    bytes.fetch_add(b, std::memory_order_relaxed);
+    messages.fetch_add(1, std::memory_order_relaxed);
+  }
+  Traffic load() const { return {bytes.load(), messages.load()}; }
+  void reset() {
+    bytes.store(0);
+    messages.store(0);
+  }
+};
+struct AtomicStats {
+  AtomicTraffic sent_intra, sent_inter, recv_intra, recv_inter;
+  void count_send(bool intra, uint64_t bytes) { (intra ? sent_intra : sent_inter).add(bytes); }
+  void count_recv(bool intra, uint64_t bytes) { (intra ? recv_intra : recv_inter).add(bytes); }
+  Stats load(int rank, int node) const;
+  void reset();
+};
+
+/// State of one rank shared by all its groups in one world: the next free group id (split's
+/// agreement needs it per rank, not per group) and the rank-wide traffic totals.
+struct RankState {
+  std::atomic<uint32_t> next_gid{2};
+  AtomicStats totals;
+  int world_rank = 0;
+  int world_node = 0;
+};
+
+class GroupImpl {
+ public:
+  /// `world_ranks[i]` is the world rank of group rank i (backends address by world rank).
+  GroupImpl(std::vector<int> world_ranks, int rank, Topology topology, uint32_t gid,
+            std::shared_ptr<RankState> rank_state, double timeout_s);
+  virtual ~GroupImpl();
+  GroupImpl(const GroupImpl&) = delete;
+  GroupImpl& operator=(const GroupImpl&) = delete;
+
+  virtual std::string_view backend() const = 0;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  int world_rank(int group_rank) const { return world_ranks_[group_rank]; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  const Topology& topology() const { return topology_; }
+  uint32_t gid() const { return gid_; }
+  uint32_t channel_id(Channel c) const { return 2 * gid_ + static_cast<uint32_t>(c); }
+  double timeout_s() const { return timeout_s_; }
+  RankState& rank_state() const { return *rank_state_; }
+  const std::shared_ptr<RankState>& rank_state_ptr() const { return rank_state_; }
+
+  /// Validates, counts and posts. Never blocks.
+  Request send(Channel c, int dst, int tag, const void* data, size_t bytes);
+  Request recv(Channel c, int src, int tag, void* data, size_t bytes);
+  /// Validates, counts and posts a whole step together; sends first in `out`.
+  void post_step(Channel c, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                 std::vector<Request>& out);
+
+  /// Sub-group: `members` are ranks of this group in sub-group order, `rank` this rank's index
+  /// among them, `gid` the agreed group id.
+  virtual std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank,
+                                                uint32_t gid) = 0;
+
+  AtomicStats& counters() { return stats_; }
+  /// Scratch memory for collectives (grow-only, one collective at a time per group).
+  std::byte* scratch(size_t bytes);
+
+  /// Cache for intra_group()/inter_group().
+  std::mutex cache_mu;
+  std::shared_ptr<GroupImpl> intra_cache, inter_cache;
+
+ protected:
+  /// Backend posting. `dst`/`src` are group ranks; world_rank() maps them.
+  virtual Request post_send(uint32_t channel, int dst, int tag, const void* data,
+                            size_t bytes) = 0;
+  virtual Request post_recv(uint32_t channel, int src, int tag, void* data, size_t bytes) = 0;
+  /// Posts a validated step; the default posts one by one (posting never blocks, so that alone
+  /// cannot deadlock). The MPI backend overrides it to hand the step over in one batch.
+  virtual void post_batch(uint32_t channel, std::span<const SendSpec> sends,
+                          std::span<const RecvSpec> recvs, std::vector<Request>& out);
+
+ private:
+  void validate(const char* what, int peer, int tag, const void* data, size_t bytes) const;
+  void count(bool send, int peer, size_t bytes);
+
+  std::vector<int> world_ranks_;
+  int rank_;
+  Topology topology_;
+  uint32_t gid_;
+  std::shared_ptr<RankState> rank_state_;
+  double timeout_s_;
+  AtomicStats stats_;
+  std::vector<std::byte> scratch_;
+};
+
+}  // namespace longseq::comm

@@ -1,0 +1,752 @@
+// The MPI backend (OpenMPI): one rank per process.
+//
+// Progress design (docs/comm.md §progress). OpenMPI 4.1 has no asynchronous progress thread of
+// its own ("OMPI progress: no" in ompi_info): a rendezvous transfer only moves while some thread
+// is inside an MPI call. A rank that posts its sends and then computes would therefore see no
+// overlap. So every process runs one progress thread that owns every MPI call after
+// MPI_Init_thread: user threads hand it commands (post these sends and receives) and sleep on a
+// condition variable until their request completes. That needs only MPI_THREAD_SERIALIZED; we ask
+// for MPI_THREAD_MULTIPLE and accept anything from SERIALIZED up. The thread polls with
+// MPI_Testsome while operations are pending: it spins (yielding the core) while a user thread is
+// blocked in wait(), and backs off to sleeps of up to 200 us while the rank computes, so polling
+// costs little compute time.
+//
+// Receives go through MPI_Improbe + MPI_Imrecv: the matched message's size is known before the
+// data moves, so a size mismatch is reported with both sizes (plain MPI_Irecv would only say
+// MPI_ERR_TRUNCATE) and the message is still drained.
+//
+// Addressing: every run() dups MPI_COMM_WORLD; groups are not MPI communicators but (world comm,
+// group id) pairs: the MPI tag is (channel << 19) | tag with channel = 2*gid + {0 user, 1
+// collective} (< 4096). Sub-groups therefore cost no blocking MPI collective, and split runs over
+// the same non-blocking machinery as everything else. Channel 0 carries control messages: "done"
+// (a rank's function returned) and "fail" (first failure, broadcast to every rank).
+#include "longseq/comm/mpi_backend.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#ifdef LONGSEQ_WITH_MPI
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "longseq/comm/group_impl.hpp"
+#endif
+
+namespace longseq::comm {
+
+#ifndef LONGSEQ_WITH_MPI
+
+bool mpi_built() { return false; }
+bool mpi_initialized() { return false; }
+void mpi_init() { core::fail("comm", "the MPI backend was not built (LONGSEQ_WITH_MPI=OFF)"); }
+int mpi_world_size() { mpi_init(); return 0; }
+void run_mpi_world(const Options&, const std::function<void(Group&)>&) { mpi_init(); }
+void mpi_abort(int code) { std::exit(code); }
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTagBits = 19;
+static_assert(kMaxTag == 1 << kTagBits);
+constexpr uint32_t kMaxChannel = 1u << (31 - kTagBits);
+constexpr int kCtrlTag = 0;  // channel 0, tag 0
+constexpr size_t kCtrlBytes = 4096;
+enum CtrlKind : int32_t { kDone = 1, kFail = 2 };
+
+std::string mpi_error_string(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+void mpi_check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) core::fail("comm", what, " failed: ", mpi_error_string(rc));
+}
+
+Clock::duration to_duration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string rank_name(int group_rank, int world_rank) {
+  return group_rank == world_rank ? core::cat("rank ", group_rank)
+                                  : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
+}
+
+/// One posted send or receive. Fields other than done/error are immutable after posting.
+struct MpiOp {
+  bool is_send = false;
+  int me_g = 0, me_w = 0, peer_g = 0, peer_w = 0, tag = 0, mtag = 0;
+  const void* sbuf = nullptr;
+  void* rbuf = nullptr;
+  size_t bytes = 0;
+  bool done = false;  // guarded by the world's mutex
+  std::string error;  // guarded by the world's mutex
+
+  std::string describe() const {
+    return is_send ? core::cat("a send of ", bytes, " bytes to ", rank_name(peer_g, peer_w),
+                               " (tag ", tag, ")")
+                   : core::cat("a receive of ", bytes, " bytes from ", rank_name(peer_g, peer_w),
+                               " (tag ", tag, ")");
+  }
+};
+
+class MpiWorld;
+
+/// Process-wide MPI state and the progress thread.
+class Runtime {
+ public:
+  static Runtime& get() {
+    static Runtime rt;
+    return rt;
+  }
+  static std::atomic<bool>& initialized_flag() {
+    static std::atomic<bool> flag{false};
+    return flag;
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// Runs `cmd` on the progress thread (in submission order).
+  void submit(std::function<void()> cmd) {
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      queue_.push_back(std::move(cmd));
+    }
+    qcv_.notify_one();
+  }
+  /// submit() and wait for it; rethrows what `cmd` threw.
+  void run_sync(const std::function<void()>& cmd) {
+    std::mutex m;
+    std::condition_variable cv;
+    bool finished = false;
+    std::exception_ptr err;
+    submit([&] {
+      try {
+        cmd();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk(m);
+      finished = true;
+      cv.notify_one();
+    });
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return finished; });
+    if (err) std::rethrow_exception(err);
+  }
+  void wake() { qcv_.notify_one(); }
+
+  // ---- progress-thread side (call only from commands and completion handlers) --------------
+  /// Tracks `req`; `on_done(status)` runs on the progress thread when it completes.
+  /// `background` requests (control receives) do not keep the thread polling fast.
+  void add_active(MPI_Request req, std::function<void(const MPI_Status&)> on_done,
+                  bool background, bool is_recv) {
+    incoming_.push_back({req, std::move(on_done), background, is_recv});
+  }
+  void add_world(const std::shared_ptr<MpiWorld>& w) { worlds_.push_back(w); }
+  /// Stops matching for `w`, cancels its control receive and frees its communicator (MPI defers
+  /// the release until operations still in flight, e.g. sends of a failed run, complete).
+  void retire_world(const std::shared_ptr<MpiWorld>& w);
+  void remove_world(const MpiWorld* w) {
+    worlds_.erase(std::remove_if(worlds_.begin(), worlds_.end(),
+                                 [&](const auto& p) { return p.get() == w; }),
+                  worlds_.end());
+  }
+
+  /// Number of user threads blocked in wait(): while positive, poll without sleeping.
+  std::atomic<int> waiters{0};
+
+ private:
+  struct Active {
+    MPI_Request req;
+    std::function<void(const MPI_Status&)> on_done;
+    bool background;
+    bool is_recv;
+  };
+
+  Runtime() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                "MPI_Init_thread");
+      // One progress thread makes every MPI call after init: SERIALIZED is enough.
+      core::require(provided >= MPI_THREAD_SERIALIZED, "comm",
+                    "MPI provides thread level ", provided,
+                    "; the progress thread needs MPI_THREAD_SERIALIZED or better");
+      owns_mpi_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    void* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    core::require(flag && *static_cast<int*>(ub) >= INT_MAX, "comm", "MPI_TAG_UB is ",
+                  flag ? *static_cast<int*>(ub) : 0, "; longseq packs group ids into tags and "
+                  "needs 2^31-1 (OpenMPI's value)");
+    thread_ = std::thread([this] { loop(); });
+    initialized_flag() = true;
+  }
+
+  ~Runtime() {
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      stop_ = true;
+    }
+    qcv_.notify_one();
+    thread_.join();
+    // Receives left by a failed world (control receives, unmatched user receives) are cancelled
+    // so MPI_Finalize does not wait for them; sends left behind are the peers' to drain.
+    for (Active& a : incoming_) active_.push_back(std::move(a));
+    for (Active& a : active_)
+      if (a.is_recv && a.req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&a.req);
+        MPI_Wait(&a.req, MPI_STATUS_IGNORE);
+      }
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  void loop();
+  bool poll_probes();
+  bool test_active();
+
+  int rank_ = 0, size_ = 1;
+  bool owns_mpi_ = false;
+  std::thread thread_;
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::vector<std::function<void()>> queue_;
+  bool stop_ = false;
+  // Progress-thread only:
+  std::vector<Active> active_, incoming_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<std::shared_ptr<MpiWorld>> worlds_;
+};
+
+/// One run()'s world: a dup of MPI_COMM_WORLD, its failure state and its pending receives.
+class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
+ public:
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  Topology topology;
+  double timeout_s = 300.0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool failed = false;
+  int failed_rank = -1;
+  std::string failure;
+  std::vector<char> done_from;
+  int done_count = 0;
+
+  // Progress-thread only: receives not yet matched, per (source world rank, MPI tag), in
+  // posting order (MPI's non-overtaking rule makes the first probe match the first receive).
+  std::map<std::pair<int, int>, std::deque<std::shared_ptr<MpiOp>>> probes;
+  bool retired = false;
+  std::vector<char> ctrl_buf = std::vector<char>(kCtrlBytes);
+  MPI_Request ctrl_req = MPI_REQUEST_NULL;  // a copy of the handle, for MPI_Cancel at retirement
+
+  /// Records the first failure; with `broadcast`, tells every other rank.
+  void fail(int who, const std::string& message, bool broadcast) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (failed) return;
+      failed = true;
+      failed_rank = who;
+      failure = message;
+    }
+    cv.notify_all();
+    auto self = shared_from_this();
+    auto drop = [self, broadcast] {
+      self->probes.clear();  // their buffers may be gone once the waits have thrown
+      if (broadcast) self->send_ctrl(kFail, self->failure);
+    };
+    drop_or_submit(drop);
+  }
+
+  void complete(MpiOp& op, std::string error) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      op.done = true;
+      op.error = std::move(error);
+    }
+    cv.notify_all();
+  }
+
+  /// Progress thread: sends a control message to every other rank.
+  void send_ctrl(int32_t kind, const std::string& text) {
+    auto buf = std::make_shared<std::vector<char>>(8 + std::min(text.size(), kCtrlBytes - 8));
+    const int32_t head[2] = {kind, rank};
+    std::memcpy(buf->data(), head, 8);
+    std::memcpy(buf->data() + 8, text.data(), buf->size() - 8);
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      MPI_Request req;
+      if (MPI_Isend(buf->data(), static_cast<int>(buf->size()), MPI_BYTE, p, kCtrlTag, comm,
+                    &req) == MPI_SUCCESS)
+        Runtime::get().add_active(req, [buf](const MPI_Status&) {}, false, false);
+    }
+  }
+
+  /// Progress thread: (re)posts the control receive.
+  void post_ctrl_recv() {
+    MPI_Request req;
+    mpi_check(MPI_Irecv(ctrl_buf.data(), static_cast<int>(kCtrlBytes), MPI_BYTE, MPI_ANY_SOURCE,
+                        kCtrlTag, comm, &req),
+              "MPI_Irecv (control)");
+    ctrl_req = req;
+    auto self = shared_from_this();
+    Runtime::get().add_active(
+        req, [self](const MPI_Status& st) { self->on_ctrl(st); }, true, true);
+  }
+
+  void on_ctrl(const MPI_Status& st) {
+    int cancelled = 0;
+    MPI_Test_cancelled(&st, &cancelled);
+    if (cancelled || retired) return;
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if (count >= 8) {
+      int32_t head[2];
+      std::memcpy(head, ctrl_buf.data(), 8);
+      const std::string text(ctrl_buf.data() + 8, static_cast<size_t>(count - 8));
+      if (head[0] == kDone) {
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!done_from[static_cast<size_t>(head[1])]) {
+            done_from[static_cast<size_t>(head[1])] = 1;
+            ++done_count;
+          }
+        }
+        cv.notify_all();
+      } else if (head[0] == kFail) {
+        fail(head[1], text, false);
+      }
+    }
+    post_ctrl_recv();
+  }
+
+ private:
+  /// Progress-thread work from either side: run it now when on the progress thread.
+  static void drop_or_submit(const std::function<void()>& fn);
+};
+
+thread_local bool t_on_progress_thread = false;
+
+void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w) {
+  if (w->retired) return;
+  w->retired = true;
+  w->probes.clear();
+  remove_world(w.get());
+  if (w->ctrl_req != MPI_REQUEST_NULL) {
+    MPI_Request copy = w->ctrl_req;
+    MPI_Cancel(&copy);  // completes through MPI_Testsome as cancelled; on_ctrl ignores it
+  }
+  MPI_Comm_free(&w->comm);
+}
+
+void MpiWorld::drop_or_submit(const std::function<void()>& fn) {
+  if (t_on_progress_thread) fn();
+  else Runtime::get().submit(fn);
+}
+
+void Runtime::loop() {
+  t_on_progress_thread = true;
+  int idle = 0;
+  for (;;) {
+    std::vector<std::function<void()>> cmds;
+    {
+      std::unique_lock<std::mutex> lk(qmu_);
+      if (queue_.empty() && idle > 0) {
+        const bool user_pending =
+            std::any_of(active_.begin(), active_.end(), [](const Active& a) { return !a.background; }) ||
+            std::any_of(worlds_.begin(), worlds_.end(), [](const auto& w) { return !w->probes.empty(); });
+        if (stop_) break;
+        if (!user_pending) {
+          // Only control receives: nothing is in flight, a rare check is enough.
+          qcv_.wait_for(lk, std::chrono::milliseconds(2));
+        } else if (waiters.load() > 0 ? idle > 20000 : idle > 64) {
+          // Nobody is waiting (the rank computes): back off 10 us, 20 us, ... 200 us.
+          const int shift = std::min(idle / 64, 5);
+          qcv_.wait_for(lk, std::chrono::microseconds(std::min(10 << shift, 200)));
+        } else {
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
+        }
+      }
+      cmds.swap(queue_);
+      if (stop_ && cmds.empty()) break;
+    }
+    bool progressed = !cmds.empty();
+    for (auto& c : cmds) c();
+    progressed |= poll_probes();
+    progressed |= test_active();
+    idle = progressed ? 0 : idle + 1;
+  }
+}
+
+bool Runtime::poll_probes() {
+  bool any = false;
+  for (const auto& wp : worlds_) {
+    MpiWorld& w = *wp;
+    for (auto it = w.probes.begin(); it != w.probes.end();) {
+      auto& q = it->second;
+      while (!q.empty()) {
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        const int rc = MPI_Improbe(it->first.first, it->first.second, w.comm, &flag, &msg, &st);
+        std::shared_ptr<MpiOp> op = q.front();
+        if (rc != MPI_SUCCESS) {
+          q.pop_front();
+          w.complete(*op, core::cat("MPI_Improbe failed: ", mpi_error_string(rc)));
+          any = true;
+          continue;
+        }
+        if (!flag) break;
+        q.pop_front();
+        any = true;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        MPI_Request req;
+        auto world = wp;
+        if (static_cast<size_t>(count) == op->bytes) {
+          static char empty;
+          const int rc2 = MPI_Imrecv(op->bytes ? op->rbuf : &empty, count, MPI_BYTE, &msg, &req);
+          if (rc2 != MPI_SUCCESS) {
+            w.complete(*op, core::cat("MPI_Imrecv failed: ", mpi_error_string(rc2)));
+            continue;
+          }
+          add_active(
+              req,
+              [world, op](const MPI_Status& s) {
+                std::string err;
+                if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
+                  err = core::cat("receive failed: ", mpi_error_string(s.MPI_ERROR));
+                world->complete(*op, std::move(err));
+              },
+              false, true);
+        } else {
+          // Drain the message so the sender completes, and fail the receive with both sizes.
+          auto sink = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max(count, 1)));
+          if (MPI_Imrecv(sink->data(), count, MPI_BYTE, &msg, &req) == MPI_SUCCESS)
+            add_active(req, [sink](const MPI_Status&) {}, false, true);
+          w.complete(*op, core::cat("message size mismatch: ", rank_name(op->peer_g, op->peer_w),
+                                    " sends ", count, " bytes to ", rank_name(op->me_g, op->me_w),
+                                    " (tag ", op->tag, "), which posted a receive of ", op->bytes,
+                                    " bytes"));
+        }
+      }
+      it = q.empty() ? w.probes.erase(it) : std::next(it);
+    }
+  }
+  return any;
+}
+
+bool Runtime::test_active() {
+  for (Active& a : incoming_) active_.push_back(std::move(a));
+  incoming_.clear();
+  if (active_.empty()) return false;
+  reqs_.resize(active_.size());
+  for (size_t i = 0; i < active_.size(); ++i) reqs_[i] = active_[i].req;
+  std::vector<int> idx(active_.size());
+  std::vector<MPI_Status> st(active_.size());
+  int out = 0;
+  MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &out, idx.data(), st.data());
+  if (out == MPI_UNDEFINED || out <= 0) return false;
+  std::vector<std::function<void(const MPI_Status&)>> done;
+  std::vector<MPI_Status> done_st;
+  for (int k = 0; k < out; ++k) {
+    const auto i = static_cast<size_t>(idx[static_cast<size_t>(k)]);
+    done.push_back(std::move(active_[i].on_done));
+    done_st.push_back(st[static_cast<size_t>(k)]);
+    active_[i].req = MPI_REQUEST_NULL;
+  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const Active& a) { return a.req == MPI_REQUEST_NULL; }),
+                active_.end());
+  for (size_t k = 0; k < done.size(); ++k) done[k](done_st[k]);
+  return true;
+}
+
+/// Completion handle of an MpiOp.
+class MpiRequest final : public Request::Impl {
+ public:
+  MpiRequest(std::shared_ptr<MpiWorld> w, std::shared_ptr<MpiOp> op)
+      : w_(std::move(w)), op_(std::move(op)) {}
+
+  void wait() override {
+    MpiWorld& w = *w_;
+    Runtime& rt = Runtime::get();
+    std::unique_lock<std::mutex> lk(w.mu);
+    if (finish_locked()) return;
+    struct Waiter {
+      Runtime& rt;
+      explicit Waiter(Runtime& r) : rt(r) {
+        rt.waiters.fetch_add(1);
+        rt.wake();
+      }
+      ~Waiter() { rt.waiters.fetch_sub(1); }
+    } waiter(rt);
+    const Clock::time_point deadline = Clock::now() + to_duration(w.timeout_s);
+    while (!op_->done && !w.failed) {
+      if (w.cv.wait_until(lk, deadline) == std::cv_status::timeout && !op_->done && !w.failed) {
+        lk.unlock();
+        timeout("waited for");
+      }
+    }
+    finish_locked();
+  }
+
+  bool test() override {
+    MpiWorld& w = *w_;
+    std::unique_lock<std::mutex> lk(w.mu);
+    if (finish_locked()) return true;
+    Runtime::get().wake();
+    const Clock::time_point now = Clock::now();
+    if (first_test_ == Clock::time_point{}) first_test_ = now;
+    if (now - first_test_ > to_duration(w.timeout_s)) {
+      lk.unlock();
+      timeout("tested");
+    }
+    return false;
+  }
+
+ private:
+  /// With the world's mutex held: true when complete; throws the op's error or the failure.
+  bool finish_locked() {
+    if (op_->done) {
+      if (!op_->error.empty()) throw core::Error("comm", op_->error);
+      return true;
+    }
+    if (w_->failed) throw RankFailed(w_->failed_rank, w_->failure);
+    return false;
+  }
+  [[noreturn]] void timeout(const char* verb) {
+    const std::string msg = core::cat("[comm] timed out after ", w_->timeout_s, " s: rank ",
+                                      w_->rank, " ", verb, " ", op_->describe());
+    w_->fail(w_->rank, msg, true);
+    std::lock_guard<std::mutex> lk(w_->mu);
+    throw RankFailed(w_->failed_rank, w_->failure);
+  }
+
+  std::shared_ptr<MpiWorld> w_;
+  std::shared_ptr<MpiOp> op_;
+  Clock::time_point first_test_{};
+};
+
+class MpiGroupImpl final : public GroupImpl {
+ public:
+  MpiGroupImpl(std::shared_ptr<MpiWorld> world, std::vector<int> world_ranks, int rank,
+               Topology topology, uint32_t gid, std::shared_ptr<RankState> rs)
+      : GroupImpl(std::move(world_ranks), rank, std::move(topology), gid, std::move(rs),
+                  world->timeout_s),
+        world_(std::move(world)) {
+    core::require(2 * gid + 1 < kMaxChannel, "comm", "group id ", gid, " exceeds the ",
+                  kMaxChannel / 2, " groups the MPI tag space can address per run");
+  }
+
+  std::string_view backend() const override { return "mpi"; }
+
+  std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank,
+                                        uint32_t gid) override {
+    std::vector<int> world_ranks, nodes;
+    for (int m : members) {
+      world_ranks.push_back(world_rank(m));
+      nodes.push_back(topology().node(m));
+    }
+    return std::make_shared<MpiGroupImpl>(world_, std::move(world_ranks), rank, Topology(nodes),
+                                          gid, rank_state_ptr());
+  }
+
+ protected:
+  Request post_send(uint32_t channel, int dst, int tag, const void* data, size_t bytes) override {
+    std::vector<Request> out;
+    const SendSpec s{dst, data, bytes, tag};
+    post_batch(channel, std::span<const SendSpec>(&s, 1), {}, out);
+    return out.front();
+  }
+  Request post_recv(uint32_t channel, int src, int tag, void* data, size_t bytes) override {
+    std::vector<Request> out;
+    const RecvSpec r{src, data, bytes, tag};
+    post_batch(channel, {}, std::span<const RecvSpec>(&r, 1), out);
+    return out.front();
+  }
+
+  /// The whole step goes to the progress thread as one command.
+  void post_batch(uint32_t channel, std::span<const SendSpec> sends,
+                  std::span<const RecvSpec> recvs, std::vector<Request>& out) override {
+    {
+      std::lock_guard<std::mutex> lk(world_->mu);
+      if (world_->failed) throw RankFailed(world_->failed_rank, world_->failure);
+    }
+    std::vector<std::shared_ptr<MpiOp>> ops;
+    auto make = [&](bool is_send, int peer, int tag, const void* sbuf, void* rbuf, size_t bytes) {
+      core::require(bytes <= static_cast<size_t>(INT_MAX), "comm", "MPI message of ", bytes,
+                    " bytes exceeds 2^31-1 bytes; split it into several messages");
+      auto op = std::make_shared<MpiOp>();
+      op->is_send = is_send;
+      op->me_g = rank();
+      op->me_w = world_rank(rank());
+      op->peer_g = peer;
+      op->peer_w = world_rank(peer);
+      op->tag = tag;
+      op->mtag = static_cast<int>((channel << kTagBits) | static_cast<uint32_t>(tag));
+      op->sbuf = sbuf;
+      op->rbuf = rbuf;
+      op->bytes = bytes;
+      ops.push_back(op);
+      out.push_back(Request(std::make_shared<MpiRequest>(world_, op)));
+    };
+    for (const SendSpec& s : sends) make(true, s.peer, s.tag, s.data, nullptr, s.bytes);
+    for (const RecvSpec& r : recvs) make(false, r.peer, r.tag, nullptr, r.data, r.bytes);
+    auto world = world_;
+    Runtime::get().submit([world, ops = std::move(ops)] {
+      if (world->retired) return;
+      for (const auto& op : ops) {
+        if (!op->is_send) {
+          world->probes[{op->peer_w, op->mtag}].push_back(op);
+          continue;
+        }
+        static char empty;
+        MPI_Request req;
+        const int rc = MPI_Isend(op->bytes ? op->sbuf : &empty, static_cast<int>(op->bytes),
+                                 MPI_BYTE, op->peer_w, op->mtag, world->comm, &req);
+        if (rc != MPI_SUCCESS) {
+          world->complete(*op, core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
+          continue;
+        }
+        Runtime::get().add_active(
+            req,
+            [world, op](const MPI_Status& s) {
+              std::string err;
+              if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
+                err = core::cat("send failed: ", mpi_error_string(s.MPI_ERROR));
+              world->complete(*op, std::move(err));
+            },
+            false, false);
+      }
+    });
+  }
+
+ private:
+  std::shared_ptr<MpiWorld> world_;
+};
+
+/// Progress thread: node of every rank from MPI_Comm_split_type(SHARED). Nodes are named by their
+/// lowest world rank, then renumbered densely by Topology.
+Topology detect_topology(MPI_Comm comm, int rank, int size) {
+  MPI_Comm local;
+  mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+  int leader = rank;
+  mpi_check(MPI_Bcast(&leader, 1, MPI_INT, 0, local), "MPI_Bcast (node leader)");
+  MPI_Comm_free(&local);
+  std::vector<int> leaders(static_cast<size_t>(size));
+  mpi_check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm),
+            "MPI_Allgather (node leaders)");
+  return Topology(leaders);
+}
+
+}  // namespace
+
+bool mpi_built() { return true; }
+bool mpi_initialized() { return Runtime::initialized_flag().load(); }
+void mpi_init() { Runtime::get(); }
+int mpi_world_size() { return Runtime::get().size(); }
+
+void mpi_abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn) {
+  Runtime& rt = Runtime::get();
+  core::require(options.world == 0 || options.world == rt.size() ||
+                    (options.world == 1 && !launched_by_mpirun()),
+                "comm", "--world ", options.world, " but mpirun started ", rt.size(),
+                " processes");
+  core::require(options.timeout_s > 0.0, "comm", "timeout ", options.timeout_s,
+                " s must be positive");
+  auto world = std::make_shared<MpiWorld>();
+  world->rank = rt.rank();
+  world->size = rt.size();
+  world->timeout_s = options.timeout_s;
+  world->done_from.assign(static_cast<size_t>(rt.size()), 0);
+  // Blocking collectives are fine here: no traffic of this world exists yet.
+  rt.run_sync([&] {
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world->comm), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(world->comm, MPI_ERRORS_RETURN);
+    world->topology = detect_topology(world->comm, world->rank, world->size);
+    world->post_ctrl_recv();
+    rt.add_world(world);
+  });
+  if (options.nodes > 0) world->topology = Topology::declared(world->size, options.nodes);
+
+  auto rs = std::make_shared<RankState>();
+  rs->world_rank = world->rank;
+  rs->world_node = world->topology.node(world->rank);
+  try {
+    std::vector<int> ranks(static_cast<size_t>(world->size));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    Group g(std::make_shared<MpiGroupImpl>(world, ranks, world->rank, world->topology, 1u, rs));
+    fn(g);
+  } catch (const std::exception& e) {
+    world->fail(world->rank, e.what(), true);
+  } catch (...) {
+    world->fail(world->rank, "unknown exception (not derived from std::exception)", true);
+  }
+
+  // Agree on the outcome: success only once every rank's function has returned.
+  {
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lk(world->mu);
+      failed = world->failed;
+    }
+    if (!failed) {
+      rt.submit([world] { world->send_ctrl(kDone, ""); });
+      std::unique_lock<std::mutex> lk(world->mu);
+      world->cv.wait(lk, [&] { return world->failed || world->done_count == world->size - 1; });
+    }
+  }
+  std::unique_lock<std::mutex> lk(world->mu);
+  if (world->failed) {
+    const int who = world->failed_rank;
+    const std::string why = world->failure;
+    lk.unlock();
+    rt.submit([world] { Runtime::get().retire_world(world); });
+    if (options.abort_on_failure) {
+      std::fprintf(stderr, "[comm] rank %d failed: %s\n", who, why.c_str());
+      mpi_abort(1);
+    }
+    throw RankFailed(who, why);
+  }
+  lk.unlock();
+  rt.run_sync([world] { Runtime::get().retire_world(world); });
+}
+
+#endif
+
+}  // namespace longseq::comm

@@ -1,0 +1,178 @@
+// Failure semantics: a throwing rank, a timeout and a size mismatch end every rank's waits with
+// an error naming the failing rank, well within the timeout, instead of hanging.
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "comm/comm_case.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace longseq::comm::testing {
+namespace {
+
+class Failure : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override { LONGSEQ_SKIP_UNLESS_RUNNABLE(GetParam()); }
+};
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST_P(Failure, ThrowingRankFailsEveryOtherRankQuickly) {
+  const Options o = options_for(GetParam(), /*timeout_s=*/30.0);
+  const int p = world_size(o);
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  const int bad = p - 1;
+  std::mutex mu;
+  std::vector<std::string> seen;  // what each surviving rank's wait threw
+  const double t0 = core::now_seconds();
+  try {
+    comm::run(o, [&](Group& g) {
+      if (g.rank() == bad) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        throw std::runtime_error("boom in the attention kernel");
+      }
+      // Pending operation: a receive from the failing rank. Then a future one: a collective.
+      float x = 0;
+      try {
+        g.irecv(bad, &x, 4).wait();
+        ADD_FAILURE() << "receive from the failed rank completed";
+      } catch (const RankFailed& e) {
+        EXPECT_EQ(e.failed_rank(), bad);
+        std::lock_guard<std::mutex> lk(mu);
+        seen.push_back(e.what());
+      }
+      EXPECT_THROW(g.barrier(), RankFailed);
+      throw std::runtime_error("secondary failure that must not replace the first");
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), bad);
+    EXPECT_TRUE(contains(e.what(), "rank " + std::to_string(bad) + " failed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "boom in the attention kernel")) << e.what();
+  }
+  const double elapsed = core::now_seconds() - t0;
+  EXPECT_LT(elapsed, 5.0) << "failure took " << elapsed << " s to propagate (timeout 30 s)";
+  for (const std::string& s : seen) EXPECT_TRUE(contains(s, "boom")) << s;
+}
+
+TEST_P(Failure, TimeoutEndsAWaitThatCannotComplete) {
+  const Options o = options_for(GetParam(), /*timeout_s=*/0.5);
+  const int p = world_size(o);
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  const double t0 = core::now_seconds();
+  try {
+    comm::run(o, [&](Group& g) {
+      if (g.rank() == 0) {
+        float x;
+        g.irecv(1, &x, 4, 9).wait();  // rank 1 never sends
+      } else if (g.rank() == 1) {
+        // Busy "computing" (not returned, not communicating) for longer than the timeout.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      }
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_TRUE(contains(e.what(), "timed out after 0.5 s")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "from rank 1 (tag 9)")) << e.what();
+  }
+  const double elapsed = core::now_seconds() - t0;
+  EXPECT_GT(elapsed, 0.45);
+  EXPECT_LT(elapsed, 4.0);
+}
+
+TEST_P(Failure, SizeMismatchNamesBothSizes) {
+  const Options o = options_for(GetParam(), 30.0);
+  if (world_size(o) < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    comm::run(o, [&](Group& g) {
+      std::vector<uint8_t> buf(100);
+      if (g.rank() == 0) g.isend(1, buf.data(), 100, 3).wait();
+      if (g.rank() == 1) g.irecv(0, buf.data(), 96, 3).wait();
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_TRUE(contains(e.what(), "sends 100 bytes")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "receive of 96 bytes")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 0")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 1")) << e.what();
+  }
+}
+
+TEST_P(Failure, NextRunAfterAFailureIsClean) {
+  const Options o = options_for(GetParam(), 30.0);
+  EXPECT_THROW(comm::run(o, [](Group& g) {
+                 if (g.rank() == 0) throw std::runtime_error("first run fails");
+                 g.barrier();
+               }),
+               RankFailed);
+  comm::run(o, [](Group& g) {
+    int64_t x = 1;
+    g.all_reduce(&x, &x, 1, core::DType::i64);
+    EXPECT_EQ(x, g.size());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, Failure, ::testing::ValuesIn(local_backends()), backend_label);
+INSTANTIATE_TEST_SUITE_P(Mpi, Failure, ::testing::ValuesIn(mpi_backends()), backend_label);
+
+// ---- local only: a peer that returned without posting its side --------------------------------
+
+TEST(LocalFailure, PeerThatReturnedIsReportedAtOnce) {
+  Options o;
+  o.backend = "local";
+  o.world = 2;
+  o.timeout_s = 60;
+  const double t0 = core::now_seconds();
+  try {
+    comm::run(o, [](Group& g) {
+      if (g.rank() == 0) {
+        float x;
+        g.irecv(1, &x, 4, 4).wait();
+      }
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_TRUE(contains(e.what(), "rank 1 (tag 4), but that rank returned")) << e.what();
+  }
+  EXPECT_LT(core::now_seconds() - t0, 5.0);
+}
+
+TEST(LocalFailure, NonStandardExceptionIsReported) {
+  Options o;
+  o.backend = "local";
+  o.world = 3;
+  try {
+    comm::run(o, [](Group& g) {
+      if (g.rank() == 1) throw 42;
+      g.barrier();
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 1);
+    EXPECT_TRUE(contains(e.what(), "unknown exception")) << e.what();
+  }
+}
+
+TEST(LocalFailure, BadWorldAndNodesAreUserErrors) {
+  Options o;
+  o.backend = "local";
+  o.world = 8;
+  o.nodes = 3;
+  try {
+    comm::run(o, [](Group&) {});
+    ADD_FAILURE() << "no throw";
+  } catch (const core::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "--nodes 3 must divide world 8")) << e.what();
+  }
+  o.nodes = 0;
+  o.world = 0;
+  EXPECT_THROW(comm::run(o, [](Group&) {}), core::Error);
+}
+
+}  // namespace
+}  // namespace longseq::comm::testing

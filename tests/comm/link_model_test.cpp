@@ -1,0 +1,124 @@
+// The local backend's link model: parsing, and the delay it imposes as a ratio within tolerance.
+#include <time.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm/comm_case.hpp"
+#include "longseq/comm/link_model.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace longseq::comm::testing {
+namespace {
+
+TEST(LinkModelParse, UnitsAndClasses) {
+  const LinkModel m = LinkModel::parse("intra=2us,100GB/s:inter=1.5ms,12.5Gb/s");
+  EXPECT_DOUBLE_EQ(m.intra.latency_s, 2e-6);
+  EXPECT_DOUBLE_EQ(m.intra.bandwidth_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(m.inter.latency_s, 1.5e-3);
+  EXPECT_DOUBLE_EQ(m.inter.bandwidth_Bps, 12.5e9 / 8);
+  EXPECT_TRUE(m.enabled());
+  EXPECT_DOUBLE_EQ(parse_bandwidth("1GiB/s"), 1073741824.0);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("inf"), 0.0);
+  EXPECT_DOUBLE_EQ(parse_duration("250ns"), 250e-9);
+  EXPECT_DOUBLE_EQ(parse_duration("0.5"), 0.5);
+  const LinkModel only = LinkModel::parse("inter=10us,1GB/s");
+  EXPECT_TRUE(only.intra.is_free());
+  EXPECT_FALSE(LinkModel::parse("none").enabled());
+  EXPECT_FALSE(LinkModel::parse("").enabled());
+  // str() round-trips.
+  const LinkModel again = LinkModel::parse(m.str());
+  EXPECT_DOUBLE_EQ(again.inter.latency_s, m.inter.latency_s);
+  EXPECT_NEAR(again.inter.bandwidth_Bps, m.inter.bandwidth_Bps, 1.0);
+}
+
+TEST(LinkModelParse, ErrorsNameTheText) {
+  for (const char* bad : {"intra=5us", "inter=5parsecs,1GB/s", "intra=5us,10GB", "outer=1us,1GB/s",
+                          "intra=1us,1GB/s:intra=2us,1GB/s", "intra=-1us,1GB/s"}) {
+    try {
+      LinkModel::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const core::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[comm]", 0), 0u) << e.what();
+    }
+  }
+}
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// Runs 2 local ranks on `nodes` nodes; rank 0 sends `msgs` messages of `bytes` to rank 1 at once;
+/// returns rank 1's wall time from posting to completion, and its CPU time spent waiting.
+std::pair<double, double> timed_transfer(const LinkModel& link, int nodes, size_t bytes, int msgs) {
+  Options o;
+  o.backend = "local";
+  o.world = 2;
+  o.nodes = nodes;
+  o.link = link;
+  double wall = 0.0, cpu = 0.0;
+  comm::run(o, [&](Group& g) {
+    std::vector<std::vector<uint8_t>> bufs(static_cast<size_t>(msgs), std::vector<uint8_t>(bytes));
+    g.barrier();
+    std::vector<Request> reqs;
+    const double t0 = core::now_seconds();
+    const double c0 = thread_cpu_seconds();
+    for (auto& b : bufs)
+      reqs.push_back(g.rank() == 0 ? g.isend(1, b, 0) : g.irecv(0, b, 0));
+    wait_all(reqs);
+    if (g.rank() == 1) {
+      wall = core::now_seconds() - t0;
+      cpu = thread_cpu_seconds() - c0;
+    }
+  });
+  return {wall, cpu};
+}
+
+TEST(LinkModelDelay, OneSendTakesLatencyPlusBytesOverBandwidth) {
+  // inter: 20 ms + 1 MB / 50 MB/s = 40 ms. intra: free.
+  const LinkModel m = LinkModel::parse("inter=20ms,50MB/s");
+  const double expected = 0.020 + 1e6 / 50e6;
+  const auto [wall, cpu] = timed_transfer(m, /*nodes=*/2, 1000000, 1);
+  EXPECT_GE(wall / expected, 1.0 - 1e-3) << "completed before the modelled time";
+  EXPECT_LE(wall / expected, 1.5) << wall << " s for a modelled " << expected << " s";
+  // The model sleeps: the waiting rank burns a small fraction of the wall time.
+  EXPECT_LT(cpu, 0.25 * wall) << "cpu " << cpu << " s while waiting " << wall << " s";
+  // Same ranks on one node: the intra class is free, so no delay.
+  const auto [wall_intra, cpu_intra] = timed_transfer(m, /*nodes=*/1, 1000000, 1);
+  (void)cpu_intra;
+  EXPECT_LT(wall_intra, 0.25 * expected);
+}
+
+TEST(LinkModelDelay, OneTransferAtATimePerLink) {
+  // Four messages on one link are serialised: 4 x (5 ms + 10 ms).
+  const LinkModel m = LinkModel::parse("intra=5ms,20MB/s");
+  const double expected = 4 * (0.005 + 200000 / 20e6);
+  const auto [wall, cpu] = timed_transfer(m, 1, 200000, 4);
+  (void)cpu;
+  EXPECT_GE(wall / expected, 1.0 - 1e-3);
+  EXPECT_LE(wall / expected, 1.4) << wall << " s for a modelled " << expected << " s";
+}
+
+TEST(LinkModelDelay, ComputeOverlapsTheModelledTransfer) {
+  // Post, compute 60 ms, wait: the 50 ms transfer hides behind the compute.
+  Options o;
+  o.backend = "local";
+  o.world = 2;
+  o.nodes = 2;
+  o.link = LinkModel::parse("inter=10ms,25MB/s");  // 10 ms + 1 MB / 25 MB/s = 50 ms
+  comm::run(o, [&](Group& g) {
+    std::vector<uint8_t> buf(1000000);
+    g.barrier();
+    const double t0 = core::now_seconds();
+    Request r = g.rank() == 0 ? g.isend(1, buf) : g.irecv(0, buf);
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    r.wait();
+    const double total = core::now_seconds() - t0;
+    EXPECT_LT(total, 0.060 + 0.025) << "rank " << g.rank() << ": the transfer did not overlap";
+  });
+}
+
+}  // namespace
+}  // namespace longseq::comm::testing

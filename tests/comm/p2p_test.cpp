@@ -1,0 +1,347 @@
+// Point to point, grouped exchanges, split and topology helpers, byte accounting.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "comm/comm_case.hpp"
+#include "longseq/comm/group_impl.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace longseq::comm::testing {
+namespace {
+
+class PointToPoint : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override { LONGSEQ_SKIP_UNLESS_RUNNABLE(GetParam()); }
+  void run(const std::function<void(Group&)>& fn, int nodes = -1) {
+    Options o = options_for(GetParam());
+    if (nodes >= 0) o.nodes = nodes;
+    comm::run(o, fn);
+  }
+};
+
+TEST_P(PointToPoint, RanksAreDistinctAndSizeIsTheWorld) {
+  run([&](Group& g) {
+    if (GetParam().world > 0) {
+      EXPECT_EQ(g.size(), GetParam().world);
+    }
+    EXPECT_EQ(g.backend(), GetParam().name);
+    std::vector<int32_t> ranks(static_cast<size_t>(g.size()));
+    const int32_t mine = g.rank();
+    g.all_gather(&mine, ranks.data(), 1, core::DType::i32);
+    for (int q = 0; q < g.size(); ++q) EXPECT_EQ(ranks[static_cast<size_t>(q)], q);
+  });
+}
+
+TEST_P(PointToPoint, TagsTellApartTransfersBetweenOnePair) {
+  run([](Group& g) {
+    const int p = g.size(), r = g.rank();
+    const size_t n = 1000;
+    // K (tag 0) and V (tag 1) to the next rank; the receives are posted in the opposite order
+    // and a second K message with tag 0 checks the non-overtaking order within one tag.
+    const auto k1 = rank_data<float>(71, r, n), v = rank_data<float>(72, r, n + 5);
+    const auto k2 = rank_data<float>(73, r, n);
+    std::vector<float> rk1(n), rv(n + 5), rk2(n);
+    std::vector<Request> reqs;
+    reqs.push_back(g.irecv(g.ring_prev(), rv, 1));
+    reqs.push_back(g.irecv(g.ring_prev(), rk1, 0));
+    reqs.push_back(g.irecv(g.ring_prev(), rk2, 0));
+    reqs.push_back(g.isend(g.ring_next(), k1, 0));
+    reqs.push_back(g.isend(g.ring_next(), v, 1));
+    reqs.push_back(g.isend(g.ring_next(), k2, 0));
+    wait_all(reqs);
+    const int prev = (r + p - 1) % p;
+    EXPECT_TRUE(bits_equal(rk1, rank_data<float>(71, prev, n)));
+    EXPECT_TRUE(bits_equal(rv, rank_data<float>(72, prev, n + 5)));
+    EXPECT_TRUE(bits_equal(rk2, rank_data<float>(73, prev, n)));
+  });
+}
+
+TEST_P(PointToPoint, GroupedExchangeWithEveryPeerCannotDeadlock) {
+  run([](Group& g) {
+    // Every rank sends 64 KiB to every rank (itself included) in one step: with blocking sends
+    // posted in this order every rank would wait on its first peer forever.
+    const int p = g.size(), r = g.rank();
+    const size_t n = 16384;
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(p)), in(static_cast<size_t>(p));
+    std::vector<SendSpec> sends;
+    std::vector<RecvSpec> recvs;
+    for (int q = 0; q < p; ++q) {
+      out[static_cast<size_t>(q)] = rank_data<int32_t>(81 + static_cast<uint64_t>(q), r, n);
+      in[static_cast<size_t>(q)].resize(n);
+      sends.push_back({q, out[static_cast<size_t>(q)].data(), n * 4, 7});
+      recvs.push_back({q, in[static_cast<size_t>(q)].data(), n * 4, 7});
+    }
+    g.exchange(sends, recvs);
+    for (int q = 0; q < p; ++q)
+      EXPECT_TRUE(bits_equal(in[static_cast<size_t>(q)],
+                             rank_data<int32_t>(81 + static_cast<uint64_t>(r), q, n)))
+          << "from " << q << " on " << r;
+  });
+}
+
+TEST_P(PointToPoint, TestPollsToCompletion) {
+  run([](Group& g) {
+    if (g.size() < 2) return;
+    const size_t n = 1 << 16;
+    if (g.rank() == 0) {
+      const auto d = rank_data<float>(91, 0, n);
+      Request s = g.isend(1, d);
+      while (!s.test()) std::this_thread::yield();
+    } else if (g.rank() == 1) {
+      std::vector<float> d(n);
+      Request q = g.irecv(0, d);
+      while (!q.test()) std::this_thread::yield();
+      EXPECT_TRUE(q.test());  // stays complete
+      EXPECT_TRUE(bits_equal(d, rank_data<float>(91, 0, n)));
+    }
+  });
+}
+
+TEST_P(PointToPoint, TransfersProgressWhileTheRankComputes) {
+  run([](Group& g) {
+    if (g.size() < 2 || g.rank() > 1) return;
+    // 8 MiB (rendezvous size under MPI). Both ranks post, then "compute" 300 ms without calling
+    // into comm. Under MPI the progress thread moves the data meanwhile, so the waits after the
+    // compute are short; under local the first waiter copies (one memcpy, well below 300 ms).
+    const size_t n = 2u << 20;
+    std::vector<float> buf(n);
+    if (g.rank() == 0) buf = rank_data<float>(92, 0, n);
+    Request r = g.rank() == 0 ? g.isend(1, buf) : g.irecv(0, buf);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const double t0 = core::now_seconds();
+    r.wait();
+    const double waited = core::now_seconds() - t0;
+    EXPECT_LT(waited, 0.15) << "rank " << g.rank() << " waited " << waited << " s after compute";
+    if (g.rank() == 1) {
+      EXPECT_TRUE(bits_equal(buf, rank_data<float>(92, 0, n)));
+    }
+  });
+}
+
+TEST_P(PointToPoint, SplitFollowsMpiCommSplit) {
+  run([](Group& g) {
+    const int p = g.size(), r = g.rank();
+    // Two colors by parity, keys reverse the order; rank 2 opts out (kUndefined).
+    const int color = r == 2 ? Group::kUndefined : r % 2;
+    Group sub = g.split(color, -r);
+    if (r == 2) {
+      EXPECT_FALSE(sub.valid());
+    } else {
+      ASSERT_TRUE(sub.valid());
+      std::vector<int> members;
+      for (int q = p - 1; q >= 0; --q)
+        if (q != 2 && q % 2 == r % 2) members.push_back(q);
+      ASSERT_EQ(sub.size(), static_cast<int>(members.size()));
+      EXPECT_EQ(members[static_cast<size_t>(sub.rank())], r);
+      // The sub-group talks only to its members: sum of parent ranks.
+      int64_t x = r;
+      sub.all_reduce(&x, &x, 1, core::DType::i64);
+      EXPECT_EQ(x, std::accumulate(members.begin(), members.end(), int64_t{0}));
+      // Same tag, same pair on parent and child: the messages do not mix.
+      if (sub.size() >= 2) {
+        const int32_t a = 1000 + r, b = 2000 + r;
+        int32_t ra = 0, rb = 0;
+        const int sub_next = sub.ring_next(), sub_prev = sub.ring_prev();
+        const int parent_next = members[static_cast<size_t>(sub_next)];
+        const int parent_prev = members[static_cast<size_t>(sub_prev)];
+        std::vector<Request> reqs;
+        reqs.push_back(g.irecv(parent_prev, &ra, 4, 5));
+        reqs.push_back(sub.irecv(sub_prev, &rb, 4, 5));
+        reqs.push_back(sub.isend(sub_next, &b, 4, 5));
+        reqs.push_back(g.isend(parent_next, &a, 4, 5));
+        wait_all(reqs);
+        EXPECT_EQ(ra, 1000 + parent_prev);
+        EXPECT_EQ(rb, 2000 + parent_prev);
+      }
+      // Nested split: halves of the sub-group.
+      Group half = sub.split(sub.rank() < sub.size() / 2 ? 0 : 1, sub.rank());
+      int64_t one = 1;
+      half.all_reduce(&one, &one, 1, core::DType::i64);
+      EXPECT_EQ(one, half.size());
+    }
+    g.barrier();
+  });
+}
+
+TEST_P(PointToPoint, TopologyHelpers) {
+  // Declared nodes (local: the parameter; MPI: 2 when they divide the world, else real).
+  const Backend b = GetParam();
+  const int world = b.name == "mpi" ? world_size(options_for(b)) : b.world;
+  const int nodes = b.name == "mpi" ? (world % 2 == 0 ? 2 : 0) : b.nodes;
+  run(
+      [&](Group& g) {
+        const Topology& t = g.topology();
+        const int p = g.size(), r = g.rank();
+        ASSERT_EQ(t.size(), p);
+        if (nodes > 0) {
+          ASSERT_EQ(t.num_nodes(), nodes);
+          for (int q = 0; q < p; ++q) EXPECT_EQ(t.node(q), q / (p / nodes));
+        }
+        EXPECT_EQ(g.ring_next(), (r + 1) % p);
+        EXPECT_EQ(g.ring_prev(), (r + p - 1) % p);
+        EXPECT_EQ(g.ring_next(p + 2), (r + 2) % p);
+        Group intra = g.intra_group();
+        Group inter = g.inter_group();
+        EXPECT_EQ(intra.size(), t.local_size(r));
+        EXPECT_EQ(intra.rank(), t.local_rank(r));
+        EXPECT_EQ(intra.topology().num_nodes(), 1);
+        EXPECT_EQ(inter.size(), t.num_nodes());
+        EXPECT_EQ(inter.rank(), t.node(r));
+        EXPECT_EQ(inter.topology().num_nodes(), t.num_nodes());
+        // Cached: a second call returns the same communicator without a collective.
+        EXPECT_EQ(&g.intra_group().impl(), &intra.impl());
+        // Members: sum of parent ranks over each sub-group.
+        int64_t x = r, y = r;
+        intra.all_reduce(&x, &x, 1, core::DType::i64);
+        inter.all_reduce(&y, &y, 1, core::DType::i64);
+        int64_t want_x = 0, want_y = 0;
+        for (int q = 0; q < p; ++q) {
+          if (t.same_node(q, r)) want_x += q;
+          if (t.local_rank(q) == t.local_rank(r)) want_y += q;
+        }
+        EXPECT_EQ(x, want_x);
+        EXPECT_EQ(y, want_y);
+      },
+      nodes);
+}
+
+// ---- byte accounting ---------------------------------------------------------------------------
+
+TEST_P(PointToPoint, ByteCountsAreExact) {
+  const Backend b = GetParam();
+  const int world = b.name == "mpi" ? world_size(options_for(b)) : b.world;
+  const int nodes = b.name == "mpi" ? (world % 2 == 0 ? 2 : 0) : b.nodes;
+  run(
+      [&](Group& g) {
+        const int p = g.size(), r = g.rank();
+        const Topology& t = g.topology();
+        const int next = g.ring_next(), prev = g.ring_prev();
+        const bool next_intra = t.same_node(r, next), prev_intra = t.same_node(r, prev);
+        Stats s = g.stats();
+        EXPECT_EQ(s.bytes_sent(), 0u);
+        EXPECT_EQ(s.rank, r);
+        EXPECT_EQ(s.node, t.node(r));
+
+        // 1. p2p: 1000 bytes + 24 bytes to next (two messages), a self-send (not counted).
+        std::vector<uint8_t> a(1000), b2(24), ra(1000), rb(24), self(8), rself(8);
+        std::vector<Request> reqs;
+        reqs.push_back(g.irecv(prev, ra, 0));
+        reqs.push_back(g.irecv(prev, rb, 1));
+        reqs.push_back(g.irecv(r, rself, 2));
+        reqs.push_back(g.isend(next, a, 0));
+        reqs.push_back(g.isend(next, b2, 1));
+        reqs.push_back(g.isend(r, self, 2));
+        wait_all(reqs);
+        s = g.stats();
+        const uint64_t p2p = p > 1 ? 1024 : 0, msgs = p > 1 ? 2 : 0;
+        EXPECT_EQ(s.sent_intra.bytes, next_intra ? p2p : 0);
+        EXPECT_EQ(s.sent_inter.bytes, next_intra ? 0 : p2p);
+        EXPECT_EQ(s.sent_intra.messages + s.sent_inter.messages, msgs);
+        EXPECT_EQ(s.recv_intra.bytes, prev_intra ? p2p : 0);
+        EXPECT_EQ(s.recv_inter.bytes, prev_intra ? 0 : p2p);
+
+        // 2. all_gather of 100 floats: ring, P-1 messages of 400 bytes to next.
+        g.reset_stats();
+        std::vector<float> in(100, 1.f), out(100 * static_cast<size_t>(p));
+        g.all_gather(in, out);
+        s = g.stats();
+        const uint64_t ag = 400ull * static_cast<uint64_t>(p - 1);
+        EXPECT_EQ(s.sent_intra.bytes, next_intra ? ag : 0);
+        EXPECT_EQ(s.sent_inter.bytes, next_intra ? 0 : ag);
+        EXPECT_EQ(s.messages_sent(), static_cast<uint64_t>(p - 1));
+
+        // 3. all_reduce of 1003 i64: blocks of floor/ceil(1003/P); RS sends every block but
+        // block r+1... exactly: rank r sends blocks r-s-1 (RS) and r-s (AG), s = 0..P-2.
+        g.reset_stats();
+        std::vector<int64_t> x(1003, 1);
+        g.all_reduce(x);
+        EXPECT_EQ(x[0], p);
+        s = g.stats();
+        uint64_t want = 0, want_msgs = 0;
+        auto block = [&](int q) {
+          const auto qq = static_cast<uint64_t>((q % p + p) % p);
+          return (1003 * (qq + 1) / static_cast<uint64_t>(p) - 1003 * qq / static_cast<uint64_t>(p)) * 8;
+        };
+        for (int st = 0; st < p - 1; ++st) {
+          want += block(r - st - 1) + block(r - st);
+          want_msgs += (block(r - st - 1) > 0) + (block(r - st) > 0);
+        }
+        EXPECT_EQ(s.bytes_sent(), want);
+        EXPECT_EQ(s.messages_sent(), want_msgs);
+        EXPECT_EQ(next_intra ? s.sent_inter.bytes : s.sent_intra.bytes, 0u);
+
+        // 4. rank_stats sums every group of the rank (here the world and its intra group);
+        // gather_stats does not count its own traffic.
+        g.reset_stats();
+        g.reset_rank_stats();
+        Group intra = g.intra_group();  // the split itself: an all_gather of 24 bytes
+        const Stats after_split = g.stats();
+        intra.reset_stats();
+        std::vector<float> iv(10, 2.f), io(10 * static_cast<size_t>(intra.size()));
+        intra.all_gather(iv, io);
+        const Stats si = intra.stats();
+        EXPECT_EQ(si.sent_inter.bytes, 0u);
+        EXPECT_EQ(si.sent_intra.bytes, 40ull * static_cast<uint64_t>(intra.size() - 1));
+        const Stats total = g.rank_stats();
+        EXPECT_EQ(total.bytes_sent(), after_split.bytes_sent() + si.bytes_sent());
+        const std::vector<Stats> all = g.gather_stats();
+        ASSERT_EQ(all.size(), static_cast<size_t>(p));
+        EXPECT_EQ(all[static_cast<size_t>(r)].bytes_sent(), after_split.bytes_sent());
+        EXPECT_EQ(g.stats().bytes_sent(), after_split.bytes_sent()) << "gather_stats counted itself";
+        const nlohmann::json j = stats_to_json(all);
+        EXPECT_EQ(j["ranks"].size(), static_cast<size_t>(p));
+        uint64_t sum = 0;
+        for (const Stats& st : all) sum += st.bytes_sent();
+        EXPECT_EQ(j["total"]["bytes"].get<uint64_t>(), sum);
+        EXPECT_EQ(all[0].to_json()["sent"]["intra"]["bytes"].get<uint64_t>(),
+                  all[0].sent_intra.bytes);
+      },
+      nodes);
+}
+
+TEST_P(PointToPoint, GroupOfOneDoesNoCommunication) {
+  run([](Group& g) {
+    Group solo = g.split(g.rank(), 0);
+    ASSERT_EQ(solo.size(), 1);
+    solo.reset_stats();
+    std::vector<float> x = rank_data<float>(5, g.rank(), 64), y(64);
+    const std::vector<float> orig = x;
+    solo.all_reduce(x);  // in place: nothing at all to do
+    EXPECT_TRUE(bits_equal(x, orig));
+    solo.all_gather(x, y);
+    EXPECT_TRUE(bits_equal(y, orig));
+    solo.reduce_scatter(x, y);
+    solo.broadcast(x, 0);
+    solo.barrier();
+    std::vector<float> z(64);
+    solo.all_to_all(x, z);
+    EXPECT_TRUE(bits_equal(z, orig));
+    EXPECT_EQ(solo.stats().messages_sent(), 0u);
+    EXPECT_EQ(solo.stats().bytes_received(), 0u);
+  });
+}
+
+TEST_P(PointToPoint, InvalidArgumentsNameTheValues) {
+  run([](Group& g) {
+    float x = 0;
+    try {
+      g.isend(g.size(), &x, 4);
+      ADD_FAILURE() << "no throw";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(g.size())), std::string::npos);
+    }
+    EXPECT_THROW(g.irecv(0, &x, 4, kMaxTag), core::Error);
+    EXPECT_THROW(g.irecv(0, &x, 4, -1), core::Error);
+    EXPECT_THROW(g.broadcast(&x, 1, core::DType::f32, g.size()), core::Error);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, PointToPoint, ::testing::ValuesIn(local_backends()),
+                         backend_label);
+INSTANTIATE_TEST_SUITE_P(Mpi, PointToPoint, ::testing::ValuesIn(mpi_backends()), backend_label);
+
+}  // namespace
+}  // namespace longseq::comm::testing
