@@ -74,7 +74,7 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--mask", a->mask,
                  "full | causal | window:W | document:FILE | blocks:FILE:B, comma-separated to combine");
   app.add_flag("--causal", a->causal, "add causality (e.g. to a block mask)");
-  app.add_option("--algo", a->algo, "ring | burst | double-ring | double-ring:ring");
+  app.add_option("--algo", a->algo, "ring | burst | double-ring | double-ring:ring | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
   app.add_option("--world", a->world, "ranks (local backend; under mpirun the MPI world size is used)");
   app.add_option("--nodes", a->nodes, "nodes the ranks are split over (local backend)");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped | block-striped");
@@ -122,7 +122,7 @@ std::function<int()> add_attention(CLI::App& app) {
                     q.shape().str());
 
     AttentionSpec spec;
-    spec.algo = Algorithm::parse(a->algo);
+    set_algorithm(spec, a->algo);
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
     spec.threads = a->threads;
@@ -200,7 +200,7 @@ std::function<int()> add_attention(CLI::App& app) {
     });
     const double seconds = wall.elapsed();
     std::sort(ranks.begin(), ranks.end(), [](const auto& x, const auto& y) { return x["rank"] < y["rank"]; });
-    nlohmann::json stats = {{"algo", spec.algo.name()},  {"balance", a->balance},  {"mask", spec.mask->describe()},
+    nlohmann::json stats = {{"algo", algorithm_name(spec)},  {"balance", a->balance},  {"mask", spec.mask->describe()},
                             {"n", n},                    {"hq", hq},               {"hkv", hkv},
                             {"d", d},                    {"world", a->world},      {"nodes", a->nodes},
                             {"seconds", seconds},        {"ranks", ranks}};
@@ -216,7 +216,7 @@ std::function<int()> add_attention(CLI::App& app) {
       std::ofstream(a->out + "/stats.json") << stats.dump(2) << "\n";
     }
     std::printf("%s attention, %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
-                spec.algo.name().c_str(), a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
+                algorithm_name(spec).c_str(), a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
                 static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d), a->world, a->nodes,
                 seconds, backward ? " (forward + backward)" : "");
     for (const auto& rk : ranks) {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "longseq/attention/block_ops.hpp"
+#include "longseq/attention/hybrid.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
@@ -108,9 +109,21 @@ void check_schedule(const RankSchedule& rs) {
 
 }  // namespace
 
+void set_algorithm(AttentionSpec& spec, std::string_view name) {
+  if (auto h = HybridAlgo::parse(name)) {
+    spec.hybrid = std::make_shared<const HybridAlgo>(*h);
+    return;
+  }
+  spec.hybrid.reset();
+  spec.algo = Algorithm::parse(name);
+}
+
+std::string algorithm_name(const AttentionSpec& spec) { return spec.hybrid ? spec.hybrid->name() : spec.algo.name(); }
+
 void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq, int64_t hkv,
               int64_t d) {
   using core::require;
+  if (spec.hybrid) spec.hybrid->validate(topo.world, hq, hkv);
   require(spec.mask != nullptr, "attention", "no mask given");
   require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
           hkv, ", D ", d);
@@ -122,7 +135,7 @@ void validate(const AttentionSpec& spec, const Layout& layout, const Topology& t
   if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
     require(spec.mask->block_size % layout.world() == 0, "attention", "block-striped needs block size ",
             spec.mask->block_size, " to be a multiple of world ", layout.world());
-  if (spec.algo.route == Route::double_ring && topo.world > 1)
+  if (!spec.hybrid && spec.algo.route == Route::double_ring && topo.world > 1)
     require(topo.nodes() > 1 && topo.nodes() < topo.world, "attention", "--algo ", spec.algo.name(),
             " needs several nodes with several ranks each; got ", topo.nodes(), " node(s) for world ",
             topo.world, " (use ring or burst, or set --nodes)");
@@ -131,6 +144,7 @@ void validate(const AttentionSpec& spec, const Layout& layout, const Topology& t
 AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                                              AttentionStats* stats) {
+  if (spec.hybrid) return hybrid_forward(*spec.hybrid, q, k, v, spec, layout, group, stats);
   const Topology topo = group_topology(group);
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
   core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention", "q, k, v must be [L, H, D]");
@@ -205,6 +219,7 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
 AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
                                               const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                                               AttentionStats* stats) {
+  if (spec.hybrid) return hybrid_backward(*spec.hybrid, dout, saved, spec, layout, group, stats);
   const Topology topo = group_topology(group);
   const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
   core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(), " must match q ",

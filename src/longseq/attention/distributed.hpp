@@ -8,6 +8,8 @@
 // (it communicates with the other ranks of `group` through the schedule of spec.algo).
 // Rows of padding tokens, and rows that see no key, get o = 0, lse = -inf, zero gradients.
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
@@ -20,8 +22,13 @@ class Group;
 
 namespace longseq::attention {
 
+struct HybridAlgo;  // hybrid.hpp: startrail:C, ulysses, usp:U
+
 struct AttentionSpec {
+  /// The ring family (ring, burst, double-ring[:ring]); ignored when `hybrid` is set.
   Algorithm algo;
+  /// StarTrail / Ulysses / USP (hybrid.hpp). A pointer because hybrid.hpp includes this header.
+  std::shared_ptr<const HybridAlgo> hybrid;
   std::shared_ptr<const MaskSpec> mask = std::make_shared<MaskSpec>();
   double scale = 0.0;  ///< 0: 1/sqrt(D)
   int threads = 1;     ///< compute threads of this rank (ranks may share a host's cores)
@@ -46,6 +53,11 @@ struct AttentionSaved {
 struct AttentionGrads {
   core::Tensor<float> dq, dk, dv;
 };
+
+/// Parses any --algo name (ring family or hybrid family) into `spec`; throws core::Error naming it.
+void set_algorithm(AttentionSpec& spec, std::string_view name);
+/// The --algo name of `spec`.
+std::string algorithm_name(const AttentionSpec& spec);
 
 /// Checks shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
 /// the values (e.g. a head count that does not divide, a world that does not match the layout).
