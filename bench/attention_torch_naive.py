@@ -3,7 +3,8 @@
 
 Naive = what a framework user writes: scores = q k^T * scale, masked_fill for causal, softmax,
 p v; the backward is autograd's. Layout [H, T, D] (its best case: no transposes needed).
-Prints one JSON object: best forward and forward+backward seconds, and the peak resident memory
+Prints one JSON object: best forward and forward+backward seconds (wall, and process CPU time
+divided by the thread count), and the peak resident memory
 above the baseline taken after the inputs exist (ru_maxrss of this process, so one case per
 process). Run with Debian's /usr/bin/python3 (torch 1.13, CPU).
 
@@ -56,28 +57,33 @@ def main():
     scale = a.d ** -0.5
     base = rss_bytes()
 
-    fwd = float("inf")
+    # Wall seconds, and process CPU seconds / threads (what an idle machine would take).
+    fwd = fwd_cpu = float("inf")
     with torch.no_grad():
         for _ in range(a.reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             o = naive(q, k, v, causal, scale)
             fwd = min(fwd, time.perf_counter() - t0)
+            fwd_cpu = min(fwd_cpu, (time.process_time() - c0) / a.threads)
             del o
     fwd_peak = peak_bytes() - base
 
-    fb = float("inf")
+    fb = fb_cpu = float("inf")
     for _ in range(a.reps):
         qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         o = naive(qq, kk, vv, causal, scale)
         o.backward(do)
         fb = min(fb, time.perf_counter() - t0)
+        fb_cpu = min(fb_cpu, (time.process_time() - c0) / a.threads)
         del o, qq, kk, vv
     print(json.dumps({
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "fwd_s": fwd,
         "fwdbwd_s": fb,
+        "fwd_cpu_s": fwd_cpu,
+        "fwdbwd_cpu_s": fb_cpu,
         "fwd_peak_extra_bytes": fwd_peak,
         "fwdbwd_peak_extra_bytes": peak_bytes() - base,
     }))
