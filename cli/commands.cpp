@@ -9,6 +9,7 @@ const std::vector<Command>& commands() {
        add_attention},
       {"schedule", "print a distributed-attention schedule step by step for every rank", add_schedule},
       {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
+      {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
   };
   return table;
 }

@@ -1,0 +1,124 @@
+#pragma once
+// Cost of one distributed-attention layer (forward, backward, and the recomputation a checkpoint
+// policy asks for) on a modelled cluster.
+//
+// Two kinds of model, always labelled in `PassCost::model`:
+//   "schedule"  ring, burst, double-ring(:ring) and the ring part of USP: the executor's own
+//               make_schedule() plans, replayed by the simulator (simulator.hpp). Messages, bytes
+//               per link class, overlap and idle time all come from the schedule; nothing about
+//               what a schedule does is re-derived here.
+//   "formula"   StarTrail/WallFacer and the Ulysses all-to-all: closed forms from the papers
+//               (WallFacer eq. (6)-(7), StarTrail §3.2, DeepSpeed-Ulysses), with the placement
+//               (which transfers cross nodes) taken from the executor's StarTrailConfig. These
+//               algorithms have an executor (attention/startrail.hpp, ulysses.hpp) but no
+//               make_schedule() plan yet; when they get one, their cost switches to "schedule" in
+//               cost_attention() without touching the step model.
+//
+// Legend: P ranks, L = layout.local_len() tokens per rank, Hq/Hkv heads, D head dim,
+// e = Hardware::dtype_bytes. Part sizes in elements, per bundle (the executor's):
+//   forward and ring-backward data  2*L*Hkv*D (K,V)      ring-backward grad  2*L*Hkv*D (dK,dV)
+//   burst-backward data  2*L*Hq*D + 2*L*Hq (Q,dO + D,LSE) burst-backward grad L*Hq*D (dQ)
+// FLOPs are mask-aware and counted per visible (q, k) pair: forward 4*Hq*D (QK^T and PV),
+// backward 10*Hq*D (QK^T recomputed, dV, dP, dQ, dK).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/mask_spec.hpp"
+#include "longseq/attention/schedule.hpp"
+#include "longseq/plan/hardware.hpp"
+#include "longseq/plan/simulator.hpp"
+
+namespace longseq::plan {
+
+/// Which distributed attention, with its parameters. Canonical names (name()/parse()):
+///   ring | burst | double-ring:I | double-ring-kv:I   (I = inner ring size, divides P and P > I)
+///   startrail:C[:rings]   ulysses   usp:U[:ring]
+struct AttnAlgo {
+  enum class Kind : uint8_t { ring, burst, double_ring, double_ring_kv, startrail, ulysses, usp };
+  Kind kind = Kind::burst;
+  int inner = 0;           ///< double ring: ranks per inner ring
+  int c = 1;               ///< startrail team size
+  bool rings_placement = false;  ///< startrail: sub-rings on consecutive ranks (else teams)
+  int u = 1;               ///< usp Ulysses degree (ulysses: P)
+  bool usp_kv_backward = false;  ///< usp: ring (K,V,dK,dV) backward across groups instead of burst
+
+  std::string name() const;
+  /// Throws core::Error naming `s` when malformed.
+  static AttnAlgo parse(const std::string& s);
+  /// True when the cost comes from make_schedule (see the file comment).
+  bool schedule_based() const;
+};
+
+/// The attention problem of one layer.
+struct AttnProblem {
+  int64_t n = 0;                 ///< global sequence length
+  int64_t hq = 0, hkv = 0, d = 0;
+  int world = 1;
+  int gpus_per_node = 1;
+  attention::Balance balance = attention::Balance::zigzag;
+  attention::MaskSpec mask;      ///< full, causal or causal+window (no files)
+};
+
+struct PassCost {
+  std::string model;         ///< "schedule" or "formula: <source>"
+  double seconds = 0;        ///< wall time of the pass on the critical rank
+  double compute_s = 0;      ///< compute time of the critical rank
+  double flops = 0;          ///< FLOPs of the busiest rank
+  double flops_total = 0;    ///< all ranks
+  // Sent per rank, mean over ranks (ranks at node boundaries send more inter-node traffic).
+  double messages_intra = 0, messages_inter = 0;
+  double bytes_intra = 0, bytes_inter = 0;
+  double bytes_inter_max = 0;  ///< the rank that sends most inter-node bytes (its NIC share is busiest)
+  double collective_s = 0;   ///< not-overlapped collective time inside `seconds` (formula models)
+  double collective_bytes = 0;  ///< of bytes_intra + bytes_inter: team collectives / all-to-alls
+  std::optional<Timeline> timeline;  ///< schedule models only
+  double exposed_comm_s() const { return seconds > compute_s ? seconds - compute_s : 0.0; }
+};
+
+struct AttentionCost {
+  PassCost forward, backward;
+  /// Recomputing the attention forward of the first `recompute_fraction` of every rank's local
+  /// tokens (BurstEngine's sequence-level selective checkpointing); equals `forward` at 1.0.
+  PassCost partial_recompute;
+  double recompute_fraction = 0;
+  /// Communication buffers one rank holds during a pass (bytes): schedule slots x part sizes,
+  /// or StarTrail's gathered team copies.
+  double buffer_bytes_forward = 0, buffer_bytes_backward = 0;
+  /// Extra activation bytes the algorithm holds beyond the rank's own Q,K,V (StarTrail 3(C-1)A).
+  double extra_activation_bytes = 0;
+};
+
+/// Throws core::Error naming the values when `algo` cannot run on the problem (heads, C*C | P,
+/// inner ring size, ...). The reason text is what `longseq plan` lists for infeasible configs.
+void validate_algo(const AttnAlgo& algo, const AttnProblem& prob);
+
+/// Costs `algo` on `prob`. `recompute_fraction` in [0, 1]: the seq-selective share (0: skipped).
+/// `keep_timelines`: keep the simulator timelines in the PassCosts (for SVG output).
+AttentionCost cost_attention(const AttnAlgo& algo, const AttnProblem& prob, const Hardware& hw,
+                             double recompute_fraction = 0, bool keep_timelines = false);
+
+/// The executor's schedules of a schedule-based algorithm, one per rank, and the topology it uses
+/// (double ring: virtual nodes of `inner` ranks; physical placement is gpus_per_node).
+struct ScheduleSet {
+  attention::Topology topo;
+  attention::Layout layout;
+  std::vector<attention::RankSchedule> ranks;
+};
+ScheduleSet make_schedules(const attention::Algorithm& algo, int inner, const AttnProblem& prob,
+                           attention::Pass pass);
+
+/// Visible (q, k) pairs of a query chunk and a key chunk under the mask, counting only query
+/// local indices below `q_local_limit` (-1: all). Exact for full, causal and window masks.
+int64_t visible_pairs(const attention::Chunk& q, const attention::Chunk& k, int64_t n,
+                      const attention::MaskSpec& mask, int64_t q_local_limit = -1);
+
+/// Elements of one bundle's parts (see the legend).
+int64_t data_part_elems(const attention::Algorithm& algo, attention::Pass pass, int64_t l,
+                        int64_t hq, int64_t hkv, int64_t d);
+int64_t grad_part_elems(const attention::Algorithm& algo, int64_t l, int64_t hq, int64_t hkv,
+                        int64_t d);
+
+}  // namespace longseq::plan

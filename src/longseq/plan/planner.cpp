@@ -1,0 +1,294 @@
+#include "longseq/plan/planner.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "longseq/core/error.hpp"
+
+namespace longseq::plan {
+
+namespace {
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+// One ring collective over P ranks (all-gather or reduce-scatter of `bytes` in total): P-1
+// messages of bytes/P each, over the inter-node rail once the group spans nodes.
+Term collective(const std::string& name, double bytes, const PlanOptions& o) {
+  const bool inter = o.gpus > o.gpus_per_node;
+  const Link& link = inter ? o.hw.inter : o.hw.intra;
+  const double p = o.gpus, eff = o.hw.corrections.collective_efficiency;
+  const double msgs = p - 1, moved = bytes * (p - 1) / p;
+  Term t{name, msgs * link.latency_s + moved / (link.bandwidth_Bps * eff), ""};
+  t.detail = fmt("alpha*msgs + bytes/beta = %.3g*%.0f + %.4g B / %.4g B/s", link.latency_s, msgs, moved,
+                 link.bandwidth_Bps) +
+             std::string(inter ? " (inter-node)" : " (intra-node)") +
+             fmt(", empirical collective efficiency %.2f", eff);
+  return t;
+}
+
+std::string attn_detail(const PassCost& c, const Hardware& hw) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%s; compute %.4g s (%.4g FLOP); per rank (mean) messages intra %.1f inter %.1f, bytes "
+                "intra %.4g inter %.4g; alpha terms %.3g s; exposed comm %.4g s",
+                c.model.c_str(), c.compute_s, c.flops, c.messages_intra, c.messages_inter,
+                c.bytes_intra, c.bytes_inter,
+                c.messages_intra * hw.intra.latency_s + c.messages_inter * hw.inter.latency_s,
+                c.exposed_comm_s());
+  return buf;
+}
+
+}  // namespace
+
+void PlanOptions::validate() const {
+  core::require(gpus >= 1, "plan", "--gpus ", gpus, " must be >= 1");
+  core::require(gpus_per_node >= 1, "plan", "--gpus-per-node ", gpus_per_node, " must be >= 1");
+  core::require(gpus % gpus_per_node == 0 || gpus < gpus_per_node, "plan", "--gpus ", gpus,
+                " is not divisible by --gpus-per-node ", gpus_per_node);
+  core::require(gpus_per_node <= hw.gpus_per_node, "plan", "--gpus-per-node ", gpus_per_node,
+                " exceeds the ", hw.gpus_per_node, " GPUs per node of --hardware ", hw.name);
+  core::require(seq >= gpus, "plan", "--seq ", seq, " must be at least --gpus ", gpus);
+  core::require(memory_limit_bytes >= 0, "plan", "--memory-limit must be >= 0");
+  core::require(seq_selective_fraction > 0 && seq_selective_fraction < 1, "plan",
+                "--seq-selective-fraction ", seq_selective_fraction, " must be in (0, 1)");
+  model.validate();
+}
+
+AttnProblem attention_problem(const PlanOptions& o) {
+  AttnProblem p;
+  p.n = o.seq;
+  p.hq = o.model.heads;
+  p.hkv = o.model.kv_heads;
+  p.d = o.model.head_dim;
+  p.world = o.gpus;
+  p.gpus_per_node = std::min(o.gpus_per_node, o.gpus);
+  p.balance = o.balance;
+  p.mask = o.mask;
+  return p;
+}
+
+std::vector<AttnAlgo> candidate_algos(int gpus, int gpn) {
+  std::vector<AttnAlgo> out;
+  using K = AttnAlgo::Kind;
+  out.push_back({K::ring});
+  out.push_back({K::burst});
+  for (int i = 2; i <= std::min(gpn, gpus - 1); ++i)
+    if (gpn % i == 0 && gpus % i == 0) {
+      AttnAlgo a{K::double_ring};
+      a.inner = i;
+      out.push_back(a);
+      a.kind = K::double_ring_kv;
+      out.push_back(a);
+    }
+  for (int c = 2; c * c <= gpus; ++c)
+    if (gpus % (c * c) == 0)
+      for (bool rings : {false, true}) {
+        AttnAlgo a{K::startrail};
+        a.c = c;
+        a.rings_placement = rings;
+        out.push_back(a);
+      }
+  AttnAlgo uly{K::ulysses};
+  uly.u = gpus;
+  out.push_back(uly);
+  for (int u = 2; u < gpus && u <= gpn; ++u)
+    if (gpus % u == 0 && gpn % u == 0)
+      for (bool kv : {false, true}) {
+        AttnAlgo a{K::usp};
+        a.u = u;
+        a.usp_kv_backward = kv;
+        out.push_back(a);
+      }
+  return out;
+}
+
+Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const AttentionCost& attn) {
+  Evaluation ev;
+  ev.config = cfg;
+  const ModelConfig& m = o.model;
+  const Hardware& hw = o.hw;
+  const AttnProblem prob = attention_problem(o);
+  const attention::Layout layout(prob.balance, prob.n, prob.world, prob.mask.block_size);
+  const double t = static_cast<double>(layout.local_len());
+  const double layers = static_cast<double>(m.layers);
+  const double h = static_cast<double>(m.hidden), v = static_cast<double>(m.vocab);
+  const double matmul_params =
+      static_cast<double>(m.params_per_layer() - 2 * m.hidden);  // the two norms are not GEMMs
+
+  // Linear layers (GEMMs): 2 FLOP per parameter per token forward, twice that backward.
+  const double lin_fwd_flops = 2 * t * matmul_params;
+  const Term lin_fwd{"linear forward / layer", lin_fwd_flops / hw.gemm_flops(),
+                     fmt("flops/gamma = %.4g FLOP / (%.4g FLOP/s peak * %.2f empirical GEMM efficiency)",
+                         lin_fwd_flops, hw.peak_flops, hw.corrections.gemm_efficiency)};
+  const Term lin_bwd{"linear backward / layer", 2 * lin_fwd.seconds, "2 x linear forward"};
+  const Term at_fwd{"attention forward / layer", attn.forward.seconds, attn_detail(attn.forward, hw)};
+  const Term at_bwd{"attention backward / layer", attn.backward.seconds, attn_detail(attn.backward, hw)};
+  Term recompute{"recomputation / layer (" + std::string(checkpoint_name(cfg.checkpoint)) + ")", 0, ""};
+  switch (cfg.checkpoint) {
+    case Checkpoint::none: recompute.detail = "nothing recomputed"; break;
+    case Checkpoint::full:
+      recompute.seconds = lin_fwd.seconds + attn.forward.seconds;
+      recompute.detail = "linear forward + attention forward";
+      break;
+    case Checkpoint::selective_pp:
+      recompute.seconds = lin_fwd.seconds;
+      recompute.detail = "linear forward (attention output and LSE kept)";
+      break;
+    case Checkpoint::seq_selective:
+      recompute.seconds = lin_fwd.seconds + attn.partial_recompute.seconds;
+      recompute.detail = fmt("linear forward + attention forward of the first %.2f of local tokens: ",
+                             attn.recompute_fraction) +
+                         attn_detail(attn.partial_recompute, hw);
+      break;
+  }
+  // ZeRO-3 per layer: bf16 parameters gathered forward and again backward, bf16 gradients
+  // reduce-scattered.
+  const double layer_bytes = 2.0 * static_cast<double>(m.params_per_layer());
+  const Term zero_ag = collective("ZeRO-3 all-gather / layer", layer_bytes, o);
+  const Term zero_rs = collective("ZeRO-3 reduce-scatter / layer", layer_bytes, o);
+  const double inter_busy_f = attn.forward.bytes_inter_max / hw.inter.bandwidth_Bps;
+  const double recompute_inter_max =
+      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter_max
+      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_inter_max
+                                                     : 0.0;
+  const double recompute_inter =
+      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter
+      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_inter
+                                                     : 0.0;
+  const double inter_busy_b = (attn.backward.bytes_inter_max + recompute_inter_max) / hw.inter.bandwidth_Bps;
+  const double comp_f = lin_fwd.seconds + at_fwd.seconds;
+  const double comm_f = zero_ag.seconds + inter_busy_f;
+  const double comp_b = recompute.seconds + lin_bwd.seconds + at_bwd.seconds;
+  const double comm_b = zero_ag.seconds + zero_rs.seconds + inter_busy_b;
+  const Term layer_f{"layer forward", std::max(comp_f, comm_f),
+                     fmt("max(compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
+                         comp_f, comm_f)};
+  const Term layer_b{"layer backward", std::max(comp_b, comm_b),
+                     fmt("max(recompute+compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
+                         comp_b, comm_b)};
+  const double head_flops = 6 * t * h * v;  // forward 2*T*h*V, backward 4*T*h*V
+  const Term head{"LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / hw.gemm_flops(),
+                  fmt("flops/gamma = %.4g FLOP (fwd 2ThV + bwd 4ThV; fused: no logits recompute)",
+                      head_flops)};
+  ev.step_seconds = layers * (layer_f.seconds + layer_b.seconds) + head.seconds;
+  ev.terms = {lin_fwd, at_fwd, zero_ag, layer_f, lin_bwd, at_bwd, recompute, zero_rs, layer_b, head};
+  ev.terms.push_back({"step", ev.step_seconds,
+                      fmt("layers * (forward + backward) + LM head = %.0f * (%.4g + %.4g) + %.4g", layers,
+                          layer_f.seconds, layer_b.seconds, head.seconds) +
+                          "; not modelled: elementwise kernels, optimizer step, embedding"});
+
+  const double p = o.gpus;
+  ev.tokens_per_sec_per_gpu = static_cast<double>(o.seq) / (ev.step_seconds * p);
+  const double model_flops =
+      3 * (layers * (lin_fwd_flops * p + attn.forward.flops_total) + 2 * t * h * v * p);
+  ev.mfu = model_flops / (ev.step_seconds * p * hw.peak_flops);
+
+  const double recompute_intra =
+      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_intra
+      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_intra
+                                                     : 0.0;
+  const bool zero_inter = o.gpus > o.gpus_per_node;
+  const double zero_bytes = 3 * layer_bytes * (p - 1) / p;
+  ev.comm_bytes_intra = layers * (attn.forward.bytes_intra + attn.backward.bytes_intra + recompute_intra +
+                                  (zero_inter ? 0.0 : zero_bytes));
+  ev.comm_bytes_inter = layers * (attn.forward.bytes_inter + attn.backward.bytes_inter + recompute_inter +
+                                  (zero_inter ? zero_bytes : 0.0));
+
+  MemoryInputs mi;
+  mi.model = m;
+  mi.world = o.gpus;
+  mi.local_tokens = layout.local_len();
+  mi.act_bytes = hw.dtype_bytes;
+  mi.checkpoint = cfg.checkpoint;
+  mi.loss = cfg.loss;
+  mi.seq_selective_fraction = o.seq_selective_fraction;
+  mi.attention_buffer_bytes = std::max(attn.buffer_bytes_forward, attn.buffer_bytes_backward);
+  mi.attention_extra_bytes = attn.extra_activation_bytes;
+  ev.memory = memory_model(mi);
+  const double limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : hw.memory_bytes;
+  ev.feasible = ev.memory.total() <= limit;
+  if (!ev.feasible)
+    ev.reason = fmt("peak memory %.2f GiB exceeds the limit %.2f GiB", ev.memory.total() / (1 << 30),
+                    limit / (1 << 30));
+  return ev;
+}
+
+std::vector<Evaluation> plan(const PlanOptions& o) {
+  o.validate();
+  std::vector<AttnAlgo> algos;
+  if (o.algos.empty())
+    algos = candidate_algos(o.gpus, std::min(o.gpus_per_node, o.gpus));
+  else
+    for (const auto& s : o.algos) {
+      AttnAlgo a = AttnAlgo::parse(s);
+      if (a.kind == AttnAlgo::Kind::ulysses) a.u = o.gpus;
+      algos.push_back(a);
+    }
+  std::vector<Checkpoint> cps = o.checkpoints;
+  if (cps.empty()) cps = {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective};
+  std::vector<LossMode> losses = o.losses;
+  if (losses.empty()) losses = {LossMode::fused, LossMode::unfused};
+  const AttnProblem prob = attention_problem(o);
+
+  std::vector<Evaluation> out;
+  for (const AttnAlgo& a : algos) {
+    AttentionCost attn;
+    std::string reason;
+    try {
+      attn = cost_attention(a, prob, o.hw, o.seq_selective_fraction);
+    } catch (const core::Error& e) {
+      reason = e.what();
+    }
+    for (Checkpoint cp : cps)
+      for (LossMode lm : losses) {
+        const PlanConfig cfg{a, cp, lm};
+        if (!reason.empty()) {
+          Evaluation ev;
+          ev.config = cfg;
+          ev.reason = reason;
+          out.push_back(std::move(ev));
+        } else {
+          out.push_back(evaluate(o, cfg, attn));
+        }
+      }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Evaluation& x, const Evaluation& y) {
+    if (x.feasible != y.feasible) return x.feasible;
+    return x.feasible && x.step_seconds < y.step_seconds;
+  });
+  return out;
+}
+
+std::string plan_json(const std::vector<Evaluation>& evals) {
+  using nlohmann::json;
+  json configs = json::array();
+  for (const Evaluation& e : evals) {
+    const AttnAlgo& a = e.config.algo;
+    json j;
+    j["algo"] = a.name();
+    const bool dr = a.kind == AttnAlgo::Kind::double_ring || a.kind == AttnAlgo::Kind::double_ring_kv;
+    j["inner_ring"] = dr ? json(a.inner) : json(nullptr);
+    j["team_c"] = a.kind == AttnAlgo::Kind::startrail ? json(a.c) : json(nullptr);
+    j["ulysses"] = a.kind == AttnAlgo::Kind::usp || a.kind == AttnAlgo::Kind::ulysses ? json(a.u) : json(nullptr);
+    j["checkpoint"] = std::string(checkpoint_name(e.config.checkpoint));
+    j["loss"] = std::string(loss_name(e.config.loss));
+    j["feasible"] = e.feasible;
+    j["reason"] = e.reason;
+    const bool costed = e.step_seconds > 0;
+    j["step_seconds"] = costed ? json(e.step_seconds) : json(nullptr);
+    j["tokens_per_sec_per_gpu"] = costed ? json(e.tokens_per_sec_per_gpu) : json(nullptr);
+    j["mfu"] = costed ? json(e.mfu) : json(nullptr);
+    j["peak_memory_bytes"] = costed ? json(e.memory.total()) : json(nullptr);
+    j["comm_bytes"] = {{"intra", e.comm_bytes_intra}, {"inter", e.comm_bytes_inter}};
+    j["cost_model"] = a.schedule_based() ? "schedule" : "formula";
+    configs.push_back(std::move(j));
+  }
+  return json{{"configs", configs}}.dump(2) + "\n";
+}
+
+}  // namespace longseq::plan

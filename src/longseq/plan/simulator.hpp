@@ -1,0 +1,70 @@
+#pragma once
+// Cluster simulator: replays the schedules of attention/schedule.hpp (the executor's own plans)
+// step by step on a modelled cluster, and draws per-rank timelines as SVG.
+//
+// The replay follows the executor's contract (schedule.hpp "Timing is logical"): at step s a rank
+// (1) waits for the transfers whose wait_step is s, (2) posts the transfers whose post_step is s,
+// (3) computes the work of step s. A transfer starts when both sides have posted it and the
+// sender's outbound port and the receiver's inbound port of its link class are free (one port per
+// class per rank: intra-node and inter-node links are separate rails, as BurstEngine §3.1 uses
+// them); it takes alpha + bytes / beta of its class. Gradient accumulates are not timed (an
+// elementwise add of one part, small against the chunk-pair compute).
+//
+// Because every request is posted at a step strictly before either side waits for it, replaying
+// all ranks step by step in lock-step order always knows a transfer's completion before a wait
+// needs it. Port contention is served in that (step, rank) order, not strictly by time.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "longseq/attention/schedule.hpp"
+#include "longseq/plan/hardware.hpp"
+
+namespace longseq::plan {
+
+enum class Activity : uint8_t { compute, intra, inter };
+
+struct Span {
+  double begin = 0, end = 0;
+  Activity kind = Activity::compute;
+  int step = 0;
+};
+
+struct RankTimeline {
+  std::vector<Span> spans;  ///< compute spans, and the sends of this rank (by link class)
+  double finish = 0;        ///< when the rank's last step is done
+  double compute_s = 0;     ///< sum of compute spans
+  double flops = 0;
+  int64_t messages_intra = 0, messages_inter = 0;  ///< sent by this rank
+  double bytes_intra = 0, bytes_inter = 0;         ///< sent by this rank
+};
+
+struct Timeline {
+  std::vector<RankTimeline> ranks;
+  double makespan = 0;
+  /// The rank with the longest finish (ties: lowest rank).
+  int critical_rank() const;
+};
+
+/// What the replay needs to know about one pass beyond the schedules themselves.
+struct ReplayModel {
+  /// Bytes of one transfer (by its part: data or grad).
+  std::function<double(const attention::Xfer&)> bytes;
+  /// FLOPs of one step's work on `rank`, and the rate it runs at.
+  std::function<double(int rank, const attention::Work&)> flops;
+  double flops_per_s = 1;
+  /// Physical placement: do ranks a and b share a node (decides the link class of a transfer).
+  std::function<bool(int a, int b)> same_node;
+  Link intra, inter;
+};
+
+/// Replays `schedules` (one per rank, all of the same pass). Throws nothing; a send without its
+/// receive is a broken schedule invariant (LONGSEQ_CHECK).
+Timeline replay(const std::vector<attention::RankSchedule>& schedules, const ReplayModel& model);
+
+/// An SVG drawing of the timelines: one lane per rank with three rows (compute, intra-node sends,
+/// inter-node sends); idle time is the gap in the compute row. Self-contained, no scripts.
+std::string timeline_svg(const Timeline& t, const std::string& title);
+
+}  // namespace longseq::plan
