@@ -1,23 +1,20 @@
 // Flash-style attention block kernels on the CPU (contracts in attention.hpp).
 //
-// Forward, per work item (query head h, query tile i), keys in tiles j = 0, 1,
-// ...:
-//   S   = (scale * log2 e) Q_i K_j^T                      GEMM [Bq, Bk], log2
-//   domain S  += mask (partial tiles only; empty tiles skipped) m'  = max(m,
-//   rowmax S);  P = 2^(S - m');  c = 2^(m - m') l   = c l + rowsum P;    O_i =
-//   c O_i + P V_j          GEMM [Bq, D] accumulated in o itself
-// then O_i /= l and lse = ln 2 (m + log2 l). The only scratch is one [Bq, Bk]
-// tile per thread.
+// Forward, per work item (query head h, query tile i), keys in tiles j = 0, 1, ...:
+//   S   = (scale * log2 e) Q_i K_j^T                      GEMM [Bq, Bk], log2 domain
+//   S  += mask (partial tiles only; empty tiles skipped; contiguous band tiles trimmed)
+//   m'  = max(m, rowmax S);  P = 2^(S - m');  c = 2^(m - m')
+//   l   = c l + rowsum P;    O_i = c O_i + P V_j          GEMM [Bq, D] accumulated in o itself
+// then O_i /= l and lse = ln 2 (m + log2 l). The only scratch is one [Bq, Bk] tile per thread.
 //
-// Backward, per work unit (kv head, chunk c of key tiles), for each key tile j
-// of the chunk, each query head of the group and each query tile i (all fixed
-// orders):
+// Backward, per work unit (kv head, chunk c of key tiles), for each key tile j of the chunk, each
+// query head of the group and each query tile i (all fixed orders):
 //   P    = 2^((scale log2 e) Q_i K_j^T + mask - log2 e * lse_i)
 //   dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P (dP - delta_i)
 //   dK_j += scale dS^T Q_i;  dQ_i += scale dS K_j
-// dK_j, dV_j belong to one unit; dQ_i is shared by the C chunks, hence the
-// per-chunk dq buffers reduced in a fixed order (attention_backward_chunks),
-// which keeps the bits independent of the thread count.
+// dK_j, dV_j belong to one unit; dQ_i is shared by the C chunks, hence the per-chunk dq buffers
+// reduced in a fixed order (attention_backward_chunks), which keeps the bits independent of the
+// thread count.
 #include "longseq/kernels/cpu/attention.hpp"
 
 #include <omp.h>
@@ -40,9 +37,8 @@ using detail::kLog2e;
 using detail::kNegInf;
 using detail::TileKind;
 
-// Per-thread scratch slices are rounded to 64 bytes so that each tile buffer
-// has the same alignment whichever thread runs a work item (alignment must not
-// be able to change any bits).
+// Per-thread scratch slices are rounded to 64 bytes so that each tile buffer has the same
+// alignment whichever thread runs a work item (alignment must not be able to change any bits).
 constexpr size_t kAlignFloats = 16;
 size_t round_up(size_t n) {
   return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
@@ -78,8 +74,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// ---- forward
-// ----------------------------------------------------------------------------------
+// ---- forward ----------------------------------------------------------------------------------
 
 constexpr int64_t kBq = kForwardTileQ, kBk = kForwardTileK;
 
@@ -120,8 +115,8 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
       const detail::TileInfo kinfo = detail::tile_info(kt, c0, c0 + bc, mask.docs);
       const TileKind kind = detail::classify(mask, qinfo, kinfo);
       if (kind == TileKind::empty) continue;
-      // Rows rc.r0.. of the query tile against keys c0 + rc.c0.. (the whole
-      // tile unless a band mask lets contiguous tiles be cut).
+      // Rows rc.r0.. of the query tile against keys c0 + rc.c0.. (the whole tile unless a band
+      // mask lets contiguous tiles be cut).
       const detail::Rect rc = kind == TileKind::partial ? detail::trim(mask, qinfo, kinfo, br, bc)
                                                         : detail::Rect{0, br, 0, bc};
       if (rc.empty()) continue;
@@ -137,8 +132,7 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
                            mask.docs ? kt.doc + kc0 : nullptr, kstart, row, nc);
         const float mnew = std::max(m[r], detail::row_max(row, nc));
         if (mnew == kNegInf) {
-          // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be
-          // NaN).
+          // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be NaN).
           if constexpr (kIsBf16<T>)
             std::fill(pb + i * kBk, pb + i * kBk + nc, bf16{});
           else
@@ -194,10 +188,9 @@ void forward_impl(const T* q, const T* k, const T* v, const Tokens& qt, const To
 #pragma omp parallel num_threads(nt)
   {
     float* my = ws.data() + static_cast<size_t>(omp_get_thread_num()) * slice;
-    // Head-major (consecutive items share K/V in cache: +3-7% measured), and
-    // within a head the later query tiles first: under a causal mask they carry
-    // the most key tiles, so dynamic scheduling ends with the cheap ones and
-    // the threads finish together.
+    // Head-major (consecutive items share K/V in cache: +3-7% measured), and within a head the
+    // later query tiles first: under a causal mask they carry the most key tiles, so dynamic
+    // scheduling ends with the cheap ones and the threads finish together.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t h = it / nqt, qi = nqt - 1 - it % nqt;
@@ -206,13 +199,12 @@ void forward_impl(const T* q, const T* k, const T* v, const Tokens& qt, const To
   }
 }
 
-// ---- backward
-// ---------------------------------------------------------------------------------
+// ---- backward ---------------------------------------------------------------------------------
 
 constexpr int64_t kBbq = kBackwardTileQ, kBbk = kBackwardTileK;
 
-// Work units the backward aims for before it starts splitting kv heads into
-// chunks (see attention_backward_chunks in the header for worked examples).
+// Work units the backward aims for before it starts splitting kv heads into chunks (see
+// attention_backward_chunks in the header for worked examples).
 constexpr int64_t kBackwardUnits = 8;
 
 template <class T>
@@ -325,8 +317,7 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const floa
   const size_t dq_size = static_cast<size_t>(dm.tq * dm.hq * dm.d);
   const int nt = clamp_threads(threads, std::max<int64_t>(units, dm.tq));
   const size_t slice = backward_slice_floats<T>();
-  // dq buffers for chunks 1..C-1 sit after the largest possible set of thread
-  // slices.
+  // dq buffers for chunks 1..C-1 sit after the largest possible set of thread slices.
   float* bufs = ws.data() + static_cast<size_t>(std::max(threads, 1)) * slice;
 #pragma omp parallel num_threads(nt)
   {
@@ -339,8 +330,8 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const floa
         }
     }
     float* my = ws.data() + static_cast<size_t>(omp_get_thread_num()) * slice;
-    // Units (kv head, chunk); the team may be larger than the number of units
-    // (it is sized for the buffer passes too): surplus threads find no unit.
+    // Units (kv head, chunk); the team may be larger than the number of units (it is sized for
+    // the buffer passes too): surplus threads find no unit.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t kvh = u / chunks, c = u % chunks;
@@ -364,13 +355,11 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const floa
 
 }  // namespace
 
-// ---- public entry points
-// ------------------------------------------------------------------------
+// ---- public entry points ------------------------------------------------------------------------
 
 size_t attention_forward_workspace_floats(const AttnDims& dims, int threads) {
   (void)dims;
-  // bf16 slices are the larger ones; one size for both types keeps the query
-  // type-free.
+  // bf16 slices are the larger ones; one size for both types keeps the query type-free.
   return static_cast<size_t>(std::max(threads, 1)) * forward_slice_floats<bf16>();
 }
 

@@ -1,6 +1,5 @@
-// merge_partials and attention_delta (contracts in attention.hpp). Row-parallel
-// and elementwise: each row is computed by one thread with a fixed order, so
-// the bits never depend on threads.
+// merge_partials and attention_delta (contracts in attention.hpp). Row-parallel and elementwise:
+// each row is computed by one thread with a fixed order, so the bits never depend on threads.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,8 +17,7 @@ using core::bf16;
 using detail::kNegInf;
 
 int team(int threads, int64_t rows) {
-  // Rows are cheap (D multiply-adds): only split when each thread gets a useful
-  // amount.
+  // Rows are cheap (D multiply-adds): only split when each thread gets a useful amount.
   constexpr int64_t kRowsPerThread = 256;
   return static_cast<int>(
       std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, rows / kRowsPerThread)));
@@ -60,8 +58,7 @@ void merge_partials(float* o, float* lse, const float* o_other, const float* lse
     float* x = o + r * d;
     const float* y = o_other + r * d;
     if (b == kNegInf) {
-      // The other side saw nothing. If this side saw nothing either, its o must
-      // be 0.
+      // The other side saw nothing. If this side saw nothing either, its o must be 0.
       if (a == kNegInf) std::fill(x, x + d, 0.0f);
       continue;
     }
@@ -70,9 +67,8 @@ void merge_partials(float* o, float* lse, const float* o_other, const float* lse
       lse[r] = b;
       continue;
     }
-    // Weights relative to the larger LSE: exp of a non-positive number, so no
-    // overflow however large the logits; log1p keeps the small correction exact
-    // when one side dominates.
+    // Weights relative to the larger LSE: exp of a non-positive number, so no overflow however
+    // large the logits; log1p keeps the small correction exact when one side dominates.
     const float mx = std::max(a, b);
     const float ea = std::exp(a - mx), eb = std::exp(b - mx);
     const float inv = 1.0f / (ea + eb);

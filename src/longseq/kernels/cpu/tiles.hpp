@@ -1,13 +1,11 @@
 #pragma once
-// Internal to kernels/cpu: tile classification, per-element masking and the
-// vectorised exponential of the softmax. Not part of the public API
-// (attention.hpp is).
+// Internal to kernels/cpu: tile classification, per-element masking and the vectorised
+// exponential of the softmax. Not part of the public API (attention.hpp is).
 //
-// Classification uses only the min/max of a tile's valid positions and document
-// ids, which bound every pair whatever the order of positions inside the tile:
-// "empty" and "full" are claimed only when certain, everything else is
-// "partial" and evaluated per element. So striped, zigzag or shuffled positions
-// are correct, and contiguous ones (the common case) skip the most work.
+// Classification uses only the min/max of a tile's valid positions and document ids, which bound
+// every pair whatever the order of positions inside the tile: "empty" and "full" are claimed only
+// when certain, everything else is "partial" and evaluated per element. So striped, zigzag or
+// shuffled positions are correct, and contiguous ones (the common case) skip the most work.
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -59,9 +57,8 @@ inline TileInfo tile_info(const Tokens& t, int64_t begin, int64_t end, bool docs
 
 enum class TileKind : uint8_t { empty, partial, full };
 
-// Block-mask rectangles larger than this are not scanned (called partial): a
-// striped tile can span the whole sequence, and the per-element pass is exact
-// anyway.
+// Block-mask rectangles larger than this are not scanned (called partial): a striped tile can
+// span the whole sequence, and the per-element pass is exact anyway.
 inline constexpr int64_t kMaxBlockScan = 4096;
 
 inline TileKind classify(const Mask& m, const TileInfo& q, const TileInfo& k) {
@@ -101,11 +98,10 @@ inline TileKind classify(const Mask& m, const TileInfo& q, const TileInfo& k) {
   return full ? TileKind::full : TileKind::partial;
 }
 
-/// The sub-rectangle of a (query tile, key tile) pair outside which nothing is
-/// visible: rows [r0, r1) and columns [c0, c1), in tile-local indices. Causal
-/// and window masks are bands in position space, so for contiguous tiles whole
-/// rows and columns can be cut (the diagonal tile of a causal mask then
-/// computes its triangle's bounding box, not the whole tile).
+/// The sub-rectangle of a (query tile, key tile) pair outside which nothing is visible: rows
+/// [r0, r1) and columns [c0, c1), in tile-local indices. Causal and window masks are bands in
+/// position space, so for contiguous tiles whole rows and columns can be cut (the diagonal tile
+/// of a causal mask then computes its triangle's bounding box, not the whole tile).
 struct Rect {
   int64_t r0, r1, c0, c1;
   bool empty() const { return r0 >= r1 || c0 >= c1; }
@@ -124,10 +120,9 @@ inline Rect trim(const Mask& m, const TileInfo& q, const TileInfo& k, int64_t ro
   return r;
 }
 
-/// 2^x in fp32 for softmax arguments: Cephes' exp2f polynomial on [-0.5, 0.5]
-/// (relative error ~2e-7) scaled by 2^n. x < -126 (including -inf, i.e. masked
-/// scores) gives exactly 0; the upper clamp only keeps the exponent arithmetic
-/// in range (softmax arguments are <= 0).
+/// 2^x in fp32 for softmax arguments: Cephes' exp2f polynomial on [-0.5, 0.5] (relative error
+/// ~2e-7) scaled by 2^n. x < -126 (including -inf, i.e. masked scores) gives exactly 0; the upper
+/// clamp only keeps the exponent arithmetic in range (softmax arguments are <= 0).
 inline float exp2_fast(float x) {
   float xc = x < -126.0f ? -126.0f : x;
   xc = xc > 126.0f ? 126.0f : xc;
@@ -143,19 +138,17 @@ inline float exp2_fast(float x) {
   return x < -126.0f ? 0.0f : std::ldexp(p, static_cast<int>(n));
 }
 
-// The row loops below run once per score element, so they decide how close the
-// forward gets to the GEMM rate: with AVX-512 they are written with intrinsics
-// (GCC leaves the generic loops scalar in this context), with a generic
-// fallback for other targets. Tails use masked vector operations, so every
-// element of a row goes through the same code and the reduction order is a
+// The row loops below run once per score element, so they decide how close the forward gets to
+// the GEMM rate: with AVX-512 they are written with intrinsics (GCC leaves the generic loops
+// scalar in this context), with a generic fallback for other targets. Tails use masked vector
+// operations, so every element of a row goes through the same code and the reduction order is a
 // function of the row length only.
 #if defined(__AVX512F__)
 inline __m512 exp2_v(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-126.0f);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  // The merge-masked forms with an all-ones mask: GCC 12's unmasked ones start
-  // from an "undefined" vector and trip -Wmaybe-uninitialized (-Werror) inside
-  // its own headers.
+  // The merge-masked forms with an all-ones mask: GCC 12's unmasked ones start from an
+  // "undefined" vector and trip -Wmaybe-uninitialized (-Werror) inside its own headers.
   constexpr __mmask16 all = 0xffff;
   __m512 xc = _mm512_mask_max_ps(x, all, x, lo);
   xc = _mm512_mask_min_ps(xc, all, xc, _mm512_set1_ps(126.0f));
@@ -172,10 +165,9 @@ inline __m512 exp2_v(__m512 x) {
   return _mm512_maskz_mov_ps(keep, _mm512_mask_scalef_ps(p, all, p, n));
 }
 
-// Horizontal reductions in a fixed order (so a function of the data only).
-// Built from the merge-masked extract: GCC 12's unmasked forms (and
-// _mm512_reduce_*) start from an "undefined" vector and trip
-// -Wmaybe-uninitialized (-Werror) inside its own headers.
+// Horizontal reductions in a fixed order (so a function of the data only). Built from the
+// merge-masked extract: GCC 12's unmasked forms (and _mm512_reduce_*) start from an "undefined"
+// vector and trip -Wmaybe-uninitialized (-Werror) inside its own headers.
 template <int kHalf>
 inline __m256 half(__m512 v) {
   return _mm256_castpd_ps(
@@ -202,10 +194,9 @@ inline __mmask16 tail_mask(int64_t left) {
 }
 #endif
 
-/// Sets s[j] = -inf for every key j of the tile that query (qp, qd) must not
-/// see: the predicate of mask.hpp. `kstart` >= 0 says the keys are contiguous
-/// from that position (causal and window then reduce to an index range);
-/// otherwise every element is evaluated (any order of positions).
+/// Sets s[j] = -inf for every key j of the tile that query (qp, qd) must not see: the predicate
+/// of mask.hpp. `kstart` >= 0 says the keys are contiguous from that position (causal and window
+/// then reduce to an index range); otherwise every element is evaluated (any order of positions).
 inline void mask_row(const Mask& m, int64_t qp, int32_t qd, const int64_t* kp, const int32_t* kd,
                      int64_t kstart, float* s, int64_t n) {
   if (qp < 0) {
@@ -292,9 +283,8 @@ inline float exp2_row_inplace(float* s, int64_t n, float m) {
 #endif
 }
 
-/// p[j] = 2^(s[j] - m) written as bf16 (round to nearest even); returns the
-/// fp32 sum of the unrounded values. One pass: the fp32 probabilities are never
-/// stored (bf16 forward).
+/// p[j] = 2^(s[j] - m) written as bf16 (round to nearest even); returns the fp32 sum of the
+/// unrounded values. One pass: the fp32 probabilities are never stored (bf16 forward).
 inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   const __m512 mv = _mm512_set1_ps(m);
@@ -330,8 +320,7 @@ inline void scale_row(float* x, int64_t n, float c) {
 #endif
 }
 
-/// ds[j] = p[j] * (ds[j] - delta): the softmax backward of one row, dP in ds on
-/// entry.
+/// ds[j] = p[j] * (ds[j] - delta): the softmax backward of one row, dP in ds on entry.
 inline void softmax_grad_row(const float* p, float* ds, int64_t n, float delta) {
 #if defined(__AVX512F__)
   const __m512 dv = _mm512_set1_ps(delta);
@@ -361,8 +350,8 @@ inline void softmax_grad_row_to_bf16(const float* p, const float* dp, core::bf16
 #endif
 }
 
-/// p[j] = 2^(s[j] - m) in place, and also written to pb as bf16 (bf16 backward:
-/// P is needed in fp32 for dS and in bf16 for the dV product).
+/// p[j] = 2^(s[j] - m) in place, and also written to pb as bf16 (bf16 backward: P is needed in
+/// fp32 for dS and in bf16 for the dV product).
 inline void exp2_row_inplace_and_bf16(float* s, core::bf16* pb, int64_t n, float m) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   const __m512 mv = _mm512_set1_ps(m);
@@ -378,8 +367,7 @@ inline void exp2_row_inplace_and_bf16(float* s, core::bf16* pb, int64_t n, float
 #endif
 }
 
-/// y[j] = bf16(x[j]), round to nearest even (finite inputs: probabilities and
-/// dS).
+/// y[j] = bf16(x[j]), round to nearest even (finite inputs: probabilities and dS).
 inline void to_bf16_row(const float* x, core::bf16* y, int64_t n) {
 #if defined(__AVX512BF16__)
   for (int64_t j = 0; j < n; j += 16) {
