@@ -10,8 +10,6 @@ const std::vector<Command>& commands() {
       {"schedule", "print a distributed-attention schedule step by step for every rank", add_schedule},
       {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
       {"calibrate", "measure this machine (GEMM, attention kernels, copy bandwidth) into data/hardware/local.json", add_calibrate},
-      {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
-      {"calibrate", "measure this machine (GEMM, attention kernels, copy bandwidth) into data/hardware/local.json", add_calibrate},
   };
   return table;
 }

@@ -22,8 +22,6 @@ std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_schedule(CLI::App& app);
 std::function<int()> add_plan(CLI::App& app);
 std::function<int()> add_calibrate(CLI::App& app);
-std::function<int()> add_plan(CLI::App& app);
-std::function<int()> add_calibrate(CLI::App& app);
 std::function<int()> add_attention(CLI::App& app);
 
 }  // namespace longseq::cli
