@@ -20,6 +20,8 @@ const std::vector<Command>& commands();
 // Each subcommand's registration lives in cmd_<name>.cpp.
 std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_schedule(CLI::App& app);
+std::function<int()> add_train(CLI::App& app);
+std::function<int()> add_tokenize(CLI::App& app);
 std::function<int()> add_plan(CLI::App& app);
 std::function<int()> add_calibrate(CLI::App& app);
 std::function<int()> add_attention(CLI::App& app);

@@ -8,6 +8,9 @@
 
 namespace longseq::model {
 
+// Below this many elements an OpenMP team costs more than the loop (and idle team threads spin).
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
 // ---- embedding ---------------------------------------------------------------------------------
 
 void embedding_forward(const int32_t* tokens, const int64_t* pos, const float* weight, int64_t t,
@@ -39,7 +42,7 @@ void embedding_backward(const int32_t* tokens, const int64_t* pos, const float* 
 
 void rmsnorm_forward(const float* x, const float* weight, int64_t t, int64_t c, float eps,
                      float* out, float* rstd, int threads) {
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t * c >= kParallelMin)
   for (int64_t i = 0; i < t; ++i) {
     const float* xi = x + i * c;
     double ss = 0.0;
@@ -55,7 +58,7 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
                       int64_t t, int64_t c, float* dx, float* dweight, bool accumulate,
                       int threads) {
   // dx = rstd * (w*dout - x * rstd^2 / C * sum(w*dout*x)); dweight = sum_t dout * x * rstd.
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t * c >= kParallelMin)
   for (int64_t i = 0; i < t; ++i) {
     const float* di = dout + i * c;
     const float* xi = x + i * c;
@@ -123,7 +126,7 @@ RopeTable::RopeTable(const int64_t* pos, int64_t t, int64_t d, double theta) : t
 
 void RopeTable::rotate(float* x, int64_t h, float sign, int threads) const {
   const int64_t half = d_ / 2;
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t_ * h * d_ >= kParallelMin)
   for (int64_t r = 0; r < t_; ++r) {
     if (pad_[r]) continue;
     const float* cs = cos_.data() + r * half;

@@ -41,7 +41,7 @@ double softmax_grad_rows(float* logits, const float* lse, const int32_t* labels,
                          int64_t v, double grad_scale, int32_t ignore, int threads) {
   std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
   const float gs = static_cast<float>(grad_scale);
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (n * v >= (1 << 16))
   for (int64_t r = 0; r < n; ++r) {
     float* row = logits + r * v;
     const int32_t y = labels[r];

@@ -1,0 +1,60 @@
+#pragma once
+// safetensors files (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length n, n bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...,
+// "__metadata__": {"k": "v"}}, then the raw little-endian tensor bytes. This is the checkpoint
+// format of the trainer (Hugging Face LLaMA names), so `transformers` loads it unchanged.
+//
+// Supported dtypes: F32, BF16, F64, I32, I64, U8, BOOL. Writes are atomic: the file is written as
+// `path.tmp`, fsync'ed, renamed over `path`, and the directory is fsync'ed, so a crash leaves
+// either the old file or the new one, never a torn one.
+//
+// Errors: core::Error("[safetensors] <path>: <what>") for I/O failures, truncated files, malformed
+// headers, out-of-range data offsets, byte counts that disagree with shape and dtype, unknown
+// dtypes, duplicate names.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "longseq/core/dtype.hpp"
+
+namespace longseq::core {
+
+/// One tensor to write: borrowed bytes (numel * dtype_size(dtype)).
+struct SafeTensorRef {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+/// One tensor read back: owned bytes.
+struct SafeTensor {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> bytes;
+  int64_t numel() const;
+};
+
+struct SafeTensorsFile {
+  std::map<std::string, SafeTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  /// The tensor `name`; throws core::Error naming the file and the name when absent, when the
+  /// dtype is not `want`, or (when `shape` is non-empty) when the shape differs.
+  const SafeTensor& get(const std::string& name, DType want,
+                        const std::vector<int64_t>& shape = {}) const;
+  std::string path;
+};
+
+/// Writes atomically (see above). Tensors are laid out in the given order, 8-byte aligned header.
+void write_safetensors(const std::string& path, const std::vector<SafeTensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+SafeTensorsFile read_safetensors(const std::string& path);
+
+/// Writes `text` to `path` atomically (tmp, fsync, rename, fsync directory).
+void write_file_atomic(const std::string& path, const std::string& text);
+/// The whole file; throws core::Error("[io] <path>: ...") when it cannot be read.
+std::string read_file(const std::string& path);
+
+}  // namespace longseq::core

@@ -1,0 +1,273 @@
+#include "longseq/model/transformer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "longseq/core/error.hpp"
+#include "longseq/core/tensor.hpp"
+#include "longseq/model/layers.hpp"
+
+namespace longseq::model {
+
+CheckpointPolicy parse_checkpoint_policy(std::string_view s) {
+  if (s == "none") return CheckpointPolicy::none;
+  if (s == "full") return CheckpointPolicy::full;
+  if (s == "selective++") return CheckpointPolicy::selective_pp;
+  if (s == "seq-selective") return CheckpointPolicy::seq_selective;
+  core::fail("model", "--checkpoint '", s, "': expected none | full | selective++ | seq-selective");
+}
+
+std::string_view checkpoint_policy_name(CheckpointPolicy p) {
+  switch (p) {
+    case CheckpointPolicy::none: return "none";
+    case CheckpointPolicy::full: return "full";
+    case CheckpointPolicy::selective_pp: return "selective++";
+    case CheckpointPolicy::seq_selective: return "seq-selective";
+  }
+  return "?";
+}
+
+namespace {
+
+using core::Shape;
+using core::Tensor;
+using core::View;
+
+struct Dims {
+  int64_t l, c, hq, hkv, d, f;
+  float eps;
+  int64_t ffn_chunk;
+  int threads;
+};
+
+// Activations of one block that its backward reads.
+struct Acts {
+  Tensor<float> n1, rstd1, q, k, v, x1, n2, rstd2;
+  attention::AttentionSaved att;
+  int64_t floats() const {
+    return n1.numel() + rstd1.numel() + q.numel() + k.numel() + v.numel() + x1.numel() +
+           n2.numel() + rstd2.numel() + att.o.numel() + att.lse.numel();
+  }
+};
+
+// What a block keeps between forward and backward (by policy).
+struct Saved {
+  Tensor<float> x;  // block input, every policy
+  Acts acts;        // none: everything; selective++: att.o / att.lse only
+  std::vector<int64_t> late_rows;  // seq-selective: local rows at positions >= split
+  Tensor<float> o_late, lse_late;  // [rows, Hq, D], [rows, Hq]
+  int64_t floats() const { return x.numel() + acts.floats() + o_late.numel() + lse_late.numel(); }
+};
+
+View<const float> cview(const Tensor<float>& t) { return t.view(); }
+
+void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
+                 const RopeTable& rope, Acts& a) {
+  a.n1 = Tensor<float>(Shape{dm.l, dm.c});
+  a.rstd1 = Tensor<float>(Shape{dm.l});
+  rmsnorm_forward(x, w + o.attn_norm, dm.l, dm.c, dm.eps, a.n1.data(), a.rstd1.data(), dm.threads);
+  a.q = Tensor<float>(Shape{dm.l, dm.hq, dm.d});
+  a.k = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
+  a.v = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
+  linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.threads);
+  linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.threads);
+  linear_forward(a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, a.v.data(), false, dm.threads);
+  rope.forward(a.q.data(), dm.hq, dm.threads);
+  rope.forward(a.k.data(), dm.hkv, dm.threads);
+}
+
+// x1 = x + o Wo^T, n2 = rmsnorm(x1).
+void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm, Acts& a) {
+  a.x1 = Tensor<float>(Shape{dm.l, dm.c});
+  std::memcpy(a.x1.data(), x, sizeof(float) * dm.l * dm.c);
+  linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads);
+  a.n2 = Tensor<float>(Shape{dm.l, dm.c});
+  a.rstd2 = Tensor<float>(Shape{dm.l});
+  rmsnorm_forward(a.x1.data(), w + o.mlp_norm, dm.l, dm.c, dm.eps, a.n2.data(), a.rstd2.data(),
+                  dm.threads);
+}
+
+MlpDims mlp_dims(const Dims& dm) { return {dm.l, dm.c, dm.f, dm.ffn_chunk}; }
+
+// x [L, C] in place: block input -> block output.
+Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
+                    const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy,
+                    const StepBatch& b) {
+  Saved s;
+  s.x = Tensor<float>(Shape{dm.l, dm.c});
+  std::memcpy(s.x.data(), x, sizeof(float) * dm.l * dm.c);
+  Acts a;
+  compute_qkv(x, w, o, dm, rope, a);
+  a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+  compute_x1_n2(x, w, o, dm, a);
+  std::memcpy(x, a.x1.data(), sizeof(float) * dm.l * dm.c);
+  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
+  mlp_forward(a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), x, true, ws.data(),
+              dm.threads);
+  const int64_t split = (b.seq_len + 1) / 2;
+  switch (policy) {
+    case CheckpointPolicy::none:
+      s.acts = std::move(a);
+      break;
+    case CheckpointPolicy::selective_pp:
+      s.acts.att.o = std::move(a.att.o);
+      s.acts.att.lse = std::move(a.att.lse);
+      break;
+    case CheckpointPolicy::seq_selective: {
+      for (int64_t i = 0; i < dm.l; ++i)
+        if (b.pos[i] >= split) s.late_rows.push_back(i);
+      const int64_t n = static_cast<int64_t>(s.late_rows.size());
+      s.o_late = Tensor<float>(Shape{n, dm.hq, dm.d});
+      s.lse_late = Tensor<float>(Shape{n, dm.hq});
+      const int64_t od = dm.hq * dm.d;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = s.late_rows[j];
+        std::memcpy(s.o_late.data() + j * od, a.att.o.data() + i * od, sizeof(float) * od);
+        std::memcpy(s.lse_late.data() + j * dm.hq, a.att.lse.data() + i * dm.hq,
+                    sizeof(float) * dm.hq);
+      }
+      break;
+    }
+    case CheckpointPolicy::full:
+      break;
+  }
+  return s;
+}
+
+// dx [L, C] in place: gradient of the block output -> gradient of the block input.
+void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOffsets& o,
+                    const Dims& dm, const RopeTable& rope, AttentionOp& attn,
+                    CheckpointPolicy policy, const StepBatch& b) {
+  Acts a;
+  const float* x = s.x.data();
+  if (policy == CheckpointPolicy::none) {
+    a = std::move(s.acts);
+  } else {
+    compute_qkv(x, w, o, dm, rope, a);
+    const int64_t split = (b.seq_len + 1) / 2;
+    if (policy == CheckpointPolicy::selective_pp ||
+        (policy == CheckpointPolicy::seq_selective && split >= b.seq_len)) {
+      if (policy == CheckpointPolicy::selective_pp) {
+        a.att.o = std::move(s.acts.att.o);
+        a.att.lse = std::move(s.acts.att.lse);
+      } else {
+        a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+      }
+      a.att.q = cview(a.q);
+      a.att.k = cview(a.k);
+      a.att.v = cview(a.v);
+    } else if (policy == CheckpointPolicy::seq_selective) {
+      a.att = attn.forward_before(cview(a.q), cview(a.k), cview(a.v), split);
+      const int64_t od = dm.hq * dm.d;
+      for (size_t j = 0; j < s.late_rows.size(); ++j) {
+        const int64_t i = s.late_rows[j];
+        std::memcpy(a.att.o.data() + i * od, s.o_late.data() + j * od, sizeof(float) * od);
+        std::memcpy(a.att.lse.data() + i * dm.hq, s.lse_late.data() + j * dm.hq,
+                    sizeof(float) * dm.hq);
+      }
+    } else {
+      a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+    }
+    compute_x1_n2(x, w, o, dm, a);
+  }
+  // MLP and its norm: dx += rmsnorm'(mlp'(dx)).
+  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
+  Tensor<float> dn(Shape{dm.l, dm.c});
+  mlp_backward(dx, a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), dn.data(), false,
+               g + o.wgate, g + o.wup, g + o.wdown, ws.data(), dm.threads);
+  rmsnorm_backward(dn.data(), a.x1.data(), w + o.mlp_norm, a.rstd2.data(), dm.l, dm.c, dx,
+                   g + o.mlp_norm, true, dm.threads);
+  // Output projection and attention.
+  Tensor<float> dout(Shape{dm.l, dm.hq, dm.d});
+  linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
+                  g + o.wo, dm.threads);
+  attention::AttentionGrads ag = attn.backward(cview(dout), a.att);
+  rope.backward(ag.dq.data(), dm.hq, dm.threads);
+  rope.backward(ag.dk.data(), dm.hkv, dm.threads);
+  linear_backward(ag.dq.data(), a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, dn.data(), false,
+                  g + o.wq, dm.threads);
+  linear_backward(ag.dk.data(), a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
+                  g + o.wk, dm.threads);
+  linear_backward(ag.dv.data(), a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
+                  g + o.wv, dm.threads);
+  rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx,
+                   g + o.attn_norm, true, dm.threads);
+}
+
+}  // namespace
+
+StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                            const StepBatch& b, double grad_scale, const ModelOptions& opt) {
+  const LlamaConfig& cfg = layout.config();
+  const Dims dm{b.len,        cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
+                static_cast<float>(cfg.norm_eps), opt.ffn_chunk, std::max(opt.threads, 1)};
+  const LayerOffsets& lo = layout.layer_offsets();
+  StepResult res;
+  const AttentionTimes t0 = attn.times();
+  const RopeTable rope(b.pos, dm.l, dm.d, cfg.rope_theta);
+
+  Tensor<float> x(Shape{dm.l, dm.c});
+  const int emb = layout.embedding_unit();
+  embedding_forward(b.tokens, b.pos, params.acquire(emb), dm.l, dm.c, cfg.vocab, x.data());
+  params.release(emb);
+
+  std::vector<Saved> saved(static_cast<size_t>(cfg.layers));
+  int64_t saved_floats = 0;
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    const int u = layout.layer_unit(l);
+    saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, rope, attn, opt.policy, b);
+    params.release(u);
+    saved_floats += saved[l].floats();
+  }
+  res.saved_floats_peak = saved_floats;
+
+  // Final norm + LM head + loss, forward and backward together.
+  const int fin = layout.final_unit();
+  const float* wf = params.acquire(fin);
+  const bool tied = cfg.tied_embeddings;
+  const float* whead = tied ? params.acquire(emb) : wf + layout.lm_head_offset();
+  Tensor<float> hf(Shape{dm.l, dm.c}), rstdf(Shape{dm.l}), dhf(Shape{dm.l, dm.c});
+  rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
+                  rstdf.data(), dm.threads);
+  float* gf = params.acquire_grad(fin);
+  float* ghead = tied ? params.acquire_grad(emb) : gf + layout.lm_head_offset();
+  LmHeadOptions lmo = opt.lm;
+  lmo.threads = dm.threads;
+  const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
+  const LossPart lp =
+      opt.fused_loss
+          ? lm_head_ce_fused(hf.data(), whead, b.labels, ld, grad_scale, dhf.data(), ghead, lmo)
+          : lm_head_ce_unfused(hf.data(), whead, b.labels, ld, grad_scale, dhf.data(), ghead, lmo);
+  res.loss_sum = lp.sum;
+  res.count = lp.count;
+  Tensor<float> dx(Shape{dm.l, dm.c});
+  rmsnorm_backward(dhf.data(), x.data(), wf + layout.final_norm_offset(), rstdf.data(), dm.l, dm.c,
+                   dx.data(), gf + layout.final_norm_offset(), false, dm.threads);
+  if (tied) params.release_grad(emb);
+  params.release_grad(fin);
+  if (tied) params.release(emb);
+  params.release(fin);
+  hf = {};
+  dhf = {};
+
+  for (int64_t l = cfg.layers - 1; l >= 0; --l) {
+    const int u = layout.layer_unit(l);
+    const float* w = params.acquire(u);
+    float* g = params.acquire_grad(u);
+    block_backward(dx.data(), saved[l], w, g, lo, dm, rope, attn, opt.policy, b);
+    params.release_grad(u);
+    params.release(u);
+    saved[l] = Saved{};
+  }
+
+  float* ge = params.acquire_grad(emb);
+  embedding_backward(b.tokens, b.pos, dx.data(), dm.l, dm.c, ge);
+  params.release_grad(emb);
+
+  res.attn_compute_s = attn.times().compute_s - t0.compute_s;
+  res.attn_wait_s = attn.times().wait_s - t0.wait_s;
+  return res;
+}
+
+}  // namespace longseq::model

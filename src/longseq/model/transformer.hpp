@@ -1,0 +1,89 @@
+#pragma once
+// One rank's forward + backward of the whole LLaMA model over its local tokens (design.md §6).
+//
+// Legend: L local tokens (layout order, padding included), C hidden, N global sequence length.
+//
+// Flow: embedding -> Ly blocks -> final RMSNorm -> LM head + loss (fused: its backward runs at
+// once) -> blocks backward in reverse -> embedding backward. Parameters are reached unit by unit
+// through a ParamSource (ZeRO-3 gathers a unit on acquire and frees it on release; a plain replica
+// hands out pointers), so a unit's full parameters exist only while it computes.
+//
+// Block: x1 = x + Wo attn(rope(Wq n1), rope(Wk n1), Wv n1), n1 = rmsnorm(x);
+//        out = x1 + Wdown swiglu(Wgate n2, Wup n2), n2 = rmsnorm(x1)   (MLP in ffn_chunk tokens)
+//
+// Checkpoint policies (what a block keeps between its forward and its backward; every policy
+// gives the same gradients, tests/model/transformer_test.cpp):
+//   none           everything the backward reads: n1, rstd, q, k, v, attention (o, lse), x1, n2
+//   full           the block input only; the backward recomputes the block, attention included
+//   selective++    the block input and the attention output (o, lse); attention is never
+//                  recomputed, the cheap rest is
+//   seq-selective  the block input and (o, lse) of the tokens at global positions >= ceil(N/2)
+//                  (the later half, whose causal attention is the expensive part); attention of
+//                  the earlier half is recomputed with AttentionOp::forward_before (BurstEngine
+//                  §3.2: keep the costly segment, recompute the cheap one). Under zigzag the later
+//                  half is exactly each rank's second chunk.
+// The blockwise MLP recomputes its gate/up activations per chunk in every policy (it never holds
+// [L, F]); that is part of the FFN design, not of the policy.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "longseq/model/attention_op.hpp"
+#include "longseq/model/config.hpp"
+#include "longseq/model/lm_head.hpp"
+
+namespace longseq::model {
+
+enum class CheckpointPolicy { none, full, selective_pp, seq_selective };
+/// "none" | "full" | "selective++" | "seq-selective"; throws core::Error naming `s` otherwise.
+CheckpointPolicy parse_checkpoint_policy(std::string_view s);
+std::string_view checkpoint_policy_name(CheckpointPolicy p);
+
+/// Parameters and gradients by unit (config.hpp). Called by one thread per rank, in order.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  /// The unit's full parameters, valid until release(unit). May communicate (ZeRO-3 all-gather).
+  virtual const float* acquire(int unit) = 0;
+  virtual void release(int unit) = 0;
+  /// A zeroed full-size gradient buffer for the unit, valid until release_grad(unit).
+  virtual float* acquire_grad(int unit) = 0;
+  /// Adds the buffer into the unit's gradient (summed over the ranks that hold it: ZeRO-3
+  /// reduce-scatter) and frees it. A unit may be acquired for gradients more than once per step
+  /// (the tied embedding: LM head and embedding), the contributions add up.
+  virtual void release_grad(int unit) = 0;
+};
+
+/// One rank's tokens of one step, in layout order (length L).
+struct StepBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* labels = nullptr;  ///< next token or kIgnoreIndex
+  const int64_t* pos = nullptr;     ///< global positions, -1 = padding
+  int64_t len = 0;                  ///< L
+  int64_t seq_len = 0;              ///< N (the seq-selective split is ceil(N/2))
+};
+
+struct ModelOptions {
+  CheckpointPolicy policy = CheckpointPolicy::seq_selective;
+  bool fused_loss = true;
+  int64_t ffn_chunk = 1024;
+  LmHeadOptions lm;
+  int threads = 1;
+};
+
+/// Per-rank results of one step.
+struct StepResult {
+  double loss_sum = 0;  ///< sum of this rank's token losses
+  int64_t count = 0;    ///< this rank's non-ignored tokens
+  double attn_compute_s = 0, attn_wait_s = 0;
+  int64_t saved_floats_peak = 0;  ///< activations kept between forward and backward, at peak
+};
+
+/// Forward and backward of one step on this rank. grad_scale = 1 / (global count of non-ignored
+/// tokens), so that the gradients summed over all ranks are those of the global mean loss.
+/// Gradients are delivered through params.release_grad. Blocking; collective over the ranks of
+/// the attention op and the param source.
+StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                            const StepBatch& batch, double grad_scale, const ModelOptions& opt);
+
+}  // namespace longseq::model

@@ -1,0 +1,33 @@
+#pragma once
+// Checkpoints: DIR/checkpoint/ holds
+//   model.safetensors      parameters under Hugging Face LLaMA names (loads in transformers)
+//   optimizer.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
+//   config.json            the Hugging Face LlamaConfig of the model
+//   trainer_state.json     step (next to run), seed, data position, RNG note, train config
+// The set is written into DIR/checkpoint.tmp/ (each file fsync'ed), then the old checkpoint is
+// renamed to checkpoint.old, the new one into place, and the old one removed: a crash leaves a
+// complete checkpoint in checkpoint/ or checkpoint.old/ (resume looks in that order).
+// Resuming restores parameters and moments exactly (fp32 bytes) and the step, so the continued
+// run is bit-identical to an uninterrupted one (tests/train/trainer_test.cpp).
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "longseq/train/zero.hpp"
+
+namespace longseq::train {
+
+/// Collective over the state's group; rank `writer` writes. `trainer_state` is stored as is
+/// (the caller fills step, seed, data position).
+void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann::json& trainer_state,
+                     bool writer);
+
+/// Reads DIR/checkpoint (or checkpoint.old) into the state (every rank reads the files) and
+/// returns trainer_state.json. Throws core::Error("[train] ...") naming the file and the mismatch
+/// (missing tensor, other shape, other model config).
+nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
+
+/// The Hugging Face config.json of a model config.
+nlohmann::json hf_config(const model::LlamaConfig& c);
+
+}  // namespace longseq::train

@@ -1,0 +1,98 @@
+#pragma once
+// The training loop: world = dp data-parallel replicas x cp context-parallel ranks, ZeRO-3 over
+// all of them (zero.hpp), distributed attention inside each replica's context group, fused or
+// unfused LM head loss, AdamW with cosine schedule and global clipping, safetensors checkpoints
+// with bit-identical resume, and metrics.json.
+//
+// Rank mapping: world rank w trains replica d = w / cp as context rank w % cp; replica d's context
+// group is world.split(d, w). Every rank of a replica reads the same sequence
+// (Loader::sequence_index(step, d, dp)) and takes its own tokens under the balance layout.
+//
+// Loss: each rank's token losses are summed and divided by the *global* count of non-ignored
+// tokens over all ranks (all-reduced before the backward), so the gradient equals that of the
+// mean loss over every token of the step, whatever the world, dp or layout.
+//
+// MFU: model FLOPs per step / (step seconds * peak), where
+//   model FLOPs = 6 * N_matmul * tokens + 12 * layers * Hq * D * visible_pairs
+// (N_matmul: weights in matrix products, LM head included; tokens: dp * seq; visible_pairs: the
+// (query, key) pairs the mask allows per sequence, N(N+1)/2 causal, times dp; 12 = forward 4 +
+// backward 8 FLOPs per pair and head dim; recomputation is not counted, as in PaLM's MFU) and
+// peak = a start-up measurement of single-thread sgemm (kernels/gemm, 1024^3, best of 3) times
+// the hardware threads.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "longseq/model/config.hpp"
+#include "longseq/train/data.hpp"
+#include "longseq/train/optimizer.hpp"
+
+namespace longseq::train {
+
+struct TrainConfig {
+  std::string preset = "main";
+  model::LlamaConfig model;
+  int64_t steps = 6;
+  int64_t seq = 32768;
+  int world = 4;  ///< total ranks (dp * cp)
+  int dp = 1;     ///< data-parallel replicas
+  int nodes = 1;  ///< declared nodes (local backend)
+  std::string algo = "burst";
+  std::string balance = "zigzag";
+  std::string checkpoint = "seq-selective";
+  std::string loss = "fused";
+  uint64_t seed = 1234;
+  std::string data = "data/kjv-genesis-exodus.txt";
+  std::string out;     ///< empty: no files written
+  std::string resume;  ///< a previous --out directory
+  int64_t ffn_chunk = 1024;
+  int64_t lm_tile = 0;  ///< token tile of the fused LM head (0 auto)
+  bool doc_mask = false;
+  int64_t save_every = 0;  ///< 0: at the end only; < 0: never
+  int threads = 0;         ///< compute threads per rank (0: hardware threads / world, >= 1)
+  std::string link = "none";
+  AdamWConfig optim;
+  bool quiet = false;
+  /// Tests: keep the final full parameters (units concatenated, padded sizes) in the summary.
+  bool keep_params = false;
+
+  int cp() const { return dp > 0 ? world / dp : 0; }
+  /// Throws core::Error("[train] ...") naming the offending values (world not divisible by dp,
+  /// heads vs ulysses, unknown algo/balance/policy/loss, seq too short, ...).
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+/// Built-in presets: "main" (the demo: 4 layers, hidden 256, 32K tokens, 4 ranks, burst, zigzag,
+/// fused, seq-selective, ZeRO-3), "tiny" (tests), "small". Throws core::Error listing them when
+/// `name` is unknown. A name ending in .json is read as a file of TrainConfig keys.
+TrainConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+/// Applies JSON keys (the to_json() names) over `c`; unknown keys are refused by name.
+void apply_json(TrainConfig& c, const nlohmann::json& j);
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double seconds = 0, tokens_per_sec = 0, mfu = 0, peak_rss_mib = 0;
+  double compute_s = 0, comm_wait_s = 0;
+};
+
+struct TrainSummary {
+  std::vector<StepRecord> steps;
+  int64_t first_step = 0;
+  double peak_gflops = 0;
+  std::vector<float> params;  ///< keep_params only
+};
+
+/// Loads `cfg.data`: a token file, or a .txt file tokenized byte-level in memory (one document).
+TokenFile load_training_data(const std::string& path);
+
+/// Runs the whole training (local backend threads, or MPI under mpirun). Blocking.
+TrainSummary train(const TrainConfig& cfg);
+
+/// The machine's measured peak: single-thread sgemm GFLOP/s times hardware threads.
+double measure_peak_gflops();
+
+}  // namespace longseq::train

@@ -1,0 +1,108 @@
+#include "longseq/train/zero.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "longseq/core/error.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace longseq::train {
+
+namespace {
+size_t arena_floats(const model::ParamLayout& layout, int r) {
+  size_t n = 0;
+  for (const auto& u : layout.units()) {
+    const int64_t s = (u.size + r - 1) / r;
+    n += static_cast<size_t>((s + 15) / 16 * 16);
+  }
+  return n;
+}
+}  // namespace
+
+ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, uint64_t seed)
+    : layout_(layout),
+      group_(std::move(group)),
+      arena_(4 * arena_floats(layout, group_.size()) * sizeof(float) + 4 * core::kAlignment,
+             "zero-3 shards") {
+  const int r = group_.size();
+  const int nu = layout_.num_units();
+  shard_.resize(nu);
+  offset_.resize(nu);
+  for (int u = 0; u < nu; ++u) {
+    shard_[u] = (layout_.units()[u].size + r - 1) / r;
+    offset_[u] = total_;
+    total_ += (shard_[u] + 15) / 16 * 16;  // keep every shard 64-byte aligned
+  }
+  param_ = arena_.alloc<float>(static_cast<size_t>(total_));
+  grad_ = arena_.alloc<float>(static_cast<size_t>(total_));
+  m_ = arena_.alloc<float>(static_cast<size_t>(total_));
+  v_ = arena_.alloc<float>(static_cast<size_t>(total_));
+  decay_.assign(static_cast<size_t>(total_), 0);
+  for (int u = 0; u < nu; ++u) {
+    const auto& unit = layout_.units()[u];
+    std::vector<float> full(static_cast<size_t>(shard_[u] * r), 0.0f);
+    model::init_unit(layout_, u, seed, full.data());
+    std::vector<uint8_t> dmask(full.size(), 0);
+    for (const auto& t : unit.tensors)
+      if (t.shape.size() >= 2) std::fill(dmask.begin() + t.offset, dmask.begin() + t.offset + t.numel, 1);
+    const int64_t b = shard_begin(u);
+    std::copy(full.begin() + b, full.begin() + b + shard_[u], param_shard(u));
+    std::copy(dmask.begin() + b, dmask.begin() + b + shard_[u], decay_.begin() + offset_[u]);
+  }
+}
+
+void ShardedState::zero_grads() { std::fill(grad_, grad_ + total_, 0.0f); }
+
+const float* ShardedState::acquire(int unit) {
+  auto& buf = gathered_[unit];
+  LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
+  buf.resize(static_cast<size_t>(shard_[unit] * group_.size()));
+  core::ScopedTimer t(&comm_s_);
+  group_.all_gather(param_shard(unit), buf.data(), static_cast<size_t>(shard_[unit]),
+                    core::DType::f32);
+  return buf.data();
+}
+
+void ShardedState::release(int unit) {
+  auto it = gathered_.find(unit);
+  LONGSEQ_CHECK(it != gathered_.end());
+  gathered_.erase(it);
+}
+
+float* ShardedState::acquire_grad(int unit) {
+  auto& buf = grad_full_[unit];
+  LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " gradient acquired twice");
+  buf.assign(static_cast<size_t>(shard_[unit] * group_.size()), 0.0f);
+  return buf.data();
+}
+
+void ShardedState::release_grad(int unit) {
+  auto it = grad_full_.find(unit);
+  LONGSEQ_CHECK(it != grad_full_.end());
+  std::vector<float> part(static_cast<size_t>(shard_[unit]));
+  {
+    core::ScopedTimer t(&comm_s_);
+    group_.reduce_scatter(it->second.data(), part.data(), part.size(), core::DType::f32);
+  }
+  float* g = grad_shard(unit);
+  for (size_t i = 0; i < part.size(); ++i) g[i] += part[i];
+  grad_full_.erase(it);
+}
+
+std::vector<float> ShardedState::gather_full(int unit, int which) {
+  LONGSEQ_CHECK(which >= 0 && which <= 2);
+  float* src = which == 0 ? param_shard(unit) : which == 1 ? m_shard(unit) : v_shard(unit);
+  std::vector<float> full(static_cast<size_t>(shard_[unit] * group_.size()));
+  group_.all_gather(src, full.data(), static_cast<size_t>(shard_[unit]), core::DType::f32);
+  return full;
+}
+
+void ShardedState::load_full(int unit, int which, const float* full) {
+  LONGSEQ_CHECK(which >= 0 && which <= 2);
+  float* dst = which == 0 ? param_shard(unit) : which == 1 ? m_shard(unit) : v_shard(unit);
+  const int64_t b = shard_begin(unit);
+  const int64_t size = layout_.units()[unit].size;
+  for (int64_t i = 0; i < shard_[unit]; ++i) dst[i] = b + i < size ? full[b + i] : 0.0f;
+}
+
+}  // namespace longseq::train

@@ -1,0 +1,83 @@
+#pragma once
+// ZeRO-3 over the data x context group (design.md §6): every rank owns 1/R of every unit's
+// parameters, gradients and AdamW moments; a unit's full parameters exist only between
+// acquire() and release(), its full gradient only between acquire_grad() and release_grad().
+//
+// Legend: R ranks in the group, S_u floats of unit u (config.hpp), s_u = ceil(S_u / R) the shard
+// size; rank r owns floats [r s_u, (r+1) s_u) of the unit padded to R s_u (the padding tail is
+// zero and stays zero: its gradient is zero and AdamW keeps zeros at zero).
+//
+// Memory: one arena holds, for every unit, the parameter shard, the gradient shard and the two
+// AdamW moment shards (4 * sum_u s_u floats, contiguous per kind), so sharding is slicing and
+// checkpointing is a walk over units. Gathered units are separate buffers freed on release.
+//
+// Communication: acquire = all_gather of s_u floats; release_grad = reduce_scatter of R s_u floats
+// (sum) added into the gradient shard. Both blocking; their time is counted as comm wait.
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "longseq/comm/group.hpp"
+#include "longseq/core/arena.hpp"
+#include "longseq/model/config.hpp"
+#include "longseq/model/transformer.hpp"
+
+namespace longseq::train {
+
+class ShardedState final : public model::ParamSource {
+ public:
+  /// Shards of every unit for this rank of `group`; parameters initialised by
+  /// model::init_unit(seed) (identical whatever R is), gradients and moments zero.
+  ShardedState(const model::ParamLayout& layout, comm::Group group, uint64_t seed);
+
+  const model::ParamLayout& layout() const { return layout_; }
+  int64_t shard_size(int unit) const { return shard_[unit]; }
+  /// This rank's slices (shard_size(unit) floats each).
+  float* param_shard(int unit) { return param_ + offset_[unit]; }
+  float* grad_shard(int unit) { return grad_ + offset_[unit]; }
+  float* m_shard(int unit) { return m_ + offset_[unit]; }
+  float* v_shard(int unit) { return v_ + offset_[unit]; }
+  /// All of a kind, contiguous (total_shard() floats): for the optimizer and norms.
+  float* params() { return param_; }
+  float* grads() { return grad_; }
+  float* exp_avg() { return m_; }
+  float* exp_avg_sq() { return v_; }
+  int64_t total_shard() const { return total_; }
+  /// 1 where this rank's shard element is a matrix weight (weight decay applies), 0 for norms
+  /// and padding.
+  const std::vector<uint8_t>& decay_mask() const { return decay_; }
+  /// First element (within the padded unit) that this rank owns.
+  int64_t shard_begin(int unit) const { return shard_[unit] * group_.rank(); }
+
+  void zero_grads();
+
+  // model::ParamSource
+  const float* acquire(int unit) override;
+  void release(int unit) override;
+  float* acquire_grad(int unit) override;
+  void release_grad(int unit) override;
+
+  /// The full unit (padded size R s_u) of `which` (0 params, 1 exp_avg, 2 exp_avg_sq) gathered on
+  /// every rank: for checkpoints. Collective.
+  std::vector<float> gather_full(int unit, int which);
+  /// Sets this rank's shard of `which` from a full unit (S_u floats or more).
+  void load_full(int unit, int which, const float* full);
+
+  /// Seconds spent in collectives since construction.
+  double comm_seconds() const { return comm_s_; }
+  /// Bytes of the shard arena.
+  size_t arena_bytes() const { return arena_.capacity(); }
+
+ private:
+  model::ParamLayout layout_;
+  comm::Group group_;
+  core::Arena arena_;
+  std::vector<int64_t> shard_, offset_;
+  int64_t total_ = 0;
+  float *param_ = nullptr, *grad_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  std::vector<uint8_t> decay_;
+  std::map<int, std::vector<float>> gathered_, grad_full_;
+  double comm_s_ = 0;
+};
+
+}  // namespace longseq::train
