@@ -76,13 +76,19 @@ std::pair<double, double> timed_transfer(const LinkModel& link, int nodes, size_
   return {wall, cpu};
 }
 
-TEST(LinkModelDelay, OneSendTakesLatencyPlusBytesOverBandwidth) {
-  // inter: 20 ms + 1 MB / 50 MB/s = 40 ms. intra: free.
-  const LinkModel m = LinkModel::parse("inter=20ms,50MB/s");
-  const double expected = 0.020 + 1e6 / 50e6;
-  const auto [wall, cpu] = timed_transfer(m, /*nodes=*/2, 1000000, 1);
+/// The measured time may exceed the model only by scheduling noise: 25% plus 20 ms (the tests
+/// share two cores with the rest of the suite).
+void expect_modelled(double wall, double expected) {
   EXPECT_GE(wall / expected, 1.0 - 1e-3) << "completed before the modelled time";
-  EXPECT_LE(wall / expected, 1.5) << wall << " s for a modelled " << expected << " s";
+  EXPECT_LE(wall, 1.25 * expected + 0.020) << wall << " s for a modelled " << expected << " s";
+}
+
+TEST(LinkModelDelay, OneSendTakesLatencyPlusBytesOverBandwidth) {
+  // inter: 40 ms + 1 MB / 16.7 MB/s = 100 ms. intra: free.
+  const LinkModel m = LinkModel::parse("inter=40ms,16.666666MB/s");
+  const double expected = 0.040 + 1e6 / 16.666666e6;
+  const auto [wall, cpu] = timed_transfer(m, /*nodes=*/2, 1000000, 1);
+  expect_modelled(wall, expected);
   // The model sleeps: the waiting rank burns a small fraction of the wall time.
   EXPECT_LT(cpu, 0.25 * wall) << "cpu " << cpu << " s while waiting " << wall << " s";
   // Same ranks on one node: the intra class is free, so no delay.
@@ -92,31 +98,51 @@ TEST(LinkModelDelay, OneSendTakesLatencyPlusBytesOverBandwidth) {
 }
 
 TEST(LinkModelDelay, OneTransferAtATimePerLink) {
-  // Four messages on one link are serialised: 4 x (5 ms + 10 ms).
-  const LinkModel m = LinkModel::parse("intra=5ms,20MB/s");
-  const double expected = 4 * (0.005 + 200000 / 20e6);
+  // Four messages on one link are serialised: 4 x (10 ms + 20 ms).
+  const LinkModel m = LinkModel::parse("intra=10ms,10MB/s");
+  const double expected = 4 * (0.010 + 200000 / 10e6);
   const auto [wall, cpu] = timed_transfer(m, 1, 200000, 4);
   (void)cpu;
-  EXPECT_GE(wall / expected, 1.0 - 1e-3);
-  EXPECT_LE(wall / expected, 1.4) << wall << " s for a modelled " << expected << " s";
+  expect_modelled(wall, expected);
+}
+
+TEST(LinkModelDelay, DifferentLinksRunConcurrently) {
+  // Rank 0 sends to ranks 1 and 2 at once: two links, so both finish after one transfer time.
+  Options o;
+  o.backend = "local";
+  o.world = 3;
+  o.link = LinkModel::parse("intra=20ms,10MB/s");  // 20 ms + 0.5 MB / 10 MB/s = 70 ms
+  const double expected = 0.020 + 500000 / 10e6;
+  comm::run(o, [&](Group& g) {
+    std::vector<uint8_t> a(500000), b(500000);
+    g.barrier();
+    const double t0 = core::now_seconds();
+    if (g.rank() == 0) {
+      std::vector<Request> reqs = {g.isend(1, a), g.isend(2, b)};
+      wait_all(reqs);
+      expect_modelled(core::now_seconds() - t0, expected);
+    } else {
+      g.irecv(0, a).wait();
+    }
+  });
 }
 
 TEST(LinkModelDelay, ComputeOverlapsTheModelledTransfer) {
-  // Post, compute 60 ms, wait: the 50 ms transfer hides behind the compute.
+  // Post, compute 150 ms, wait: the 100 ms transfer hides behind the compute.
   Options o;
   o.backend = "local";
   o.world = 2;
   o.nodes = 2;
-  o.link = LinkModel::parse("inter=10ms,25MB/s");  // 10 ms + 1 MB / 25 MB/s = 50 ms
+  o.link = LinkModel::parse("inter=50ms,20MB/s");  // 50 ms + 1 MB / 20 MB/s = 100 ms
   comm::run(o, [&](Group& g) {
     std::vector<uint8_t> buf(1000000);
     g.barrier();
     const double t0 = core::now_seconds();
     Request r = g.rank() == 0 ? g.isend(1, buf) : g.irecv(0, buf);
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     r.wait();
     const double total = core::now_seconds() - t0;
-    EXPECT_LT(total, 0.060 + 0.025) << "rank " << g.rank() << ": the transfer did not overlap";
+    EXPECT_LT(total, 0.150 + 0.040) << "rank " << g.rank() << ": the transfer did not overlap";
   });
 }
 

@@ -114,7 +114,15 @@ TEST_P(PointToPoint, TransfersProgressWhileTheRankComputes) {
     const double t0 = core::now_seconds();
     r.wait();
     const double waited = core::now_seconds() - t0;
-    EXPECT_LT(waited, 0.15) << "rank " << g.rank() << " waited " << waited << " s after compute";
+    // local: at most the one copy, which may fall to this rank (timed here, in this build).
+    double bound = 0.15;
+    if (g.backend() == "local") {
+      std::vector<float> scratch(n);
+      core::Timer copy;
+      std::memcpy(scratch.data(), buf.data(), n * sizeof(float));
+      bound = 3 * copy.elapsed() + 0.05;
+    }
+    EXPECT_LT(waited, bound) << "rank " << g.rank() << " waited " << waited << " s after compute";
     if (g.rank() == 1) {
       EXPECT_TRUE(bits_equal(buf, rank_data<float>(92, 0, n)));
     }

@@ -1,0 +1,172 @@
+// Communication benchmark: point-to-point and all-gather bandwidth and latency, 1 KiB .. 64 MiB,
+// for the local backend (threads) and MPI (run under mpirun), written as JSON.
+//
+// Definitions follow nccl-tests (doc/PERFORMANCE.md):
+//   sendrecv    every rank sends `bytes` to rank+1 and receives `bytes` from rank-1 at once.
+//               algBw = bytes / time, busBw = algBw.
+//   pingpong    rank 0 sends `bytes` to rank 1, which sends them back; time = half the round
+//               trip (the one-way latency at small sizes). algBw = busBw = bytes / time.
+//   all_gather  `bytes` is the size of the gathered output (P blocks of bytes/P).
+//               algBw = bytes / time, busBw = algBw * (P-1)/P.
+// time is the slowest rank's mean over `iters` iterations after one warm-up, with iterations
+// chosen so each point runs about --seconds.
+//
+//   comm_bench --world 4                              # local threads, no link model
+//   comm_bench --world 4 --nodes 2 --link "inter=10us,10GB/s"
+//   mpirun -np 4 comm_bench                          # MPI (backend any picks it)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "longseq/comm/cli_options.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/timer.hpp"
+
+namespace {
+
+using namespace longseq;
+
+struct Point {
+  std::string op;
+  size_t bytes;
+  int iters;
+  double seconds;  // per iteration, slowest rank
+  double algbw, busbw;  // bytes/s
+};
+
+/// Runs `body` once, then `iters` times, where iters makes the run last about `target` seconds;
+/// returns the slowest rank's mean seconds per iteration. Every rank gets the same answer.
+template <class F>
+std::pair<int, double> time_it(comm::Group& g, double target, int max_iters, F&& body) {
+  g.barrier();
+  core::Timer t;
+  body();
+  double once = t.elapsed();
+  g.all_reduce(&once, &once, 1, core::DType::f64, comm::ReduceOp::max);
+  const int iters = std::clamp(static_cast<int>(target / std::max(once, 1e-7)), 3, max_iters);
+  g.barrier();
+  t.restart();
+  for (int i = 0; i < iters; ++i) body();
+  double mean = t.elapsed() / iters;
+  g.all_reduce(&mean, &mean, 1, core::DType::f64, comm::ReduceOp::max);
+  return {iters, mean};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"comm_bench: point-to-point and all-gather bandwidth/latency (JSON)"};
+  comm::Options opt;
+  opt.world = 4;
+  std::string out_path, ops_list = "pingpong,sendrecv,all_gather";
+  size_t min_bytes = 1024, max_bytes = 64u << 20;
+  double seconds = 0.2;
+  int max_iters = 2000, step = 4;
+  comm::add_cli_options(app, opt);
+  app.add_option("--ops", ops_list, "comma list of pingpong, sendrecv, all_gather")->capture_default_str();
+  app.add_option("--min-bytes", min_bytes, "smallest size")->capture_default_str();
+  app.add_option("--max-bytes", max_bytes, "largest size")->capture_default_str();
+  app.add_option("--step", step, "size multiplier between points")->capture_default_str();
+  app.add_option("--seconds", seconds, "target seconds per point")->capture_default_str();
+  app.add_option("--max-iters", max_iters, "iteration cap per point")->capture_default_str();
+  app.add_option("--out", out_path, "write JSON here (default: stdout)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<std::string> ops;
+    std::stringstream ss(ops_list);
+    for (std::string s; std::getline(ss, s, ',');) ops.push_back(s);
+
+    nlohmann::json report;
+    comm::run(opt, [&](comm::Group& g) {
+      const int p = g.size(), r = g.rank();
+      std::vector<Point> points;
+      for (const std::string& op : ops) {
+        if (op == "pingpong" && p < 2) continue;
+        for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
+          Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
+          if (op == "sendrecv") {
+            std::vector<std::byte> s(bytes), d(bytes);
+            auto [it, t] = time_it(g, seconds, max_iters, [&] {
+              const comm::SendSpec sp{g.ring_next(), s.data(), bytes, 0};
+              const comm::RecvSpec rp{g.ring_prev(), d.data(), bytes, 0};
+              g.exchange({&sp, 1}, {&rp, 1});
+            });
+            pt.iters = it;
+            pt.seconds = t;
+            pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+          } else if (op == "pingpong") {
+            std::vector<std::byte> b(bytes);
+            auto [it, t] = time_it(g, seconds, max_iters, [&] {
+              if (r == 0) {
+                g.send(1, b.data(), bytes);
+                g.recv(1, b.data(), bytes);
+              } else if (r == 1) {
+                g.recv(0, b.data(), bytes);
+                g.send(0, b.data(), bytes);
+              }
+            });
+            pt.iters = it;
+            pt.seconds = t / 2;
+            pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+          } else if (op == "all_gather") {
+            const size_t block = bytes / static_cast<size_t>(p);
+            std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
+            auto [it, t] = time_it(g, seconds, max_iters, [&] {
+              g.all_gather(in.data(), outb.data(), block, core::DType::u8);
+            });
+            pt.bytes = block * static_cast<size_t>(p);
+            pt.iters = it;
+            pt.seconds = t;
+            pt.algbw = static_cast<double>(pt.bytes) / t;
+            pt.busbw = pt.algbw * (p - 1) / p;
+          } else {
+            core::fail("bench", "unknown op '", op, "': expected pingpong, sendrecv or all_gather");
+          }
+          points.push_back(pt);
+          if (r == 0)
+            std::fprintf(stderr, "%-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
+                         op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9,
+                         pt.busbw / 1e9);
+        }
+      }
+      const std::vector<comm::Stats> stats = g.gather_stats();
+      if (r == 0) {
+        nlohmann::json res = nlohmann::json::array();
+        for (const Point& pt : points)
+          res.push_back({{"op", pt.op},
+                         {"bytes", pt.bytes},
+                         {"iters", pt.iters},
+                         {"time_us", pt.seconds * 1e6},
+                         {"algbw_GBps", pt.algbw / 1e9},
+                         {"busbw_GBps", pt.busbw / 1e9}});
+        report = {{"bench", "comm"},
+                  {"backend", std::string(g.backend())},
+                  {"world", p},
+                  {"nodes", g.topology().num_nodes()},
+                  {"link", opt.link.str()},
+                  {"results", res},
+                  {"stats", comm::stats_to_json(stats)}};
+      }
+    });
+    if (!report.is_null()) {
+      if (out_path.empty()) {
+        std::cout << report.dump(2) << "\n";
+      } else {
+        std::ofstream(out_path) << report.dump(2) << "\n";
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,20 @@
+# MPI registrations of the comm suite: the same parameterised tests (Mpi/* instances) run under
+# mpirun with 3 and 4 processes. The Local/* instances run through gtest_discover_tests and skip
+# nothing; the Mpi/* instances skip themselves when not started by mpirun.
+#
+# OpenMPI refuses to start as root unless --allow-run-as-root is given or both
+# OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set: the environment is set
+# per test below, so `ctest` works in root containers (CI) and as a normal user alike.
+# --oversubscribe lets 4 ranks start on a machine with fewer cores.
+if(LONGSEQ_WITH_MPI AND TARGET test_comm)
+  foreach(np 3 4)
+    add_test(NAME comm_mpi_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
+                     $<TARGET_FILE:test_comm> --gtest_filter=Mpi/* --gtest_color=no)
+    set_tests_properties(comm_mpi_np${np} PROPERTIES
+      LABELS "comm;mpi"
+      TIMEOUT 300
+      PROCESSORS ${np}
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endif()
