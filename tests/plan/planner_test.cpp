@@ -38,7 +38,7 @@ TEST(Hardware, EveryShippedProfileLoads) {
   for (const auto& n : names) {
     const Hardware hw = load_hardware(n);
     EXPECT_GT(hw.peak_flops, 0) << n;
-    EXPECT_GT(hw.intra.bandwidth_Bps, hw.inter.bandwidth_Bps) << n;
+    EXPECT_GE(hw.intra.bandwidth_Bps, hw.inter.bandwidth_Bps) << n;  // local: one host, equal
     // Round trip.
     const Hardware back = parse_hardware(hardware_to_json(hw), "round trip");
     EXPECT_DOUBLE_EQ(back.inter.bandwidth_Bps, hw.inter.bandwidth_Bps) << n;
