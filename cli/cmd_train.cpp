@@ -13,7 +13,7 @@ namespace longseq::cli {
 namespace {
 struct TrainArgs {
   std::string preset = "main";
-  std::optional<int64_t> steps, seq, ffn_chunk, warmup, save_every, lm_tile, layers, hidden, heads,
+  std::optional<int64_t> steps, stop_after, seq, ffn_chunk, warmup, save_every, lm_tile, layers, hidden, heads,
       kv_heads, head_dim, intermediate;
   std::optional<int> world, dp, nodes, threads;
   std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link;
@@ -35,6 +35,8 @@ std::function<int()> add_train(CLI::App& app) {
   for (const auto& n : train::preset_names()) names += (names.empty() ? "" : " | ") + n;
   app.add_option("--preset", a->preset, names + " | FILE.json (keys of metrics.json's config)");
   app.add_option("--steps", a->steps, "optimizer steps" + def(m.steps));
+  app.add_option("--stop-after", a->stop_after,
+                 "stop after K steps, schedule still over --steps (then --resume)" + def(m.stop_after));
   app.add_option("--seq", a->seq, "tokens per sequence (N)" + def(m.seq));
   app.add_option("--world", a->world, "ranks in all (dp x context ranks)" + def(m.world));
   app.add_option("--dp", a->dp, "data-parallel replicas (divides --world)" + def(m.dp));
@@ -73,6 +75,7 @@ std::function<int()> add_train(CLI::App& app) {
       if (src) dst = *src;
     };
     set(c.steps, a->steps);
+    set(c.stop_after, a->stop_after);
     set(c.seq, a->seq);
     set(c.world, a->world);
     set(c.dp, a->dp);

@@ -107,6 +107,7 @@ json TrainConfig::to_json() const {
           {"norm_eps", m.norm_eps},
           {"tied_embeddings", m.tied_embeddings},
           {"steps", steps},
+          {"stop_after", stop_after},
           {"seq", seq},
           {"world", world},
           {"dp", dp},
@@ -176,6 +177,7 @@ void apply_json(TrainConfig& c, const json& j) {
       else if (k == "adam_eps") c.optim.eps = v;
       else if (k == "weight_decay") c.optim.weight_decay = v;
       else if (k == "grad_clip") c.optim.grad_clip = v;
+      else if (k == "stop_after") c.stop_after = v;
       else if (k == "preset" || k == "cp") continue;
       else core::fail("train", "unknown preset key '", k, "'");
     } catch (const json::exception& e) {
@@ -209,6 +211,7 @@ void TrainConfig::validate() const {
   }
   optim.validate();
   core::require(threads >= 0, "train", "--threads ", threads, " must be >= 0");
+  core::require(stop_after >= 0, "train", "--stop-after ", stop_after, " must be >= 0");
 }
 
 // ---- data --------------------------------------------------------------------------------------
@@ -313,7 +316,7 @@ TrainSummary train(const TrainConfig& cfg) {
   opt.world = cfg.world;
   opt.nodes = cfg.nodes;
   opt.link = comm::LinkModel::parse(cfg.link);
-  std::vector<float> final_params;
+  std::vector<float> final_params, final_grads;
   comm::run(opt, [&](comm::Group& world) {
     const int wr = world.rank();
     const int cp = cfg.cp();
@@ -339,7 +342,19 @@ TrainSummary train(const TrainConfig& cfg) {
     std::unique_ptr<model::AttentionOp> attn;
     const bool writer = wr == 0;
     std::vector<StepRecord> records;
-    for (int64_t step = start; step < cfg.steps; ++step) {
+    const int64_t end = cfg.stop_after > 0 ? std::min(cfg.steps, cfg.stop_after) : cfg.steps;
+    auto gather_all = [&](bool grads) {
+      std::vector<float> all;
+      for (int u = 0; u < layout.num_units(); ++u) {
+        std::vector<float> f(static_cast<size_t>(state.shard_size(u) * world.size()));
+        world.all_gather(grads ? state.grad_shard(u) : state.param_shard(u), f.data(),
+                         static_cast<size_t>(state.shard_size(u)), core::DType::f32);
+        f.resize(static_cast<size_t>(layout.units()[u].size));
+        all.insert(all.end(), f.begin(), f.end());
+      }
+      return all;
+    };
+    for (int64_t step = start; step < end; ++step) {
       world.barrier();
       core::Timer step_timer;
       double wait_s = 0;
@@ -382,6 +397,10 @@ TrainSummary train(const TrainConfig& cfg) {
         norm = global_grad_norm(state.grads(), state.total_shard(), world);
       }
       loss /= static_cast<double>(std::max<int64_t>(count, 1));
+      if (cfg.keep_params && step + 1 == end) {
+        std::vector<float> g = gather_all(true);
+        if (writer) final_grads = std::move(g);
+      }
       clip_gradients(state.grads(), state.total_shard(), norm, cfg.optim.grad_clip);
       const double lr = learning_rate(cfg.optim, step, cfg.steps);
       adamw_step(state.params(), state.grads(), state.exp_avg(), state.exp_avg_sq(),
@@ -416,7 +435,7 @@ TrainSummary train(const TrainConfig& cfg) {
                     r.peak_rss_mib, r.compute_s, r.comm_wait_s),
             std::fflush(stdout);
       if (writer && !cfg.out.empty()) write_metrics(cfg.out, config, records);
-      const bool last = step + 1 == cfg.steps;
+      const bool last = step + 1 == end;
       const bool save = !cfg.out.empty() && cfg.save_every >= 0 &&
                         (last || (cfg.save_every > 0 && (step + 1) % cfg.save_every == 0));
       if (save) {
@@ -431,13 +450,8 @@ TrainSummary train(const TrainConfig& cfg) {
       }
     }
     if (cfg.keep_params) {
-      std::vector<float> all;
-      for (int u = 0; u < layout.num_units(); ++u) {
-        std::vector<float> f = state.gather_full(u, 0);
-        f.resize(static_cast<size_t>(layout.units()[u].size));
-        all.insert(all.end(), f.begin(), f.end());
-      }
-      if (writer) final_params = std::move(all);
+      std::vector<float> p = gather_all(false);
+      if (writer) final_params = std::move(p);
     }
     if (writer) {
       summary.steps = std::move(records);
@@ -445,6 +459,7 @@ TrainSummary train(const TrainConfig& cfg) {
     }
   });
   summary.params = std::move(final_params);
+  summary.grads = std::move(final_grads);
   return summary;
 }
 

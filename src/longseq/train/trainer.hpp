@@ -54,7 +54,11 @@ struct TrainConfig {
   std::string link = "none";
   AdamWConfig optim;
   bool quiet = false;
-  /// Tests: keep the final full parameters (units concatenated, padded sizes) in the summary.
+  /// Stop after this many steps (0: run all) while the schedule still spans `steps`: an
+  /// interrupted run, to be continued with --resume.
+  int64_t stop_after = 0;
+  /// Tests: keep the final full parameters, and the last step's gradient before clipping (units
+  /// concatenated, unit sizes of config.hpp), in the summary.
   bool keep_params = false;
 
   int cp() const { return dp > 0 ? world / dp : 0; }
@@ -84,6 +88,7 @@ struct TrainSummary {
   int64_t first_step = 0;
   double peak_gflops = 0;
   std::vector<float> params;  ///< keep_params only
+  std::vector<float> grads;   ///< keep_params only: last step's gradient, before clipping
 };
 
 /// Loads `cfg.data`: a token file, or a .txt file tokenized byte-level in memory (one document).
