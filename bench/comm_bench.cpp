@@ -11,7 +11,7 @@
 // time is the slowest rank's mean over `iters` iterations after one warm-up, with iterations
 // chosen so each point runs about --seconds.
 //
-//   comm_bench --world 4                              # local threads, no link model
+//   comm_bench                                       # 4 local threads, no link model
 //   comm_bench --world 4 --nodes 2 --link "inter=10us,10GB/s"
 //   mpirun -np 4 comm_bench                          # MPI (backend any picks it)
 #include <CLI/CLI.hpp>
@@ -65,7 +65,6 @@ std::pair<int, double> time_it(comm::Group& g, double target, int max_iters, F&&
 int main(int argc, char** argv) {
   CLI::App app{"comm_bench: point-to-point and all-gather bandwidth/latency (JSON)"};
   comm::Options opt;
-  opt.world = 4;
   std::string out_path, ops_list = "pingpong,sendrecv,all_gather";
   size_t min_bytes = 1024, max_bytes = 64u << 20;
   double seconds = 0.2;
@@ -81,6 +80,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (opt.world == 0 && comm::resolve_backend(opt.backend) == comm::Backend::local) opt.world = 4;
     std::vector<std::string> ops;
     std::stringstream ss(ops_list);
     for (std::string s; std::getline(ss, s, ',');) ops.push_back(s);

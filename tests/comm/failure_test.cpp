@@ -102,6 +102,33 @@ TEST_P(Failure, SizeMismatchNamesBothSizes) {
   }
 }
 
+TEST_P(Failure, RequestsDroppedWhileUnwindingAreWithdrawn) {
+  // Rank 0 posts a 1 MiB receive and throws before waiting: its buffer is freed while unwinding.
+  // The request must be withdrawn first, so rank 1's late send never lands in freed memory (the
+  // address sanitizer build checks this), and everyone gets rank 0's failure.
+  const Options o = options_for(GetParam(), 30.0);
+  if (world_size(o) < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    comm::run(o, [&](Group& g) {
+      const size_t n = 1 << 18;
+      if (g.rank() == 0) {
+        std::vector<float> buf(n);
+        Request r = g.irecv(1, buf, 6);
+        throw std::runtime_error("rank 0 gives up");
+      }
+      if (g.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const std::vector<float> data(n, 1.f);
+        g.isend(0, data, 6).wait();
+      }
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_TRUE(contains(e.what(), "rank 0 gives up")) << e.what();
+  }
+}
+
 TEST_P(Failure, NextRunAfterAFailureIsClean) {
   const Options o = options_for(GetParam(), 30.0);
   EXPECT_THROW(comm::run(o, [](Group& g) {
@@ -170,7 +197,7 @@ TEST(LocalFailure, BadWorldAndNodesAreUserErrors) {
     EXPECT_TRUE(contains(e.what(), "--nodes 3 must divide world 8")) << e.what();
   }
   o.nodes = 0;
-  o.world = 0;
+  o.world = -2;
   EXPECT_THROW(comm::run(o, [](Group&) {}), core::Error);
 }
 

@@ -3,7 +3,7 @@
 // that already uses CLI11 includes it; the comm library itself does not depend on CLI11).
 //
 //   --backend local|mpi|any     [any]   MPI when started by mpirun, else local threads
-//   --world N                   [1]     local ranks (MPI: 0 or mpirun's -np)
+//   --world N                   [0]     local ranks, 0 = 1 (MPI: 0 = mpirun's -np)
 //   --nodes M                   [0]     declared nodes (local: must divide world; MPI: 0 = real)
 //   --link SPEC                 [none]  local link model, e.g. intra=2us,100GB/s:inter=10us,12.5GB/s
 //   --comm-timeout SECONDS      [300]   a wait blocked this long fails the whole job
@@ -22,7 +22,8 @@ inline void add_cli_options(CLI::App& app, Options& opt, bool with_world = true)
       ->check(CLI::IsMember({"local", "mpi", "any"}))
       ->capture_default_str();
   if (with_world)
-    app.add_option("--world", opt.world, "ranks (local threads; under MPI 0 or mpirun's -np)")
+    app.add_option("--world", opt.world,
+                   "ranks (local threads, 0 = 1; under MPI 0 = as started by mpirun)")
         ->capture_default_str();
   app.add_option("--nodes", opt.nodes,
                  "declared nodes, ranks split evenly (local: 0 = 1; MPI: 0 = real topology)")

@@ -1,5 +1,6 @@
 #include "longseq/comm/launch.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -38,15 +39,15 @@ Backend init(std::string_view name) {
 }
 
 int world_size(const Options& options) {
-  return init(options.backend) == Backend::mpi ? mpi_world_size() : options.world;
+  return init(options.backend) == Backend::mpi ? mpi_world_size() : std::max(options.world, 1);
 }
 
 void run_local(const Options& options, const std::function<void(Group&)>& fn) {
-  core::require(options.world >= 1, "comm", "--world ", options.world,
+  core::require(options.world >= 0, "comm", "--world ", options.world,
                 " must be at least 1 for the local backend");
+  const int world = std::max(options.world, 1);
   const int nodes = options.nodes == 0 ? 1 : options.nodes;
-  run_local_world(options.world, Topology::declared(options.world, nodes), options.link,
-                  options.timeout_s, fn);
+  run_local_world(world, Topology::declared(world, nodes), options.link, options.timeout_s, fn);
 }
 
 void run(const Options& options, const std::function<void(Group&)>& fn) {

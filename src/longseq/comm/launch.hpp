@@ -28,9 +28,9 @@ std::string_view backend_name(Backend b);
 struct Options {
   /// "local" | "mpi" | "any" (MPI when launched by mpirun, else local).
   std::string backend = "any";
-  /// Ranks. local: number of threads (>= 1). mpi: 0 = as started by mpirun; any other value must
-  /// equal the mpirun world size.
-  int world = 1;
+  /// Ranks. local: number of threads (0 means 1). mpi: 0 = as started by mpirun; any other value
+  /// must equal the mpirun world size.
+  int world = 0;
   /// Nodes. local: declared, must divide world (0 means 1). mpi: 0 = real topology from
   /// MPI_Comm_split_type; M > 0 declares M even nodes instead (to exercise inter-node code
   /// paths on one machine).

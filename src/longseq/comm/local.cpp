@@ -6,6 +6,7 @@
 // would otherwise sit idle), then both sides may complete. With a link model the completion is
 // further held back until the modelled transfer time (link_model.hpp), computed when the send is
 // posted. Every wait sleeps on its rank's condition variable with a deadline; nothing polls.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -163,6 +164,8 @@ class LocalWorld {
   bool progress(Transfer& t, bool is_send, std::unique_lock<std::mutex>& lk) {
     if (t.matched() && t.copy == Transfer::Copy::done && Clock::now() >= t.ready_at) return true;
     if (!t.error.empty()) throw core::Error("comm", t.error);
+    // The peer is copying our buffer: never unwind (and free it) under its feet.
+    if (t.copy == Transfer::Copy::running) return false;
     if (failed_) throw RankFailed(failed_rank_, failure_);
     if (t.matched() && t.copy == Transfer::Copy::waiting) {
       t.copy = Transfer::Copy::running;
@@ -215,6 +218,33 @@ class LocalWorld {
     }
   }
 
+  /// The last handle of an incomplete request is gone (typically: its rank is unwinding after
+  /// an exception, about to free the buffer). Unmatched: forget it, so it can neither match nor
+  /// be copied later. Matched but not copied: fail the transfer for the peer. Being copied:
+  /// wait for the copy, since the buffer is still alive now and may not be afterwards.
+  void abandon(Transfer& t, bool is_send) {
+    const int me = is_send ? t.src_w : t.dst_w;
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_[static_cast<size_t>(me)].wait(lk, [&] { return t.copy != Transfer::Copy::running; });
+    if (!t.matched()) {
+      const Key k{t.channel, t.src_w, t.dst_w, t.tag};
+      auto it = unmatched_.find(k);
+      if (it == unmatched_.end()) return;
+      auto& q = it->second;
+      q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& p) { return p.get() == &t; }),
+              q.end());
+      if (q.empty()) unmatched_.erase(it);
+      return;
+    }
+    if (t.copy == Transfer::Copy::waiting && t.error.empty()) {
+      t.error = core::cat(is_send ? rank_name(t.src_g, t.src_w) : rank_name(t.dst_g, t.dst_w),
+                          " dropped its ", is_send ? "send" : "receive", " (tag ", t.tag,
+                          ") before it completed");
+      cv_[static_cast<size_t>(t.src_w)].notify_all();
+      cv_[static_cast<size_t>(t.dst_w)].notify_all();
+    }
+  }
+
   bool test(Transfer& t, bool is_send, Clock::time_point& first_test) {
     std::unique_lock<std::mutex> lk(mu_);
     if (progress(t, is_send, lk)) return true;
@@ -257,6 +287,11 @@ class LocalRequest final : public Request::Impl {
  public:
   LocalRequest(std::shared_ptr<LocalWorld> world, std::shared_ptr<Transfer> t, bool is_send)
       : world_(std::move(world)), t_(std::move(t)), is_send_(is_send) {}
+  ~LocalRequest() override {
+    if (!done_) world_->abandon(*t_, is_send_);
+  }
+  LocalRequest(const LocalRequest&) = delete;
+  LocalRequest& operator=(const LocalRequest&) = delete;
   void wait() override {
     if (!done_) world_->wait(*t_, is_send_);
     done_ = true;

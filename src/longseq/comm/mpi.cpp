@@ -276,10 +276,17 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
     cv.notify_all();
     auto self = shared_from_this();
     auto drop = [self, broadcast] {
-      self->probes.clear();  // their buffers may be gone once the waits have thrown
+      self->cancel_probes();  // their buffers may be gone once the waits have thrown
       if (broadcast) self->send_ctrl(kFail, self->failure);
     };
     drop_or_submit(drop);
+  }
+
+  /// Progress thread: unmatched receives will never be matched; complete them as failed.
+  void cancel_probes() {
+    for (auto& [key, q] : probes)
+      for (auto& op : q) complete(*op, "cancelled: the run failed");
+    probes.clear();
   }
 
   void complete(MpiOp& op, std::string error) {
@@ -354,7 +361,7 @@ thread_local bool t_on_progress_thread = false;
 void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w) {
   if (w->retired) return;
   w->retired = true;
-  w->probes.clear();
+  w->cancel_probes();
   remove_world(w.get());
   if (w->ctrl_req != MPI_REQUEST_NULL) {
     MPI_Request copy = w->ctrl_req;
@@ -493,6 +500,40 @@ class MpiRequest final : public Request::Impl {
  public:
   MpiRequest(std::shared_ptr<MpiWorld> w, std::shared_ptr<MpiOp> op)
       : w_(std::move(w)), op_(std::move(op)) {}
+  MpiRequest(const MpiRequest&) = delete;
+  MpiRequest& operator=(const MpiRequest&) = delete;
+
+  /// The last handle of an incomplete receive is gone (its rank is unwinding and will free the
+  /// buffer): withdraw it if no message matched it yet; otherwise the message is already on its
+  /// way into the buffer, so wait for it to land (at most the timeout). Dropped sends continue:
+  /// MPI cannot withdraw them, and their buffers are only read.
+  ~MpiRequest() override {
+    if (op_->is_send) return;
+    try {
+      {
+        std::lock_guard<std::mutex> lk(w_->mu);
+        if (op_->done) return;
+      }
+      bool withdrawn = false;
+      auto w = w_;
+      auto op = op_;
+      Runtime::get().run_sync([&] {
+        auto it = w->probes.find({op->peer_w, op->mtag});
+        if (it == w->probes.end()) return;
+        auto& q = it->second;
+        const auto pos = std::find(q.begin(), q.end(), op);
+        if (pos == q.end()) return;
+        q.erase(pos);
+        if (q.empty()) w->probes.erase(it);
+        withdrawn = true;
+      });
+      if (withdrawn) return;
+      std::unique_lock<std::mutex> lk(w_->mu);
+      w_->cv.wait_for(lk, to_duration(w_->timeout_s), [&] { return op_->done; });
+    } catch (...) {
+      // A destructor must not throw; the world is failing anyway.
+    }
+  }
 
   void wait() override {
     MpiWorld& w = *w_;
@@ -534,11 +575,9 @@ class MpiRequest final : public Request::Impl {
  private:
   /// With the world's mutex held: true when complete; throws the op's error or the failure.
   bool finish_locked() {
-    if (op_->done) {
-      if (!op_->error.empty()) throw core::Error("comm", op_->error);
-      return true;
-    }
+    if (op_->done && op_->error.empty()) return true;
     if (w_->failed) throw RankFailed(w_->failed_rank, w_->failure);
+    if (op_->done) throw core::Error("comm", op_->error);
     return false;
   }
   [[noreturn]] void timeout(const char* verb) {
@@ -621,7 +660,15 @@ class MpiGroupImpl final : public GroupImpl {
     for (const RecvSpec& r : recvs) make(false, r.peer, r.tag, nullptr, r.data, r.bytes);
     auto world = world_;
     Runtime::get().submit([world, ops = std::move(ops)] {
-      if (world->retired) return;
+      bool failed;
+      {
+        std::lock_guard<std::mutex> lk(world->mu);
+        failed = world->failed;
+      }
+      if (world->retired || failed) {
+        for (const auto& op : ops) world->complete(*op, "posted after the run failed or ended");
+        return;
+      }
       for (const auto& op : ops) {
         if (!op->is_send) {
           world->probes[{op->peer_w, op->mtag}].push_back(op);
@@ -683,8 +730,7 @@ void mpi_abort(int code) {
 
 void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn) {
   Runtime& rt = Runtime::get();
-  core::require(options.world == 0 || options.world == rt.size() ||
-                    (options.world == 1 && !launched_by_mpirun()),
+  core::require(options.world == 0 || options.world == rt.size(),
                 "comm", "--world ", options.world, " but mpirun started ", rt.size(),
                 " processes");
   core::require(options.timeout_s > 0.0, "comm", "timeout ", options.timeout_s,
