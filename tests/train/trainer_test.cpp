@@ -24,6 +24,7 @@
 #include <string>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/safetensors.hpp"
 #include "longseq/train/trainer.hpp"
 
 namespace {
@@ -123,6 +124,27 @@ TEST(Trainer, DistributedStepEqualsSingleRankForEveryLayoutPolicyAndLoss) {
   b.world = 4;
   const auto sa = tr::train(a), sb = tr::train(b);
   EXPECT_NEAR(sa.steps[0].loss, sb.steps[0].loss, 1e-5 * sa.steps[0].loss);
+}
+
+TEST(Trainer, CheckpointPoliciesKeepLessActivationsInTheDocumentedOrder) {
+  // none > selective++ > seq-selective > full: seq-selective keeps half of selective++'s
+  // attention outputs (zigzag: each rank's later chunk), full keeps block inputs only.
+  double kept[4];
+  const char* policies[4] = {"none", "selective++", "seq-selective", "full"};
+  for (int i = 0; i < 4; ++i) {
+    tr::TrainConfig c = tiny();
+    c.world = 2;
+    c.seq = 128;
+    c.checkpoint = policies[i];
+    kept[i] = tr::train(c).steps[0].saved_activation_mib;
+  }
+  for (int i = 0; i + 1 < 4; ++i) EXPECT_GT(kept[i], kept[i + 1]) << policies[i] << " vs " << policies[i + 1];
+  // Per block: x (C) for every policy; o (Hq D = C) + lse (Hq) for selective++, half of it for
+  // seq-selective. Tiny: C = 32, Hq = 4, 64 tokens per rank, 2 layers.
+  const double mib = 4.0 / (1024 * 1024) * 64 * 2;
+  EXPECT_NEAR(kept[3], mib * 32, 1e-12);
+  EXPECT_NEAR(kept[1], mib * (32 + 32 + 4), 1e-12);
+  EXPECT_NEAR(kept[2], mib * (32 + (32 + 4) / 2.0), 1e-12);
 }
 
 TEST(Trainer, DataParallelReplicasSplitSequencesAndShareZero) {
@@ -240,6 +262,27 @@ TEST(Trainer, RefusesBadConfigurationsNamingValues) {
   c = tiny();
   c.optim.lr = -1;
   expect(c, "--lr -1");
+}
+
+TEST(Trainer, ShippedPresetFileEqualsTheBuiltInPreset) {
+  const tr::TrainConfig file = tr::preset(std::string(LONGSEQ_SOURCE_DIR) + "/data/presets/main.json");
+  nlohmann::json a = file.to_json(), b = tr::preset("main").to_json();
+  a.erase("preset");
+  b.erase("preset");
+  EXPECT_EQ(a, b);
+  // a file may override and is validated like the CLI
+  const std::string p = testing::TempDir() + "/longseq_preset_" + std::to_string(::getpid()) + ".json";
+  longseq::core::write_file_atomic(p, R"({"base": "tiny", "world": 2, "bogus": 1})");
+  try {
+    tr::preset(p);
+    ADD_FAILURE() << "unknown key accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown preset key 'bogus'"), std::string::npos) << e.what();
+  }
+  longseq::core::write_file_atomic(p, R"({"base": "tiny", "world": 2})");
+  EXPECT_EQ(tr::preset(p).world, 2);
+  EXPECT_EQ(tr::preset(p).model.hidden, 32);
+  std::remove(p.c_str());
 }
 
 TEST(Trainer, UnknownPresetNamesTheChoices) {

@@ -41,13 +41,16 @@ struct Dims {
   int threads;
 };
 
+// Floats a tensor holds (a default-constructed Tensor has the scalar shape but no buffer).
+int64_t held(const Tensor<float>& t) { return t.data() ? t.numel() : 0; }
+
 // Activations of one block that its backward reads.
 struct Acts {
   Tensor<float> n1, rstd1, q, k, v, x1, n2, rstd2;
   attention::AttentionSaved att;
   int64_t floats() const {
-    return n1.numel() + rstd1.numel() + q.numel() + k.numel() + v.numel() + x1.numel() +
-           n2.numel() + rstd2.numel() + att.o.numel() + att.lse.numel();
+    return held(n1) + held(rstd1) + held(q) + held(k) + held(v) + held(x1) + held(n2) +
+           held(rstd2) + held(att.o) + held(att.lse);
   }
 };
 
@@ -57,7 +60,7 @@ struct Saved {
   Acts acts;        // none: everything; selective++: att.o / att.lse only
   std::vector<int64_t> late_rows;  // seq-selective: local rows at positions >= split
   Tensor<float> o_late, lse_late;  // [rows, Hq, D], [rows, Hq]
-  int64_t floats() const { return x.numel() + acts.floats() + o_late.numel() + lse_late.numel(); }
+  int64_t floats() const { return held(x) + acts.floats() + held(o_late) + held(lse_late); }
 };
 
 View<const float> cview(const Tensor<float>& t) { return t.view(); }

@@ -272,7 +272,8 @@ void write_metrics(const std::string& out, const json& config, const std::vector
                  {"mfu", r.mfu},
                  {"peak_rss_mib", r.peak_rss_mib},
                  {"compute_s", r.compute_s},
-                 {"comm_wait_s", r.comm_wait_s}});
+                 {"comm_wait_s", r.comm_wait_s},
+                 {"saved_activation_mib", r.saved_activation_mib}});
   core::write_file_atomic(out + "/metrics.json", json{{"config", config}, {"steps", s}}.dump(1) + "\n");
 }
 
@@ -409,8 +410,9 @@ TrainSummary train(const TrainConfig& cfg) {
       wait_s += (state.comm_seconds() - zero0) + (attn->times().wait_s - at0.wait_s);
       double per[2] = {secs - wait_s, wait_s};
       world.all_reduce(per, per, 2, core::DType::f64);
-      double slowest = secs;
-      world.all_reduce(&slowest, &slowest, 1, core::DType::f64, comm::ReduceOp::max);
+      double mx[2] = {secs, static_cast<double>(res.saved_floats_peak) * 4.0 / (1024.0 * 1024.0)};
+      world.all_reduce(mx, mx, 2, core::DType::f64, comm::ReduceOp::max);
+      const double slowest = mx[0];
 
       StepRecord r;
       r.step = step;
@@ -427,12 +429,13 @@ TrainSummary train(const TrainConfig& cfg) {
       r.peak_rss_mib = static_cast<double>(core::peak_rss_bytes()) / (1024.0 * 1024.0);
       r.compute_s = per[0] / cfg.world;
       r.comm_wait_s = per[1] / cfg.world;
+      r.saved_activation_mib = mx[1];
       records.push_back(r);
       if (writer && !cfg.quiet)
         std::printf("step %4lld  loss %.4f  lr %.2e  |g| %.3f  %.2fs  %.0f tok/s/rank  mfu %.3f  "
-                    "rss %.0f MiB  compute %.2fs  wait %.2fs\n",
+                    "rss %.0f MiB  saved %.0f MiB  compute %.2fs  wait %.2fs\n",
                     static_cast<long long>(step), r.loss, lr, norm, slowest, r.tokens_per_sec, r.mfu,
-                    r.peak_rss_mib, r.compute_s, r.comm_wait_s),
+                    r.peak_rss_mib, r.saved_activation_mib, r.compute_s, r.comm_wait_s),
             std::fflush(stdout);
       if (writer && !cfg.out.empty()) write_metrics(cfg.out, config, records);
       const bool last = step + 1 == end;

@@ -81,6 +81,8 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tokens_per_sec = 0, mfu = 0, peak_rss_mib = 0;
   double compute_s = 0, comm_wait_s = 0;
+  /// Activations kept between forward and backward by the checkpoint policy (largest rank).
+  double saved_activation_mib = 0;
 };
 
 struct TrainSummary {
