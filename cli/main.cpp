@@ -10,12 +10,14 @@
 
 namespace {
 
-void usage(CLI::App& app) {
+// Every command (or only `only`) with every flag and its default.
+void usage(CLI::App& app, const std::string& only = "") {
   std::printf("usage: longseq <command> [flags]\n\ncommands:\n");
   for (CLI::App* sub : app.get_subcommands({})) {
+    if (!only.empty() && sub->get_name() != only) continue;
     std::printf("\n  %s  %s\n", sub->get_name().c_str(), sub->get_description().c_str());
     for (const CLI::Option* opt : sub->get_options()) {
-      if (opt->get_name() == "--help") continue;
+      if (opt->get_name() == "--help" || opt->get_name() == "-h,--help") continue;
       const std::string def = opt->get_default_str();
       std::printf("      %-28s %s%s\n", opt->get_name().c_str(), opt->get_description().c_str(),
                   def.empty() ? (opt->get_required() ? " (required)" : "")
@@ -33,8 +35,11 @@ int main(int argc, char** argv) {
   app.add_flag("-h,--help", help, "print every command and flag with its default");
   app.require_subcommand(0, 1);
   std::map<std::string, std::function<int()>> runners;
+  bool sub_help = false;
   for (const auto& cmd : longseq::cli::commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    sub->set_help_flag();
+    sub->add_flag("-h,--help", sub_help, "print this command's flags with their defaults");
     sub->option_defaults()->always_capture_default();
     runners[cmd.name] = cmd.add(*sub);
   }
@@ -48,6 +53,10 @@ int main(int argc, char** argv) {
   if (help || app.get_subcommands().empty()) {
     usage(app);
     return help ? 0 : 2;
+  }
+  if (sub_help) {
+    usage(app, app.get_subcommands().front()->get_name());
+    return 0;
   }
   try {
     return runners.at(app.get_subcommands().front()->get_name())();
