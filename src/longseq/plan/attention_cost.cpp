@@ -154,16 +154,87 @@ int64_t visible_pairs(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec&
 
 namespace {
 
+// Position range of rows [r0, r0 + rows) of a chunk; positions >= n are padding.
+struct TileRange {
+  bool any_valid = false, all_valid = true, contiguous = true;
+  int64_t pmin = 0, pmax = -1;
+};
+
+TileRange tile_range(const Chunk& c, int64_t r0, int64_t rows, int64_t n) {
+  TileRange t;
+  const int64_t first = c.pos_begin + r0 * c.pos_stride;
+  // Rows whose position is < n.
+  const int64_t valid = first >= n ? 0 : std::min<int64_t>(rows, (n - first + c.pos_stride - 1) / c.pos_stride);
+  t.any_valid = valid > 0;
+  t.all_valid = valid == rows;
+  t.contiguous = t.all_valid && (c.pos_stride == 1 || rows == 1);
+  if (t.any_valid) {
+    t.pmin = first;
+    t.pmax = first + (valid - 1) * c.pos_stride;
+  }
+  return t;
+}
+
+}  // namespace
+
+TileWork kernel_tile_work(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec& m, int64_t tile_q,
+                          int64_t tile_k, int64_t q_local_limit) {
+  LONGSEQ_CHECK(tile_q > 0 && tile_k > 0);
+  int64_t qlen = q.len;
+  if (q_local_limit >= 0) qlen = std::clamp<int64_t>(q_local_limit - q.local_begin, 0, q.len);
+  const bool band = m.causal || m.window > 0;
+  TileWork w;
+  for (int64_t r0 = 0; r0 < qlen; r0 += tile_q) {
+    const int64_t br = std::min(tile_q, qlen - r0);
+    const TileRange qi = tile_range(q, r0, br, n);
+    if (!qi.any_valid) continue;
+    for (int64_t c0 = 0; c0 < k.len; c0 += tile_k) {
+      const int64_t bc = std::min(tile_k, k.len - c0);
+      const TileRange ki = tile_range(k, c0, bc, n);
+      // kernels/cpu/tiles.hpp classify()
+      if (!ki.any_valid) continue;
+      bool full = qi.all_valid && ki.all_valid;
+      if (band) {
+        if (ki.pmin > qi.pmax) continue;
+        if (ki.pmax > qi.pmin) full = false;
+      }
+      if (m.window > 0) {
+        if (qi.pmin - ki.pmax >= m.window) continue;
+        if (qi.pmax - ki.pmin >= m.window) full = false;
+      }
+      if (full) {
+        w.full += br * bc;
+        continue;
+      }
+      // kernels/cpu/tiles.hpp trim()
+      int64_t rr0 = 0, rr1 = br, cc0 = 0, cc1 = bc;
+      if (band) {
+        if (ki.contiguous) cc1 = std::clamp<int64_t>(qi.pmax - ki.pmin + 1, 0, bc);
+        if (qi.contiguous) rr0 = std::clamp<int64_t>(ki.pmin - qi.pmin, 0, br);
+        if (m.window > 0) {
+          if (ki.contiguous) cc0 = std::clamp<int64_t>(qi.pmin - m.window + 1 - ki.pmin, 0, bc);
+          if (qi.contiguous) rr1 = std::clamp<int64_t>(ki.pmax + m.window - qi.pmin, 0, br);
+        }
+      }
+      if (rr0 < rr1 && cc0 < cc1) w.partial += (rr1 - rr0) * (cc1 - cc0);
+    }
+  }
+  return w;
+}
+
+namespace {
+
 // Visible pairs of every (q rank, q chunk, k rank, k chunk) of a layout, cached: the planner asks
 // for the same layout under many algorithms and passes.
 class PairCounts {
  public:
-  PairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit) {
+  PairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q, int64_t tile_k) {
     const int world = layout.world();
     chunks_ = static_cast<int>(layout.chunks(0).size());
     world_ = world;
     const PairTable table(layout, mask);
     counts_.assign(static_cast<size_t>(world) * chunks_ * world * chunks_, 0);
+    if (tile_q > 0) tiles_.assign(counts_.size(), TileWork{});
     for (int qr = 0; qr < world; ++qr)
       for (int qc = 0; qc < chunks_; ++qc)
         for (int kr = 0; kr < world; ++kr)
@@ -178,9 +249,14 @@ class PairCounts {
             else
               v = visible_pairs(q, k, layout.global_len(), mask, q_limit);
             counts_[index(qr, qc, kr, kc)] = v;
+            if (tile_q > 0)
+              tiles_[index(qr, qc, kr, kc)] =
+                  kernel_tile_work(q, k, layout.global_len(), mask, tile_q, tile_k, q_limit);
           }
   }
   int64_t at(int qr, int qc, int kr, int kc) const { return counts_[index(qr, qc, kr, kc)]; }
+  /// Computed pairs (only when built with tiles).
+  const TileWork& tiles(int qr, int qc, int kr, int kc) const { return tiles_[index(qr, qc, kr, kc)]; }
   int64_t total() const {
     int64_t t = 0;
     for (int64_t v : counts_) t += v;
@@ -193,19 +269,21 @@ class PairCounts {
   }
   int world_ = 1, chunks_ = 1;
   std::vector<int64_t> counts_;
+  std::vector<TileWork> tiles_;
 };
 
-const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_t q_limit) {
-  using Key = std::tuple<int, int64_t, int, int64_t, std::string, int64_t>;
+const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q = 0,
+                              int64_t tile_k = 0) {
+  using Key = std::tuple<int, int64_t, int, int64_t, std::string, int64_t, int64_t>;
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<PairCounts>> cache;
   const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(), q_limit,
-                mask.describe(), 0};
+                mask.describe(), tile_q, tile_k};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() > 64) cache.clear();
-    it = cache.emplace(key, std::make_unique<PairCounts>(layout, mask, q_limit)).first;
+    it = cache.emplace(key, std::make_unique<PairCounts>(layout, mask, q_limit, tile_q, tile_k)).first;
   }
   return *it->second;
 }
@@ -244,6 +322,7 @@ struct RingProblem {
   int inner = 0;        // double ring
   AttnProblem prob;     // world = ring length, heads per member
   std::function<bool(int, int)> same_node;  // over ring positions
+  int host_ranks = 0;   // all ranks of the job (USP: groups x U), for Hardware::compute_share
 };
 
 PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64_t q_limit,
@@ -254,7 +333,10 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
   const double e = hw.dtype_bytes;
   const double data_b = static_cast<double>(data_part_elems(rp.algo, pass, l, p.hq, p.hkv, p.d)) * e;
   const double grad_b = static_cast<double>(grad_part_elems(rp.algo, l, p.hq, p.hkv, p.d)) * e;
-  const PairCounts& counts = pair_counts(set.layout, p.mask, q_limit);
+  const bool fwd = pass == Pass::forward;
+  const int64_t tq = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_q : hw.tiles.bwd_q) : 0;
+  const int64_t tk = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_k : hw.tiles.bwd_k) : 0;
+  const PairCounts& counts = pair_counts(set.layout, p.mask, q_limit, tq, tk);
   const bool bq = attention::bundle_is_query(rp.algo, pass);
   const double per_pair = (pass == Pass::forward ? 4.0 : 10.0) * static_cast<double>(p.hq * p.d);
 
@@ -266,10 +348,27 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
     for (const auto& sp : w.pairs) f += static_cast<double>(counts.at(qr, sp.qc, kr, sp.kc));
     return f * per_pair;
   };
-  m.flops_per_s = pass == Pass::forward ? hw.attention_fwd_flops() : hw.attention_bwd_flops();
+  // gamma = peak x (labelled) kernel efficiency, x the core share when ranks oversubscribe a host.
+  if (tq > 0) {
+    // Time from the pairs the kernels compute (full tiles, partial tiles at the labelled relative
+    // cost); m.flops stays the useful (visible) FLOPs.
+    const double partial_cost = fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
+    m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
+      const int qr = bq ? w.origin : rank, kr = bq ? rank : w.origin;
+      double f = 0;
+      for (const auto& sp : w.pairs) {
+        const TileWork& t = counts.tiles(qr, sp.qc, kr, sp.kc);
+        f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
+      }
+      return f * per_pair;
+    };
+  }
+  m.flops_per_s = (pass == Pass::forward ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) *
+                  hw.compute_share(rp.host_ranks > 0 ? rp.host_ranks : p.world);
   m.same_node = rp.same_node;
   m.intra = hw.intra;
   m.inter = hw.inter;
+  m.wait_copy = hw.wait_copy;
   Timeline tl = replay(set.ranks, m);
 
   PassCost c;
@@ -358,6 +457,7 @@ AttentionCost cost_usp(const AttnAlgo& a, const AttnProblem& p, const Hardware& 
   rp.prob.world = groups;
   rp.prob.hq = hq_per;
   rp.prob.hkv = kv_per;
+  rp.host_ranks = p.world;
   const int gpn = p.gpus_per_node;
   rp.same_node = [u, gpn](int x, int y) { return (x * u) / gpn == (y * u) / gpn; };
 
@@ -436,7 +536,8 @@ AttentionCost cost_startrail(const AttnAlgo& a, const AttnProblem& p, const Hard
     const double vis = static_cast<double>(total_visible(p, q_limit));
     pc.flops_total = vis * per_pair;
     pc.flops = pc.flops_total / p.world;
-    pc.compute_s = pc.flops / (fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops());
+    pc.compute_s = pc.flops / ((fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) *
+                               hw.compute_share(p.world));
     // Team collectives: ring all-gather / reduce-scatter over C members, C-1 messages each.
     const double gather = fwd ? l * (hq + 2 * hkv) * d : l * (2 * hq * d + 2 * hq + 2 * hkv * d);
     const double scatter = fwd ? l * hq * (d + 1) : l * (hq + 2 * hkv) * d;

@@ -115,6 +115,18 @@ ScheduleSet make_schedules(const attention::Algorithm& algo, int inner, const At
 int64_t visible_pairs(const attention::Chunk& q, const attention::Chunk& k, int64_t n,
                       const attention::MaskSpec& mask, int64_t q_local_limit = -1);
 
+/// (q, k) pairs the tiled block kernels compute for one chunk pair (Hardware::KernelTiles): tiles
+/// of tile_q queries by tile_k keys, classified and trimmed from their position ranges exactly as
+/// kernels/cpu/tiles.hpp does; `full` counts pairs of full tiles, `partial` the trimmed
+/// rectangles of partial tiles (masked inside). Query local indices from `q_local_limit` on are
+/// not computed (-1: all). Full, causal and window masks.
+struct TileWork {
+  int64_t full = 0, partial = 0;
+};
+TileWork kernel_tile_work(const attention::Chunk& q, const attention::Chunk& k, int64_t n,
+                          const attention::MaskSpec& mask, int64_t tile_q, int64_t tile_k,
+                          int64_t q_local_limit = -1);
+
 /// Elements of one bundle's parts (see the legend).
 int64_t data_part_elems(const attention::Algorithm& algo, attention::Pass pass, int64_t l,
                         int64_t hq, int64_t hkv, int64_t d);

@@ -64,7 +64,35 @@ Hardware parse_hardware(const std::string& json_text, std::string_view what) {
     hw.corrections.attention_fwd_efficiency = optional_efficiency(c, "attention_fwd_efficiency", what);
     hw.corrections.attention_bwd_efficiency = optional_efficiency(c, "attention_bwd_efficiency", what);
     hw.corrections.collective_efficiency = optional_efficiency(c, "collective_efficiency", what);
+    for (auto [key, field] : {std::pair{"partial_tile_cost_fwd", &hw.corrections.partial_tile_cost_fwd},
+                              std::pair{"partial_tile_cost_bwd", &hw.corrections.partial_tile_cost_bwd}})
+      if (c.contains(key)) {
+        *field = number(c, key, what);
+        core::require(*field <= 10, "plan", "hardware profile ", what, ": correction '", key, "' = ", *field,
+                      " is not a relative cost (expected 0 < x <= 10)");
+      }
     hw.corrections.source = c.value("source", std::string());
+  }
+  if (j.contains("kernel_tiles")) {
+    const json& t = j["kernel_tiles"];
+    hw.tiles.fwd_q = static_cast<int64_t>(number(t, "fwd_q", what));
+    hw.tiles.fwd_k = static_cast<int64_t>(number(t, "fwd_k", what));
+    hw.tiles.bwd_q = static_cast<int64_t>(number(t, "bwd_q", what));
+    hw.tiles.bwd_k = static_cast<int64_t>(number(t, "bwd_k", what));
+  }
+  if (j.contains("host_cores")) hw.host_cores = static_cast<int>(number(j, "host_cores", what));
+  if (j.contains("wait_copy")) {
+    hw.wait_copy.latency_s = number(j["wait_copy"], "latency_s", what, false);
+    hw.wait_copy.bandwidth_Bps = number(j["wait_copy"], "bandwidth_Bps", what);
+  }
+  if (j.contains("mpi")) {
+    const json& m = j["mpi"];
+    hw.mpi_measured = m.value("measured", false);
+    hw.mpi_note = m.value("note", std::string());
+    if (hw.mpi_measured) {
+      hw.mpi.latency_s = number(m, "latency_s", what, false);
+      hw.mpi.bandwidth_Bps = number(m, "bandwidth_Bps", what);
+    }
   }
   return hw;
 }
@@ -86,6 +114,20 @@ std::string hardware_to_json(const Hardware& hw) {
                       {"attention_bwd_efficiency", hw.corrections.attention_bwd_efficiency},
                       {"collective_efficiency", hw.corrections.collective_efficiency},
                       {"source", hw.corrections.source}};
+  if (hw.host_cores > 0) j["host_cores"] = hw.host_cores;
+  if (hw.tiles.enabled()) {
+    j["kernel_tiles"] = {{"fwd_q", hw.tiles.fwd_q}, {"fwd_k", hw.tiles.fwd_k}, {"bwd_q", hw.tiles.bwd_q},
+                         {"bwd_k", hw.tiles.bwd_k}};
+    j["corrections"]["partial_tile_cost_fwd"] = hw.corrections.partial_tile_cost_fwd;
+    j["corrections"]["partial_tile_cost_bwd"] = hw.corrections.partial_tile_cost_bwd;
+  }
+  if (hw.wait_copy.bandwidth_Bps > 0)
+    j["wait_copy"] = {{"latency_s", hw.wait_copy.latency_s}, {"bandwidth_Bps", hw.wait_copy.bandwidth_Bps}};
+  if (hw.mpi_measured)
+    j["mpi"] = {{"measured", true}, {"latency_s", hw.mpi.latency_s}, {"bandwidth_Bps", hw.mpi.bandwidth_Bps},
+                {"note", hw.mpi_note}};
+  else if (!hw.mpi_note.empty())
+    j["mpi"] = {{"measured", false}, {"note", hw.mpi_note}};
   return j.dump(2) + "\n";
 }
 

@@ -27,7 +27,21 @@ struct Corrections {
   double attention_fwd_efficiency = 1.0;  ///< achieved / peak for the attention forward kernel
   double attention_bwd_efficiency = 1.0;  ///< achieved / peak for the attention backward kernel
   double collective_efficiency = 1.0;  ///< achieved / link bandwidth for ring collectives (ZeRO-3)
+  /// Cost of one computed (q, k) pair of a partial tile relative to a full tile's (the per-element
+  /// mask, exp of masked scores); used only with KernelTiles.
+  double partial_tile_cost_fwd = 1.0, partial_tile_cost_bwd = 1.0;
   std::string source;                  ///< where the numbers come from
+};
+
+/// The block kernels' tiling (kernels/cpu/attention.hpp kForwardTile*, kBackwardTile*). When set
+/// (q > 0), a work item costs the (q, k) pairs the kernels compute rather than the visible ones:
+/// empty tiles skipped, full tiles whole, partial tiles over their trimmed rectangle (the same
+/// classification as kernels/cpu/tiles.hpp), at partial_tile_cost x the full-tile rate. Unset:
+/// visible pairs only (the GPU profiles: their corrections are FlashAttention-level efficiencies
+/// of visible FLOPs).
+struct KernelTiles {
+  int64_t fwd_q = 0, fwd_k = 0, bwd_q = 0, bwd_k = 0;
+  bool enabled() const { return fwd_q > 0; }
 };
 
 struct Hardware {
@@ -42,6 +56,26 @@ struct Hardware {
   double inter_node_bandwidth_Bps = 0;  ///< as given in the profile, for the record
   Corrections corrections;
 
+  // --- One host of threads (the comm local backend); both 0 on GPU clusters. ---------------------
+  /// > 0: every rank is a thread on one host with this many cores. A rank computes at
+  /// compute_share(ranks) of the single-thread rate: min(1, host_cores / ranks) (oversubscribed
+  /// ranks time-share the cores). 0: every rank has its own device.
+  int host_cores = 0;
+  KernelTiles tiles;
+  /// bandwidth_Bps > 0: the local backend moves a message with one memcpy done by a rank that
+  /// waits for it, so the copy is not overlapped with compute: a wait ends no earlier than
+  /// latency_s + bytes / bandwidth_Bps after the waiter arrives (on top of any link model, which
+  /// runs from the post). Measured by the comm ping-pong of `longseq calibrate`.
+  Link wait_copy;
+  /// The MPI backend's link as measured by `longseq calibrate` under mpirun (one intra-node
+  /// ping-pong); mpi_measured false and mpi_note saying why when it was not.
+  Link mpi;
+  bool mpi_measured = false;
+  std::string mpi_note;
+
+  double compute_share(int ranks) const {
+    return host_cores > 0 && ranks > host_cores ? static_cast<double>(host_cores) / ranks : 1.0;
+  }
   double gemm_flops() const { return peak_flops * corrections.gemm_efficiency; }
   double attention_fwd_flops() const { return peak_flops * corrections.attention_fwd_efficiency; }
   double attention_bwd_flops() const { return peak_flops * corrections.attention_bwd_efficiency; }

@@ -122,9 +122,11 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
 
   // Linear layers (GEMMs): 2 FLOP per parameter per token forward, twice that backward.
   const double lin_fwd_flops = 2 * t * matmul_params;
-  const Term lin_fwd{"linear forward / layer", lin_fwd_flops / hw.gemm_flops(),
-                     fmt("flops/gamma = %.4g FLOP / (%.4g FLOP/s peak * %.2f empirical GEMM efficiency)",
-                         lin_fwd_flops, hw.peak_flops, hw.corrections.gemm_efficiency)};
+  // One host of threads: ranks beyond its cores time-share them (Hardware::compute_share).
+  const double gemm_rate = hw.gemm_flops() * hw.compute_share(o.gpus);
+  const Term lin_fwd{"linear forward / layer", lin_fwd_flops / gemm_rate,
+                     fmt("flops/gamma = %.4g FLOP / (%.4g FLOP/s peak * %.2f empirical GEMM efficiency * %.2f core share)",
+                         lin_fwd_flops, hw.peak_flops, hw.corrections.gemm_efficiency, hw.compute_share(o.gpus))};
   const Term lin_bwd{"linear backward / layer", 2 * lin_fwd.seconds, "2 x linear forward"};
   const Term at_fwd{"attention forward / layer", attn.forward.seconds, attn_detail(attn.forward, hw)};
   const Term at_bwd{"attention backward / layer", attn.backward.seconds, attn_detail(attn.backward, hw)};
@@ -172,7 +174,7 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
                      fmt("max(recompute+compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
                          comp_b, comm_b)};
   const double head_flops = 6 * t * h * v;  // forward 2*T*h*V, backward 4*T*h*V
-  const Term head{"LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / hw.gemm_flops(),
+  const Term head{"LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / gemm_rate,
                   fmt("flops/gamma = %.4g FLOP (fwd 2ThV + bwd 4ThV; fused: no logits recompute)",
                       head_flops)};
   ev.step_seconds = layers * (layer_f.seconds + layer_b.seconds) + head.seconds;

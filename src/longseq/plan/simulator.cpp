@@ -72,7 +72,13 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
           const Pending& p = xfers[key_of(r, x)];
           LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s, " for a transfer with peer ",
                             x.peer, " that was not posted by both sides");
-          now[r] = std::max(now[r], p.done);
+          double arrive = now[r];
+          if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
+            const double copy = m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
+            tl.ranks[r].wait_copy_s += copy;
+            arrive += copy;
+          }
+          now[r] = std::max(arrive, p.done);
         }
       for (const Xfer& x : rs.xfers)
         if (x.post_step == s) {
@@ -89,7 +95,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       for (const Work& w : rs.work)
         if (w.step == s) {
           const double f = m.flops(r, w);
-          const double dt = f / m.flops_per_s;
+          const double dt = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
           tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, s});
           tl.ranks[r].compute_s += dt;
           tl.ranks[r].flops += f;

@@ -10,6 +10,12 @@
 // them); it takes alpha + bytes / beta of its class. Gradient accumulates are not timed (an
 // elementwise add of one part, small against the chunk-pair compute).
 //
+// Local backend (ReplayModel::wait_copy set): the comm layer copies a message when a rank waits
+// for it, so besides the link (which runs from the post), a receive's wait costs the copy after the
+// receiver arrives: done = max(link done, arrival + copy latency + bytes / copy bandwidth). The
+// receiver is charged (in the executor whichever side waits first copies; every rank receives as
+// much as it sends in the ring schedules, so the charge per rank is the same).
+//
 // Because every request is posted at a step strictly before either side waits for it, replaying
 // all ranks step by step in lock-step order always knows a transfer's completion before a wait
 // needs it. Port contention is served in that (step, rank) order, not strictly by time.
@@ -36,6 +42,7 @@ struct RankTimeline {
   double finish = 0;        ///< when the rank's last step is done
   double compute_s = 0;     ///< sum of compute spans
   double flops = 0;
+  double wait_copy_s = 0;   ///< local backend: time spent copying received messages at waits
   int64_t messages_intra = 0, messages_inter = 0;  ///< sent by this rank
   double bytes_intra = 0, bytes_inter = 0;         ///< sent by this rank
 };
@@ -54,9 +61,14 @@ struct ReplayModel {
   /// FLOPs of one step's work on `rank`, and the rate it runs at.
   std::function<double(int rank, const attention::Work&)> flops;
   double flops_per_s = 1;
+  /// Optional: the FLOP-equivalent work that sets the step's time (e.g. the pairs the tiled
+  /// kernels really compute, Hardware::KernelTiles); unset: `flops`.
+  std::function<double(int rank, const attention::Work&)> cost_flops;
   /// Physical placement: do ranks a and b share a node (decides the link class of a transfer).
   std::function<bool(int a, int b)> same_node;
   Link intra, inter;
+  /// bandwidth_Bps > 0: the local backend's copy at the wait (see the file comment).
+  Link wait_copy;
 };
 
 /// Replays `schedules` (one per rank, all of the same pass). Throws nothing; a send without its
