@@ -25,6 +25,7 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
+#include "longseq/train/data.hpp"
 #include "longseq/train/trainer.hpp"
 
 namespace {
@@ -145,6 +146,27 @@ TEST(Trainer, CheckpointPoliciesKeepLessActivationsInTheDocumentedOrder) {
   EXPECT_NEAR(kept[3], mib * 32, 1e-12);
   EXPECT_NEAR(kept[1], mib * (32 + 32 + 4), 1e-12);
   EXPECT_NEAR(kept[2], mib * (32 + (32 + 4) / 2.0), 1e-12);
+}
+
+TEST(Trainer, DocumentMaskEqualsAcrossWorldsAndChangesTheLoss) {
+  // A token file of short documents: with --doc-mask a token attends only within its document.
+  std::vector<std::string> docs;
+  for (int i = 0; i < 12; ++i) docs.push_back(std::string(5 + 3 * i, static_cast<char>('a' + i)) + " end.");
+  const std::string p = testing::TempDir() + "/longseq_docs_" + std::to_string(::getpid()) + ".tok";
+  tr::write_token_file(p, tr::byte_tokenize(docs), tr::kByteVocab, tr::kByteEot);
+  tr::TrainConfig a = tiny(), b = tiny(), plain = tiny();
+  a.data = b.data = plain.data = p;
+  a.doc_mask = b.doc_mask = true;
+  b.world = 4;
+  b.algo = "ring";
+  const auto sa = tr::train(a), sb = tr::train(b), sp = tr::train(plain);
+  EXPECT_NEAR(sa.steps[0].loss, sb.steps[0].loss, 1e-5 * sa.steps[0].loss);
+  float gmax = 0;
+  for (float g : sa.grads) gmax = std::max(gmax, std::fabs(g));
+  for (size_t i = 0; i < sa.grads.size(); ++i)
+    ASSERT_NEAR(sa.grads[i], sb.grads[i], 1e-5 * gmax + 1e-4 * std::fabs(sa.grads[i])) << i;
+  EXPECT_GT(std::fabs(sa.steps[0].loss - sp.steps[0].loss), 1e-4);
+  std::remove(p.c_str());
 }
 
 TEST(Trainer, DataParallelReplicasSplitSequencesAndShareZero) {
