@@ -120,6 +120,21 @@ inline Rect trim(const Mask& m, const TileInfo& q, const TileInfo& k, int64_t ro
   return r;
 }
 
+/// Widens a trimmed rectangle to multiples of kTrimQuantum (clamped to the tile). The extra rows
+/// and columns are masked per element anyway; what it buys is few distinct GEMM shapes: the bf16
+/// path builds one oneDNN primitive per shape (tens of microseconds each, cached per thread up
+/// to 256 shapes), and exact trims at arbitrary ring offsets would make new ones every step.
+inline constexpr int64_t kTrimQuantum = 64;
+
+inline Rect quantize(Rect r, int64_t rows, int64_t cols) {
+  if (r.empty()) return r;
+  auto down = [](int64_t x) { return x / kTrimQuantum * kTrimQuantum; };
+  auto up = [](int64_t x, int64_t lim) {
+    return std::min(lim, (x + kTrimQuantum - 1) / kTrimQuantum * kTrimQuantum);
+  };
+  return {down(r.r0), up(r.r1, rows), down(r.c0), up(r.c1, cols)};
+}
+
 /// 2^x in fp32 for softmax arguments: Cephes' exp2f polynomial on [-0.5, 0.5] (relative error
 /// ~2e-7) scaled by 2^n. x < -126 (including -inf, i.e. masked scores) gives exactly 0; the upper
 /// clamp only keeps the exponent arithmetic in range (softmax arguments are <= 0).
