@@ -24,7 +24,13 @@ int64_t count_targets(const int32_t* labels, int64_t t, int64_t v, int32_t ignor
 
 int64_t lm_head_token_tile(const LmHeadDims& d, const LmHeadOptions& o) {
   int64_t bs = o.token_tile;
-  if (bs <= 0) bs = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(d.v, 1), 16, 1024);
+  // A 128 MiB logits tile: the GEMMs stay efficient (>= 256 rows at V = 128K) while the memory is
+  // independent of T (0.8% of the [T, V] logits at T = 32K, V = 128K).
+  // Rounded to whole pairs of 128-row GEMM panels so two threads split a tile evenly.
+  if (bs <= 0) {
+    bs = std::clamp<int64_t>((int64_t{1} << 25) / std::max<int64_t>(d.v, 1), 16, 1024);
+    if (bs >= 256) bs = bs / 256 * 256;
+  }
   return std::max<int64_t>(1, std::min(bs, std::max<int64_t>(d.t, 1)));
 }
 
@@ -61,13 +67,17 @@ double softmax_grad_rows(float* logits, const float* lse, const int32_t* labels,
 
 // Online logsumexp of one vocabulary tile of rows [n, bv] (row stride v), merged into (m, s):
 // running max and sum of exp(x - m), Algorithm 3 lines 5-6.
-void lse_update(const float* tile, int64_t n, int64_t bv, int64_t v, double* m, double* s) {
+// Rows are independent, so they are split over threads without changing any row's bits; the
+// exponent is taken in float (x - tm <= 0, so no overflow) and summed in double.
+void lse_update(const float* tile, int64_t n, int64_t bv, int64_t v, double* m, double* s,
+                int threads) {
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t r = 0; r < n; ++r) {
     const float* row = tile + r * v;
     float tm = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < bv; ++j) tm = std::max(tm, row[j]);
     double ts = 0.0;
-    for (int64_t j = 0; j < bv; ++j) ts += std::exp(static_cast<double>(row[j]) - tm);
+    for (int64_t j = 0; j < bv; ++j) ts += std::exp(row[j] - tm);
     if (tm > m[r]) {
       s[r] = s[r] * std::exp(m[r] - tm) + ts;
       m[r] = tm;
@@ -99,7 +109,7 @@ LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_
       // logits[:, v0:v0+nv] = H_i W_j^T
       kernels::gemm_f32_parallel(o.threads, false, true, n, nv, d.c, 1.0f, h, d.c,
                                  weight + v0 * d.c, d.c, 0.0f, logits.data() + v0, d.v);
-      lse_update(logits.data() + v0, n, nv, d.v, m.data(), s.data());
+      lse_update(logits.data() + v0, n, nv, d.v, m.data(), s.data(), o.threads);
     }
     for (int64_t r = 0; r < n; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
     out.sum += softmax_grad_rows(logits.data(), lse.data(), labels + t0, n, d.v, grad_scale,
@@ -123,7 +133,7 @@ LossPart lm_head_ce_unfused(const float* hidden, const float* weight, const int3
                              d.c, 0.0f, logits.data(), d.v);
   std::vector<double> m(static_cast<size_t>(d.t), -std::numeric_limits<double>::infinity());
   std::vector<double> s(static_cast<size_t>(d.t), 0.0);
-  lse_update(logits.data(), d.t, d.v, d.v, m.data(), s.data());
+  lse_update(logits.data(), d.t, d.v, d.v, m.data(), s.data(), o.threads);
   std::vector<float> lse(static_cast<size_t>(d.t));
   for (int64_t r = 0; r < d.t; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
   out.sum = softmax_grad_rows(logits.data(), lse.data(), labels, d.t, d.v, grad_scale,
