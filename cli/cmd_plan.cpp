@@ -143,6 +143,14 @@ std::function<int()> add_plan(CLI::App& app) {
                    o.hw.corrections.source.c_str(), o.hw.corrections.gemm_efficiency,
                    o.hw.corrections.attention_fwd_efficiency, o.hw.corrections.attention_bwd_efficiency,
                    o.hw.corrections.collective_efficiency);
+      if (o.hw.tiles.enabled())
+        std::fprintf(out, "  empirical corrections: partial kernel tiles cost %.2f (fwd) / %.2f (bwd) x a full tile's pair\n",
+                     o.hw.corrections.partial_tile_cost_fwd, o.hw.corrections.partial_tile_cost_bwd);
+      if (o.hw.host_cores > 0)
+        std::fprintf(out, "  one host of %d cores: each of %d ranks computes at %.2f of a core; local copy at the wait "
+                          "alpha %.3g s beta %.4g B/s\n",
+                     o.hw.host_cores, o.gpus, o.hw.compute_share(o.gpus), o.hw.wait_copy.latency_s,
+                     o.hw.wait_copy.bandwidth_Bps);
       for (const Term& t : best->terms)
         std::fprintf(out, "  %-44s %12.6g s   %s\n", t.name.c_str(), t.seconds, t.detail.c_str());
       std::fprintf(out, "  memory (per GPU):\n");
