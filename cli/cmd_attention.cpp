@@ -135,6 +135,7 @@ std::function<int()> add_attention(CLI::App& app) {
     cfg.backend = a->backend;
     cfg.world = a->world;
     cfg.nodes = a->nodes;
+    cfg.abort_on_failure = true;  // under mpirun a failed rank ends the job instead of leaving peers waiting
     if (!a->link.empty()) cfg.link = comm::LinkModel::parse(a->link);
 
     core::Tensor<float> o(core::Shape{n, hq, d}), lse(core::Shape{n, hq});
