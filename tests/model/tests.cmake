@@ -5,19 +5,9 @@ add_executable(model_dump ${CMAKE_CURRENT_LIST_DIR}/torch/model_dump.cpp)
 target_link_libraries(model_dump PRIVATE longseq_flags longseq_train longseq_model
                       longseq_attention longseq_comm longseq_kernels longseq_core
                       nlohmann_json::nlohmann_json OpenMP::OpenMP_CXX Threads::Threads)
-if(NOT Python3_EXECUTABLE)
-  set(Python3_EXECUTABLE /usr/bin/python3)
-endif()
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
-  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch, numpy"
-                  RESULT_VARIABLE _longseq_model_torch_rc OUTPUT_QUIET ERROR_QUIET)
-endif()
-if(Python3_Interpreter_FOUND AND _longseq_model_torch_rc EQUAL 0)
+if(LONGSEQ_TORCH_FOUND)
   add_test(NAME model.torch
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/torch/model_vs_torch.py
                    --dump $<TARGET_FILE:model_dump>)
   set_tests_properties(model.torch PROPERTIES LABELS "model;torch" TIMEOUT 120)
-else()
-  message(STATUS "model.torch not registered: ${Python3_EXECUTABLE} cannot import torch and numpy")
 endif()
