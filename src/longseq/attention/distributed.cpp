@@ -24,9 +24,11 @@ using core::View;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Tags of the two passes differ so a late forward message can never match a backward receive.
-constexpr int kForwardTagBase = 0;
-constexpr int kBackwardTagBase = 1 << 18;  // tags are origin*2+part < 2^18 (comm::kMaxTag = 2^19)
+// Tags of the two passes differ so a late forward message can never match a backward receive, and
+// both sit above the hybrid algorithms' tags (1000 + a few per rank, startrail.cpp, ulysses.cpp).
+// so worlds up to 2^16 fit below comm::kMaxTag = 2^19.
+constexpr int kForwardTagBase = 1 << 17;
+constexpr int kBackwardTagBase = 1 << 18;
 
 struct Dims {
   int64_t l, hq, hkv, d;
@@ -128,6 +130,8 @@ void validate(const AttentionSpec& spec, const Layout& layout, const Topology& t
   require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
           hkv, ", D ", d);
   require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ", hkv);
+  require(topo.world <= (1 << 16), "attention", "world ", topo.world, " exceeds the 65536 ranks the "
+          "message tags can address");
   require(layout.world() == topo.world, "attention", "layout is for world ", layout.world(),
           ", the group has ", topo.world, " ranks");
   require(spec.threads >= 1, "attention", "threads must be >= 1, got ", spec.threads);
