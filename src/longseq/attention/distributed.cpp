@@ -26,7 +26,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Tags of the two passes differ so a late forward message can never match a backward receive, and
 // both sit above the hybrid algorithms' tags (1000 + a few per rank, startrail.cpp, ulysses.cpp).
-// so worlds up to 2^16 fit below comm::kMaxTag = 2^19.
+// Tags are origin*2 + part, so worlds up to 2^16 fit below comm::kMaxTag = 2^19.
 constexpr int kForwardTagBase = 1 << 17;
 constexpr int kBackwardTagBase = 1 << 18;
 
