@@ -26,54 +26,50 @@ Pieces::Pieces(std::vector<int> ranks_, const Layout& layout, const MaskSpec& ma
 // ---------------------------------------------------------------------------------------------
 // Chunk-pair attention
 
-void Attend::forward(const Pieces& qp, const float* q, const Pieces& kp, const float* k,
-                     const float* v, float* o, float* lse) const {
-    for (size_t qi = 0; qi < qp.ranks.size(); ++qi) {
+namespace {
+
+// Calls fn(qrow, qlen, krow, klen) for every non-empty chunk pair of the two token sets, in a
+// fixed order (so merges and gradient sums are deterministic); rows index the concatenated sets.
+template <class Fn>
+void for_each_pair(const Pieces& qp, const Pieces& kp, const Layout& layout, const PairTable& pairs,
+                   AttentionStats* stats, Fn&& fn) {
+  for (size_t qi = 0; qi < qp.ranks.size(); ++qi) {
     const int qr = qp.ranks[qi];
-    const auto& qcs = layout->chunks(qr);
+    const auto& qcs = layout.chunks(qr);
     for (size_t ki = 0; ki < kp.ranks.size(); ++ki) {
       const int kr = kp.ranks[ki];
-      if (!pairs->needs(qr, kr)) continue;
-      const auto& kcs = layout->chunks(kr);
+      if (!pairs.needs(qr, kr)) continue;
+      const auto& kcs = layout.chunks(kr);
       for (size_t qc = 0; qc < qcs.size(); ++qc)
         for (size_t kc = 0; kc < kcs.size(); ++kc) {
-          if (pairs->kind(qr, static_cast<int>(qc), kr, static_cast<int>(kc)) == PairKind::empty)
+          if (pairs.kind(qr, static_cast<int>(qc), kr, static_cast<int>(kc)) == PairKind::empty)
             continue;
-          const int64_t qrow = static_cast<int64_t>(qi) * qp.l + qcs[qc].local_begin;
-          const int64_t krow = static_cast<int64_t>(ki) * kp.l + kcs[kc].local_begin;
-          ops->forward_merge(q + qrow * hq * d, qp.at(qrow), qcs[qc].len, k + krow * hkv * d,
-                             v + krow * hkv * d, kp.at(krow), kcs[kc].len, mask,
-                             o + qrow * hq * d, lse + qrow * hq);
+          fn(static_cast<int64_t>(qi) * qp.l + qcs[qc].local_begin, qcs[qc].len,
+             static_cast<int64_t>(ki) * kp.l + kcs[kc].local_begin, kcs[kc].len);
           if (stats) ++stats->pairs;
         }
     }
   }
 }
 
+}  // namespace
+
+void Attend::forward(const Pieces& qp, const float* q, const Pieces& kp, const float* k,
+                     const float* v, float* o, float* lse) const {
+  for_each_pair(qp, kp, *layout, *pairs, stats, [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
+    ops->forward_merge(q + qrow * hq * d, qp.at(qrow), qlen, k + krow * hkv * d, v + krow * hkv * d,
+                       kp.at(krow), klen, mask, o + qrow * hq * d, lse + qrow * hq);
+  });
+}
+
 void Attend::backward(const Pieces& qp, const float* q, const float* dout, const float* lse,
                       const float* dvec, const Pieces& kp, const float* k, const float* v,
                       float* dq, float* dk, float* dv) const {
-    for (size_t qi = 0; qi < qp.ranks.size(); ++qi) {
-    const int qr = qp.ranks[qi];
-    const auto& qcs = layout->chunks(qr);
-    for (size_t ki = 0; ki < kp.ranks.size(); ++ki) {
-      const int kr = kp.ranks[ki];
-      if (!pairs->needs(qr, kr)) continue;
-      const auto& kcs = layout->chunks(kr);
-      for (size_t qc = 0; qc < qcs.size(); ++qc)
-        for (size_t kc = 0; kc < kcs.size(); ++kc) {
-          if (pairs->kind(qr, static_cast<int>(qc), kr, static_cast<int>(kc)) == PairKind::empty)
-            continue;
-          const int64_t qrow = static_cast<int64_t>(qi) * qp.l + qcs[qc].local_begin;
-          const int64_t krow = static_cast<int64_t>(ki) * kp.l + kcs[kc].local_begin;
-          ops->backward(q + qrow * hq * d, k + krow * hkv * d, v + krow * hkv * d,
-                        dout + qrow * hq * d, lse + qrow * hq, dvec + qrow * hq, qp.at(qrow),
-                        qcs[qc].len, kp.at(krow), kcs[kc].len, mask, dq + qrow * hq * d,
-                        dk + krow * hkv * d, dv + krow * hkv * d);
-          if (stats) ++stats->pairs;
-        }
-    }
-  }
+  for_each_pair(qp, kp, *layout, *pairs, stats, [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
+    ops->backward(q + qrow * hq * d, k + krow * hkv * d, v + krow * hkv * d, dout + qrow * hq * d,
+                  lse + qrow * hq, dvec + qrow * hq, qp.at(qrow), qlen, kp.at(krow), klen, mask,
+                  dq + qrow * hq * d, dk + krow * hkv * d, dv + krow * hkv * d);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
