@@ -112,6 +112,7 @@ std::function<int()> add_train(CLI::App& app) {
                   c.preset.c_str(), c.model.describe().c_str(), static_cast<long long>(c.steps),
                   static_cast<long long>(c.seq), c.world, c.dp, c.cp(), c.algo.c_str(),
                   c.balance.c_str(), c.checkpoint.c_str(), c.loss.c_str(), c.world);
+    c.abort_on_failure = true;
     const train::TrainSummary s = train::train(c);
     if (!c.quiet && !s.steps.empty())
       std::printf("loss %.4f -> %.4f over steps %lld..%lld; peak %.1f GFLOP/s measured%s\n",

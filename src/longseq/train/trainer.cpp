@@ -317,6 +317,7 @@ TrainSummary train(const TrainConfig& cfg) {
   opt.world = cfg.world;
   opt.nodes = cfg.nodes;
   opt.link = comm::LinkModel::parse(cfg.link);
+  opt.abort_on_failure = cfg.abort_on_failure;
   std::vector<float> final_params, final_grads;
   comm::run(opt, [&](comm::Group& world) {
     const int wr = world.rank();

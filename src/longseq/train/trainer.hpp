@@ -60,6 +60,9 @@ struct TrainConfig {
   /// Tests: keep the final full parameters, and the last step's gradient before clipping (units
   /// concatenated, unit sizes of config.hpp), in the summary.
   bool keep_params = false;
+  /// Under mpirun, a failed rank ends the whole job (MPI_Abort) instead of leaving peers stuck in
+  /// compute until the timeout; the CLI sets it, tests (local backend) leave it off.
+  bool abort_on_failure = false;
 
   int cp() const { return dp > 0 ? world / dp : 0; }
   /// Throws core::Error("[train] ...") naming the offending values (world not divisible by dp,
