@@ -117,10 +117,7 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
       if (kind == TileKind::empty) continue;
       // Rows rc.r0.. of the query tile against keys c0 + rc.c0.. (the whole tile unless a band
       // mask lets contiguous tiles be cut).
-      const detail::Rect rc =
-          kind == TileKind::partial
-              ? detail::quantize(detail::trim(mask, qinfo, kinfo, br, bc), br, bc)
-              : detail::Rect{0, br, 0, bc};
+      const detail::Rect rc = detail::work_rect(mask, qinfo, kinfo, kind, br, bc);
       if (rc.empty()) continue;
       const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, kc0 = c0 + rc.c0;
       const int64_t kstart = kinfo.contiguous ? kinfo.pmin + rc.c0 : -1;
@@ -239,10 +236,7 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
         const detail::TileInfo qinfo = detail::tile_info(qt, r0, r0 + br, mask.docs);
         const TileKind kind = detail::classify(mask, qinfo, kinfo);
         if (kind == TileKind::empty) continue;
-        const detail::Rect rc =
-            kind == TileKind::partial
-                ? detail::quantize(detail::trim(mask, qinfo, kinfo, br, bc), br, bc)
-                : detail::Rect{0, br, 0, bc};
+        const detail::Rect rc = detail::work_rect(mask, qinfo, kinfo, kind, br, bc);
         if (rc.empty()) continue;
         // The sub-tile: query rows r0 + rc.r0 + i, keys c0 + rc.c0 + j.
         const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, q0 = r0 + rc.r0, kc0 = c0 + rc.c0;

@@ -135,6 +135,14 @@ inline Rect quantize(Rect r, int64_t rows, int64_t cols) {
   return {down(r.r0), up(r.r1, rows), down(r.c0), up(r.c1, cols)};
 }
 
+/// The part of a (rows x cols) tile pair of kind `kind` that must be computed: the whole tile
+/// for a full pair, the trimmed and quantised band for a partial one (empty when nothing sees).
+inline Rect work_rect(const Mask& m, const TileInfo& q, const TileInfo& k, TileKind kind,
+                      int64_t rows, int64_t cols) {
+  return kind == TileKind::partial ? quantize(trim(m, q, k, rows, cols), rows, cols)
+                                   : Rect{0, rows, 0, cols};
+}
+
 /// 2^x in fp32 for softmax arguments: Cephes' exp2f polynomial on [-0.5, 0.5] (relative error
 /// ~2e-7) scaled by 2^n. x < -126 (including -inf, i.e. masked scores) gives exactly 0; the upper
 /// clamp only keeps the exponent arithmetic in range (softmax arguments are <= 0).
