@@ -14,6 +14,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "longseq/comm/group.hpp"
@@ -96,6 +97,16 @@ class GroupImpl {
   std::shared_ptr<GroupImpl> intra_cache, inter_cache;
 
  protected:
+  /// World ranks and topology of a child group made of these group ranks (for make_child).
+  std::pair<std::vector<int>, Topology> child_layout(const std::vector<int>& members) const {
+    std::vector<int> world_ranks, nodes;
+    for (int m : members) {
+      world_ranks.push_back(world_rank(m));
+      nodes.push_back(topology().node(m));
+    }
+    return {std::move(world_ranks), Topology(nodes)};
+  }
+
   /// Backend posting. `dst`/`src` are group ranks; world_rank() maps them.
   virtual Request post_send(uint32_t channel, int dst, int tag, const void* data,
                             size_t bytes) = 0;

@@ -321,13 +321,9 @@ class LocalGroupImpl final : public GroupImpl {
 
   std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank,
                                         uint32_t gid) override {
-    std::vector<int> world_ranks, nodes;
-    for (int m : members) {
-      world_ranks.push_back(world_rank(m));
-      nodes.push_back(topology().node(m));
-    }
-    return std::make_shared<LocalGroupImpl>(world_, std::move(world_ranks), rank, Topology(nodes),
-                                            gid, rank_state_ptr());
+    auto [world_ranks, topo] = child_layout(members);
+    return std::make_shared<LocalGroupImpl>(world_, std::move(world_ranks), rank, std::move(topo), gid,
+                                          rank_state_ptr());
   }
 
  protected:
