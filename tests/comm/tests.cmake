@@ -7,14 +7,24 @@
 # per test below, so `ctest` works in root containers (CI) and as a normal user alike.
 # --oversubscribe lets 4 ranks start on a machine with fewer cores.
 if(LONGSEQ_WITH_MPI AND TARGET test_comm)
+  # The Failure suite runs in processes of its own: once, under parallel ctest load, a world
+  # that followed the failure tests in the same processes lost a message (a 60 s timeout in
+  # PointToPoint.RanksAreDistinctAndSizeIsTheWorld); docs/comm.md lists it as a known issue.
   foreach(np 3 4)
-    add_test(NAME comm_mpi_np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
-                     $<TARGET_FILE:test_comm> --gtest_filter=Mpi/* --gtest_color=no)
-    set_tests_properties(comm_mpi_np${np} PROPERTIES
-      LABELS "comm;mpi"
-      TIMEOUT 300
-      PROCESSORS ${np}
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    foreach(part "" "_failure")
+      if(part STREQUAL "")
+        set(_filter "Mpi/*:-Mpi/Failure.*")
+      else()
+        set(_filter "Mpi/Failure.*")
+      endif()
+      add_test(NAME comm_mpi_np${np}${part}
+               COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
+                       $<TARGET_FILE:test_comm> --gtest_filter=${_filter} --gtest_color=no)
+      set_tests_properties(comm_mpi_np${np}${part} PROPERTIES
+        LABELS "comm;mpi"
+        TIMEOUT 300
+        PROCESSORS ${np}
+        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endforeach()
   endforeach()
 endif()
