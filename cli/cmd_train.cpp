@@ -16,9 +16,9 @@ struct TrainArgs {
   std::optional<int64_t> steps, stop_after, seq, ffn_chunk, warmup, save_every, lm_tile, layers, hidden, heads,
       kv_heads, head_dim, intermediate;
   std::optional<int> world, dp, nodes, threads;
-  std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link;
+  std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link, precision;
   std::optional<uint64_t> seed;
-  std::optional<double> lr, min_lr, weight_decay, grad_clip;
+  std::optional<double> lr, min_lr, weight_decay, grad_clip, seq_selective_fraction;
   bool doc_mask = false, quiet = false;
 };
 
@@ -46,7 +46,13 @@ std::function<int()> add_train(CLI::App& app) {
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped" + def(m.balance));
   app.add_option("--checkpoint", a->checkpoint,
                  "none | full | selective++ | seq-selective" + def(m.checkpoint));
+  app.add_option("--seq-selective-fraction", a->seq_selective_fraction,
+                 "seq-selective: share of the sequence whose attention is recomputed, in (0, 1)" +
+                     def(m.seq_selective_fraction));
   app.add_option("--loss", a->loss, "fused | unfused LM head + cross-entropy" + def(m.loss));
+  app.add_option("--precision", a->precision,
+                 "fp32 | bf16 (bf16 compute, fp32 master weights, grads and optimizer)" +
+                     def(m.precision));
   app.add_option("--seed", a->seed, "initialisation seed" + def(m.seed));
   app.add_option("--data", a->data, "token file, or .txt tokenized byte-level" + def(m.data));
   app.add_option("--out", a->out, "directory for metrics.json and checkpoint/ (empty: none)");
@@ -84,6 +90,8 @@ std::function<int()> add_train(CLI::App& app) {
     set(c.balance, a->balance);
     set(c.checkpoint, a->checkpoint);
     set(c.loss, a->loss);
+    set(c.precision, a->precision);
+    set(c.seq_selective_fraction, a->seq_selective_fraction);
     set(c.seed, a->seed);
     set(c.data, a->data);
     set(c.out, a->out);
@@ -108,10 +116,11 @@ std::function<int()> add_train(CLI::App& app) {
     c.quiet = a->quiet;
     if (!c.quiet)
       std::printf("longseq train: preset %s, %s\n  %lld steps, seq %lld, world %d (dp %d x cp %d), "
-                  "algo %s, balance %s, checkpoint %s, loss %s, ZeRO-3 over %d ranks\n",
+                  "algo %s, balance %s, checkpoint %s, loss %s, %s, ZeRO-3 over %d ranks\n",
                   c.preset.c_str(), c.model.describe().c_str(), static_cast<long long>(c.steps),
                   static_cast<long long>(c.seq), c.world, c.dp, c.cp(), c.algo.c_str(),
-                  c.balance.c_str(), c.checkpoint.c_str(), c.loss.c_str(), c.world);
+                  c.balance.c_str(), c.checkpoint.c_str(), c.loss.c_str(), c.precision.c_str(),
+                  c.world);
     c.abort_on_failure = true;
     const train::TrainSummary s = train::train(c);
     if (!c.quiet && !s.steps.empty())

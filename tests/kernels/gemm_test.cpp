@@ -211,6 +211,31 @@ TEST(Gemm, ParallelBitIdenticalForOneAndTwoThreads) {
     }
 }
 
+// Mixed precision's entry: f32 is gemm_f32_parallel bit for bit; bf16 is gemm_bf16_parallel on the
+// rounded operands bit for bit (strided operands with NaN padding: only op()'s elements are read).
+TEST(Gemm, MixedPrecisionEntryEqualsTheTypedKernels) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int threads : {1, 2}) {
+        const Case c{ta, tb, k::gemm_panel_rows() + 19, 33, 70, 1.5f, 0.25f};
+        Operands o = make(c, 500 + 4 * ta + 2 * tb + threads);
+        const auto a16 = to_bf16_vec(o.a), b16 = to_bf16_vec(o.b);
+        std::vector<float> f = o.c0, fm = o.c0, h = o.c0, hm = o.c0;
+        k::gemm_f32_parallel(threads, ta, tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda,
+                             o.b.data(), o.ldb, c.beta, f.data(), o.ldc);
+        k::gemm_parallel(longseq::core::DType::f32, threads, ta, tb, c.m, c.n, c.kk, c.alpha,
+                         o.a.data(), o.lda, o.b.data(), o.ldb, c.beta, fm.data(), o.ldc);
+        k::gemm_bf16_parallel(threads, ta, tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda,
+                              b16.data(), o.ldb, c.beta, h.data(), o.ldc);
+        k::gemm_parallel(longseq::core::DType::bf16, threads, ta, tb, c.m, c.n, c.kk, c.alpha,
+                         o.a.data(), o.lda, o.b.data(), o.ldb, c.beta, hm.data(), o.ldc);
+        ASSERT_EQ(0, std::memcmp(f.data(), fm.data(), f.size() * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(h.data(), hm.data(), h.size() * sizeof(float)));
+        // and bf16 really rounds: the results differ from fp32 somewhere
+        EXPECT_NE(0, std::memcmp(f.data(), h.data(), f.size() * sizeof(float)));
+      }
+}
+
 int thread_count() {
   int n = 0;
   if (DIR* d = opendir("/proc/self/task")) {

@@ -275,4 +275,37 @@ void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
 
+namespace {
+// rows x cols of a row-major matrix with row stride ld -> compact bf16 [rows, cols].
+const core::bf16* to_bf16_compact(const float* x, int64_t rows, int64_t cols, int64_t ld,
+                                  std::vector<core::bf16>& buf, int threads) {
+  buf.resize(static_cast<size_t>(rows * cols));
+  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    core::f32_to_bf16(x + r * ld, buf.data() + r * cols, static_cast<size_t>(cols));
+  return buf.data();
+}
+}  // namespace
+
+void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m, int64_t n,
+                   int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float beta, float* c, int64_t ldc) {
+  if (compute == core::DType::f32) {
+    gemm_f32_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  LONGSEQ_CHECK_MSG(compute == core::DType::bf16, "gemm_parallel: compute dtype ",
+                    core::dtype_name(compute));
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  // Scratch per thread: the trainer's ranks are threads of one process under the local backend.
+  thread_local std::vector<core::bf16> abuf, bbuf;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  const core::bf16* ab = to_bf16_compact(a, a_rows, a_cols, lda, abuf, threads);
+  const core::bf16* bb = to_bf16_compact(b, b_rows, b_cols, ldb, bbuf, threads);
+  gemm_bf16_parallel(threads, ta, tb, m, n, k, alpha, ab, std::max<int64_t>(a_cols, 1), bb,
+                     std::max<int64_t>(b_cols, 1), beta, c, ldc);
+}
+
 }  // namespace longseq::kernels

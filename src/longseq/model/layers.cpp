@@ -84,20 +84,20 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
 // ---- linear ------------------------------------------------------------------------------------
 
 void linear_forward(const float* in, const float* weight, int64_t t, int64_t k, int64_t n,
-                    float* out, bool accumulate, int threads) {
-  kernels::gemm_f32_parallel(threads, false, true, t, n, k, 1.0f, in, k, weight, k,
-                             accumulate ? 1.0f : 0.0f, out, n);
+                    float* out, bool accumulate, int threads, core::DType compute) {
+  kernels::gemm_parallel(compute, threads, false, true, t, n, k, 1.0f, in, k, weight, k,
+                         accumulate ? 1.0f : 0.0f, out, n);
 }
 
 void linear_backward(const float* dout, const float* in, const float* weight, int64_t t,
                      int64_t k, int64_t n, float* din, bool accumulate_din, float* dweight,
-                     int threads) {
+                     int threads, core::DType compute) {
   // dweight [N, K] += dout^T [N, T] * in [T, K]; first, so that din may overwrite `in`.
-  kernels::gemm_f32_parallel(threads, true, false, n, k, t, 1.0f, dout, n, in, k, 1.0f, dweight,
-                             k);
+  kernels::gemm_parallel(compute, threads, true, false, n, k, t, 1.0f, dout, n, in, k, 1.0f,
+                         dweight, k);
   if (din)
-    kernels::gemm_f32_parallel(threads, false, false, t, k, n, 1.0f, dout, n, weight, k,
-                               accumulate_din ? 1.0f : 0.0f, din, k);
+    kernels::gemm_parallel(compute, threads, false, false, t, k, n, 1.0f, dout, n, weight, k,
+                           accumulate_din ? 1.0f : 0.0f, din, k);
 }
 
 // ---- RoPE --------------------------------------------------------------------------------------
@@ -180,10 +180,10 @@ void mlp_forward(const float* x, const float* wgate, const float* wup, const flo
   float* u = workspace + cs * d.f;
   for (int64_t t0 = 0; t0 < d.t; t0 += cs) {
     const int64_t n = std::min(cs, d.t - t0);
-    linear_forward(x + t0 * d.c, wgate, n, d.c, d.f, g, false, threads);
-    linear_forward(x + t0 * d.c, wup, n, d.c, d.f, u, false, threads);
+    linear_forward(x + t0 * d.c, wgate, n, d.c, d.f, g, false, threads, d.compute);
+    linear_forward(x + t0 * d.c, wup, n, d.c, d.f, u, false, threads, d.compute);
     swiglu_forward(g, u, n * d.f, g);
-    linear_forward(g, wdown, n, d.f, d.c, out + t0 * d.c, accumulate, threads);
+    linear_forward(g, wdown, n, d.f, d.c, out + t0 * d.c, accumulate, threads, d.compute);
   }
 }
 
@@ -198,14 +198,15 @@ void mlp_backward(const float* dout, const float* x, const float* wgate, const f
     const int64_t n = std::min(cs, d.t - t0);
     const float* xc = x + t0 * d.c;
     const float* dc = dout + t0 * d.c;
-    linear_forward(xc, wgate, n, d.c, d.f, g, false, threads);
-    linear_forward(xc, wup, n, d.c, d.f, u, false, threads);
+    linear_forward(xc, wgate, n, d.c, d.f, g, false, threads, d.compute);
+    linear_forward(xc, wup, n, d.c, d.f, u, false, threads, d.compute);
     swiglu_forward(g, u, n * d.f, a);
     // down: da = dout wdown, dwdown += dout^T a
-    linear_backward(dc, a, wdown, n, d.f, d.c, a, false, dwdown, threads);
+    linear_backward(dc, a, wdown, n, d.f, d.c, a, false, dwdown, threads, d.compute);
     swiglu_backward(a, g, u, n * d.f, g, u);  // g <- dgate, u <- dup
-    linear_backward(g, xc, wgate, n, d.c, d.f, dx + t0 * d.c, accumulate, dwgate, threads);
-    linear_backward(u, xc, wup, n, d.c, d.f, dx + t0 * d.c, true, dwup, threads);
+    linear_backward(g, xc, wgate, n, d.c, d.f, dx + t0 * d.c, accumulate, dwgate, threads,
+                    d.compute);
+    linear_backward(u, xc, wup, n, d.c, d.f, dx + t0 * d.c, true, dwup, threads, d.compute);
   }
 }
 

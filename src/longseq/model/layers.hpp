@@ -1,6 +1,8 @@
 #pragma once
 // The LLaMA layers as forward/backward pairs over explicit buffers (llm.c style, no autograd).
-// fp32 compute; every matrix product goes through kernels/gemm. Each fast layer is tested against
+// fp32 compute by default; every matrix product goes through kernels/gemm. The functions with a
+// `compute` argument run their matrix products at that precision (kernels::gemm_parallel: bf16
+// rounds both operands, accumulates and writes fp32); norms, RoPE, SwiGLU and residuals stay fp32. Each fast layer is tested against
 // its fp64 specification in kernels/ref (tests/model/layers_test.cpp).
 //
 // Legend: T tokens (this rank's, padding included), C hidden, Hq/Hkv heads, D head dim,
@@ -13,6 +15,8 @@
 // the deterministic *_parallel variants, elementwise loops are per row).
 #include <cstdint>
 #include <vector>
+
+#include "longseq/core/dtype.hpp"
 
 namespace longseq::model {
 
@@ -42,12 +46,13 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
 
 /// out [T, N] = in [T, K] * weight[N, K]^T (+ out when accumulate).
 void linear_forward(const float* in, const float* weight, int64_t t, int64_t k, int64_t n,
-                    float* out, bool accumulate, int threads);
+                    float* out, bool accumulate, int threads,
+                    core::DType compute = core::DType::f32);
 /// din [T, K] = dout [T, N] * weight (+ din when accumulate_din); dweight [N, K] += dout^T in.
 /// din may be null (no input gradient wanted); din may alias `in` (dweight is computed first).
 void linear_backward(const float* dout, const float* in, const float* weight, int64_t t,
                      int64_t k, int64_t n, float* din, bool accumulate_din, float* dweight,
-                     int threads);
+                     int threads, core::DType compute = core::DType::f32);
 
 // ---- RoPE on global positions ------------------------------------------------------------------
 
@@ -81,6 +86,7 @@ void swiglu_backward(const float* dout, const float* gate, const float* up, int6
 struct MlpDims {
   int64_t t = 0, c = 0, f = 0;
   int64_t chunk = 0;  ///< tokens per block (<= 0: all T at once)
+  core::DType compute = core::DType::f32;  ///< precision of the three matrix products
 };
 
 /// Floats of workspace mlp_forward/mlp_backward need: O(chunk * F), never O(T * F).

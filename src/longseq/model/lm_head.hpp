@@ -26,6 +26,8 @@
 // framework does: O(T * V) memory). Same numbers up to summation order.
 #include <cstdint>
 
+#include "longseq/core/dtype.hpp"
+
 namespace longseq::model {
 
 inline constexpr int32_t kIgnoreIndex = -100;
@@ -39,6 +41,9 @@ struct LmHeadOptions {
   int64_t vocab_tile = 4096;  ///< Bv of the online logsumexp
   int32_t ignore_index = kIgnoreIndex;
   int threads = 1;
+  /// Precision of the three matrix products (logits, dhidden, dweight); the logsumexp, softmax
+  /// and loss are fp32/fp64 either way.
+  core::DType compute = core::DType::f32;
 };
 
 struct LossPart {

@@ -1,6 +1,7 @@
 #include "longseq/model/transformer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -16,6 +17,14 @@ CheckpointPolicy parse_checkpoint_policy(std::string_view s) {
   if (s == "selective++") return CheckpointPolicy::selective_pp;
   if (s == "seq-selective") return CheckpointPolicy::seq_selective;
   core::fail("model", "--checkpoint '", s, "': expected none | full | selective++ | seq-selective");
+}
+
+int64_t seq_selective_split(int64_t n, double fraction) {
+  core::require(fraction > 0.0 && fraction < 1.0, "model", "--seq-selective-fraction ", fraction,
+                " must be in (0, 1)");
+  // ceil(f N) in integers where f N is exact (f = 0.5 gives ceil(N/2) for every N).
+  const int64_t s = static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
+  return std::clamp<int64_t>(s, 1, std::max<int64_t>(n, 1));
 }
 
 std::string_view checkpoint_policy_name(CheckpointPolicy p) {
@@ -39,6 +48,8 @@ struct Dims {
   float eps;
   int64_t ffn_chunk;
   int threads;
+  core::DType compute;  // precision of the matrix products
+  int64_t split;        // seq-selective: first global position whose (o, lse) is kept
 };
 
 // Floats a tensor holds (a default-constructed Tensor has the scalar shape but no buffer).
@@ -73,9 +84,12 @@ void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Di
   a.q = Tensor<float>(Shape{dm.l, dm.hq, dm.d});
   a.k = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
   a.v = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
-  linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.threads);
-  linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.threads);
-  linear_forward(a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, a.v.data(), false, dm.threads);
+  linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.threads,
+                 dm.compute);
+  linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.threads,
+                 dm.compute);
+  linear_forward(a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, a.v.data(), false, dm.threads,
+                 dm.compute);
   rope.forward(a.q.data(), dm.hq, dm.threads);
   rope.forward(a.k.data(), dm.hkv, dm.threads);
 }
@@ -84,14 +98,15 @@ void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Di
 void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm, Acts& a) {
   a.x1 = Tensor<float>(Shape{dm.l, dm.c});
   std::memcpy(a.x1.data(), x, sizeof(float) * dm.l * dm.c);
-  linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads);
+  linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads,
+                 dm.compute);
   a.n2 = Tensor<float>(Shape{dm.l, dm.c});
   a.rstd2 = Tensor<float>(Shape{dm.l});
   rmsnorm_forward(a.x1.data(), w + o.mlp_norm, dm.l, dm.c, dm.eps, a.n2.data(), a.rstd2.data(),
                   dm.threads);
 }
 
-MlpDims mlp_dims(const Dims& dm) { return {dm.l, dm.c, dm.f, dm.ffn_chunk}; }
+MlpDims mlp_dims(const Dims& dm) { return {dm.l, dm.c, dm.f, dm.ffn_chunk, dm.compute}; }
 
 // x [L, C] in place: block input -> block output.
 Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
@@ -108,7 +123,6 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
   std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
   mlp_forward(a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), x, true, ws.data(),
               dm.threads);
-  const int64_t split = (b.seq_len + 1) / 2;
   switch (policy) {
     case CheckpointPolicy::none:
       s.acts = std::move(a);
@@ -119,7 +133,7 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
       break;
     case CheckpointPolicy::seq_selective: {
       for (int64_t i = 0; i < dm.l; ++i)
-        if (b.pos[i] >= split) s.late_rows.push_back(i);
+        if (b.pos[i] >= dm.split) s.late_rows.push_back(i);
       const int64_t n = static_cast<int64_t>(s.late_rows.size());
       s.o_late = Tensor<float>(Shape{n, dm.hq, dm.d});
       s.lse_late = Tensor<float>(Shape{n, dm.hq});
@@ -148,9 +162,8 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
     a = std::move(s.acts);
   } else {
     compute_qkv(x, w, o, dm, rope, a);
-    const int64_t split = (b.seq_len + 1) / 2;
     if (policy == CheckpointPolicy::selective_pp ||
-        (policy == CheckpointPolicy::seq_selective && split >= b.seq_len)) {
+        (policy == CheckpointPolicy::seq_selective && dm.split >= b.seq_len)) {
       if (policy == CheckpointPolicy::selective_pp) {
         a.att.o = std::move(s.acts.att.o);
         a.att.lse = std::move(s.acts.att.lse);
@@ -161,7 +174,7 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
       a.att.k = cview(a.k);
       a.att.v = cview(a.v);
     } else if (policy == CheckpointPolicy::seq_selective) {
-      a.att = attn.forward_before(cview(a.q), cview(a.k), cview(a.v), split);
+      a.att = attn.forward_before(cview(a.q), cview(a.k), cview(a.v), dm.split);
       const int64_t od = dm.hq * dm.d;
       for (size_t j = 0; j < s.late_rows.size(); ++j) {
         const int64_t i = s.late_rows[j];
@@ -184,16 +197,16 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
   // Output projection and attention.
   Tensor<float> dout(Shape{dm.l, dm.hq, dm.d});
   linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
-                  g + o.wo, dm.threads);
+                  g + o.wo, dm.threads, dm.compute);
   attention::AttentionGrads ag = attn.backward(cview(dout), a.att);
   rope.backward(ag.dq.data(), dm.hq, dm.threads);
   rope.backward(ag.dk.data(), dm.hkv, dm.threads);
   linear_backward(ag.dq.data(), a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, dn.data(), false,
-                  g + o.wq, dm.threads);
+                  g + o.wq, dm.threads, dm.compute);
   linear_backward(ag.dk.data(), a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
-                  g + o.wk, dm.threads);
+                  g + o.wk, dm.threads, dm.compute);
   linear_backward(ag.dv.data(), a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
-                  g + o.wv, dm.threads);
+                  g + o.wv, dm.threads, dm.compute);
   rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx,
                    g + o.attn_norm, true, dm.threads);
 }
@@ -203,8 +216,17 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
 StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                             const StepBatch& b, double grad_scale, const ModelOptions& opt) {
   const LlamaConfig& cfg = layout.config();
-  const Dims dm{b.len,        cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
-                static_cast<float>(cfg.norm_eps), opt.ffn_chunk, std::max(opt.threads, 1)};
+  const Dims dm{b.len,
+                cfg.hidden,
+                cfg.heads,
+                cfg.kv_heads,
+                cfg.head_dim,
+                cfg.intermediate,
+                static_cast<float>(cfg.norm_eps),
+                opt.ffn_chunk,
+                std::max(opt.threads, 1),
+                opt.precision,
+                seq_selective_split(b.seq_len, opt.seq_selective_fraction)};
   const LayerOffsets& lo = layout.layer_offsets();
   StepResult res;
   const AttentionTimes t0 = attn.times();
@@ -237,6 +259,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   float* ghead = tied ? params.acquire_grad(emb) : gf + layout.lm_head_offset();
   LmHeadOptions lmo = opt.lm;
   lmo.threads = dm.threads;
+  lmo.compute = dm.compute;
   const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
   const LossPart lp =
       opt.fused_loss

@@ -17,11 +17,18 @@
 //   full           the block input only; the backward recomputes the block, attention included
 //   selective++    the block input and the attention output (o, lse); attention is never
 //                  recomputed, the cheap rest is
-//   seq-selective  the block input and (o, lse) of the tokens at global positions >= ceil(N/2)
-//                  (the later half, whose causal attention is the expensive part); attention of
-//                  the earlier half is recomputed with AttentionOp::forward_before (BurstEngine
-//                  §3.2: keep the costly segment, recompute the cheap one). Under zigzag the later
-//                  half is exactly each rank's second chunk.
+//   seq-selective  the block input and (o, lse) of the tokens at global positions >= ceil(f N)
+//                  (f = seq_selective_fraction, 0.5 by default: the later half, whose causal
+//                  attention is the expensive part); attention of the earlier segment is
+//                  recomputed with AttentionOp::forward_before (BurstEngine §3.2: keep the costly
+//                  segment, recompute the cheap one). Causal recomputation costs about f^2 of the
+//                  attention forward and saves f of the attention output. Under zigzag and
+//                  f = 0.5 the later half is exactly each rank's second chunk.
+//
+// Precision: ModelOptions::precision bf16 runs every matrix product (projections, MLP, LM head)
+// with bf16 operands and fp32 accumulation, and attention at the AttentionOp's precision; the
+// residual stream, norms, softmax statistics, saved activations and gradients stay fp32. The
+// weights arrive from the ParamSource (ZeRO-3 gathers them in bf16 when training in bf16).
 // The blockwise MLP recomputes its gate/up activations per chunk in every policy (it never holds
 // [L, F]); that is part of the FFN design, not of the policy.
 #include <cstdint>
@@ -60,7 +67,7 @@ struct StepBatch {
   const int32_t* labels = nullptr;  ///< next token or kIgnoreIndex
   const int64_t* pos = nullptr;     ///< global positions, -1 = padding
   int64_t len = 0;                  ///< L
-  int64_t seq_len = 0;              ///< N (the seq-selective split is ceil(N/2))
+  int64_t seq_len = 0;              ///< N (the seq-selective split is ceil(f N))
 };
 
 struct ModelOptions {
@@ -69,7 +76,16 @@ struct ModelOptions {
   int64_t ffn_chunk = 1024;
   LmHeadOptions lm;
   int threads = 1;
+  /// f32 or bf16: precision of the matrix products (the caller validates user input).
+  core::DType precision = core::DType::f32;
+  /// seq-selective: the share f of the sequence (earliest global positions) whose attention is
+  /// recomputed; the rest keeps (o, lse). In (0, 1).
+  double seq_selective_fraction = 0.5;
 };
+
+/// The seq-selective split: ceil(f N), clamped to [1, N]. Throws core::Error naming f outside
+/// (0, 1).
+int64_t seq_selective_split(int64_t n, double fraction);
 
 /// Per-rank results of one step.
 struct StepResult {

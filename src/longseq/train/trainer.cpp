@@ -117,6 +117,8 @@ json TrainConfig::to_json() const {
           {"balance", balance},
           {"checkpoint", checkpoint},
           {"loss", loss},
+          {"precision", precision},
+          {"seq_selective_fraction", seq_selective_fraction},
           {"seed", seed},
           {"data", data},
           {"ffn_chunk", ffn_chunk},
@@ -161,6 +163,8 @@ void apply_json(TrainConfig& c, const json& j) {
       else if (k == "balance") c.balance = v;
       else if (k == "checkpoint") c.checkpoint = v;
       else if (k == "loss") c.loss = v;
+      else if (k == "precision") c.precision = v;
+      else if (k == "seq_selective_fraction") c.seq_selective_fraction = v;
       else if (k == "seed") c.seed = v;
       else if (k == "data") c.data = v;
       else if (k == "ffn_chunk") c.ffn_chunk = v;
@@ -199,6 +203,8 @@ void TrainConfig::validate() const {
   core::require(loss == "fused" || loss == "unfused", "train", "--loss '", loss,
                 "': expected fused | unfused");
   model::parse_checkpoint_policy(checkpoint);
+  parse_precision(precision);
+  model::seq_selective_split(seq, seq_selective_fraction);
   attention::parse_balance(balance);
   const auto a = model::AttentionAlgo::parse(algo);
   if (a.hybrid) a.hybrid->validate(cp(), model.heads, model.kv_heads);
@@ -230,13 +236,24 @@ TokenFile load_training_data(const std::string& path) {
 
 // ---- measurements ------------------------------------------------------------------------------
 
-double measure_peak_gflops() {
+core::DType parse_precision(const std::string& s) {
+  if (s == "fp32") return core::DType::f32;
+  if (s == "bf16") return core::DType::bf16;
+  core::fail("train", "--precision '", s, "': expected fp32 | bf16");
+}
+
+double measure_peak_gflops(const std::string& precision) {
+  const bool bf = parse_precision(precision) == core::DType::bf16;
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<core::bf16> ab(n * n, core::to_bf16(0.5f)), bb(n * n, core::to_bf16(0.25f));
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     core::Timer t;
-    kernels::gemm_f32(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (bf)
+      kernels::gemm_bf16(false, false, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
+    else
+      kernels::gemm_f32(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     best = std::min(best, t.elapsed());
   }
   const double hw = std::max(1u, std::thread::hardware_concurrency());
@@ -295,7 +312,8 @@ TrainSummary train(const TrainConfig& cfg) {
   const int threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
 
   TrainSummary summary;
-  summary.peak_gflops = measure_peak_gflops();
+  const core::DType precision = parse_precision(cfg.precision);
+  summary.peak_gflops = measure_peak_gflops(cfg.precision);
   json config = cfg.to_json();
   config["parameters"] = layout.num_parameters();
   config["matmul_parameters"] = layout.matmul_parameters();
@@ -304,8 +322,8 @@ TrainSummary train(const TrainConfig& cfg) {
   config["peak_gflops_measured"] = summary.peak_gflops;
   config["mfu_formula"] =
       "(6 * matmul_parameters * dp * seq + 12 * layers * heads * head_dim * visible_pairs * dp) / "
-      "(step_seconds * peak); peak = single-thread sgemm 1024^3 (best of 3) * hardware threads; "
-      "recomputation not counted";
+      "(step_seconds * peak); peak = single-thread GEMM 1024^3 at the run's precision (best of 3) * "
+      "hardware threads; recomputation not counted";
   if (!cfg.out.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cfg.out, ec);
@@ -325,6 +343,7 @@ TrainSummary train(const TrainConfig& cfg) {
     const int replica = wr / cp;
     comm::Group ctx = world.split(replica, wr);
     ShardedState state(layout, world, cfg.seed);
+    state.set_gather_dtype(precision);
     int64_t start = 0;
     if (!cfg.resume.empty()) {
       const json ts = load_checkpoint(cfg.resume, state);
@@ -339,6 +358,8 @@ TrainSummary train(const TrainConfig& cfg) {
     mo.ffn_chunk = cfg.ffn_chunk;
     mo.lm.token_tile = cfg.lm_tile;
     mo.threads = threads;
+    mo.precision = precision;
+    mo.seq_selective_fraction = cfg.seq_selective_fraction;
     auto base_mask = std::make_shared<attention::MaskSpec>();
     base_mask->causal = true;
     std::unique_ptr<model::AttentionOp> attn;

@@ -17,13 +17,14 @@
 // (N_matmul: weights in matrix products, LM head included; tokens: dp * seq; visible_pairs: the
 // (query, key) pairs the mask allows per sequence, N(N+1)/2 causal, times dp; 12 = forward 4 +
 // backward 8 FLOPs per pair and head dim; recomputation is not counted, as in PaLM's MFU) and
-// peak = a start-up measurement of single-thread sgemm (kernels/gemm, 1024^3, best of 3) times
-// the hardware threads.
+// peak = a start-up measurement of single-thread GEMM at the run's precision (kernels/gemm, sgemm
+// or bf16, 1024^3, best of 3) times the hardware threads.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "longseq/core/dtype.hpp"
 #include "longseq/model/config.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/optimizer.hpp"
@@ -42,6 +43,12 @@ struct TrainConfig {
   std::string balance = "zigzag";
   std::string checkpoint = "seq-selective";
   std::string loss = "fused";
+  /// "fp32" | "bf16": bf16 runs every matrix product and attention on bf16 operands with fp32
+  /// accumulation, gathers ZeRO-3 parameters in bf16, and keeps fp32 master weights, gradients,
+  /// AdamW moments, norms and the residual stream (model/transformer.hpp).
+  std::string precision = "fp32";
+  /// seq-selective: share of the sequence whose attention is recomputed (model::ModelOptions).
+  double seq_selective_fraction = 0.5;
   uint64_t seed = 1234;
   std::string data = "data/kjv-genesis-exodus.txt";
   std::string out;     ///< empty: no files written
@@ -102,7 +109,10 @@ TokenFile load_training_data(const std::string& path);
 /// Runs the whole training (local backend threads, or MPI under mpirun). Blocking.
 TrainSummary train(const TrainConfig& cfg);
 
-/// The machine's measured peak: single-thread sgemm GFLOP/s times hardware threads.
-double measure_peak_gflops();
+/// The machine's measured peak at `precision` ("fp32": sgemm, "bf16": bf16 GEMM with fp32
+/// accumulation): single-thread GFLOP/s of a 1024^3 product times hardware threads.
+double measure_peak_gflops(const std::string& precision = "fp32");
+/// "fp32" -> f32, "bf16" -> bf16; throws core::Error naming `s` otherwise.
+core::DType parse_precision(const std::string& s);
 
 }  // namespace longseq::train

@@ -53,13 +53,30 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
 
 void ShardedState::zero_grads() { std::fill(grad_, grad_ + total_, 0.0f); }
 
+void ShardedState::set_gather_dtype(core::DType dt) {
+  LONGSEQ_CHECK_MSG(dt == core::DType::f32 || dt == core::DType::bf16, "gather dtype ",
+                    core::dtype_name(dt));
+  gather_dtype_ = dt;
+}
+
 const float* ShardedState::acquire(int unit) {
   auto& buf = gathered_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
-  buf.resize(static_cast<size_t>(shard_[unit] * group_.size()));
-  core::ScopedTimer t(&comm_s_);
-  group_.all_gather(param_shard(unit), buf.data(), static_cast<size_t>(shard_[unit]),
-                    core::DType::f32);
+  const size_t s = static_cast<size_t>(shard_[unit]);
+  buf.resize(s * static_cast<size_t>(group_.size()));
+  gather_sent_ += static_cast<int64_t>(s * core::dtype_size(gather_dtype_));
+  if (gather_dtype_ == core::DType::f32) {
+    core::ScopedTimer t(&comm_s_);
+    group_.all_gather(param_shard(unit), buf.data(), s, core::DType::f32);
+    return buf.data();
+  }
+  std::vector<core::bf16> mine(s), all(buf.size());
+  core::f32_to_bf16(param_shard(unit), mine.data(), s);
+  {
+    core::ScopedTimer t(&comm_s_);
+    group_.all_gather(mine.data(), all.data(), s, core::DType::bf16);
+  }
+  core::bf16_to_f32(all.data(), buf.data(), all.size());
   return buf.data();
 }
 

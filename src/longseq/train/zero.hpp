@@ -13,6 +13,11 @@
 //
 // Communication: acquire = all_gather of s_u floats; release_grad = reduce_scatter of R s_u floats
 // (sum) added into the gradient shard. Both blocking; their time is counted as comm wait.
+//
+// Mixed precision (set_gather_dtype(bf16)): the shards stay fp32 (the master weights AdamW
+// updates); acquire() rounds this rank's shard to bf16 and all-gathers bf16, half the bytes, and
+// hands out the bf16 values widened to fp32 (exact), so the model computes with bf16 weights.
+// Gradients are reduce-scattered and accumulated in fp32.
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -51,6 +56,12 @@ class ShardedState final : public model::ParamSource {
 
   void zero_grads();
 
+  /// f32 (default) or bf16: the precision acquire() gathers parameters in. Other dtypes are a
+  /// caller bug (LONGSEQ_CHECK).
+  void set_gather_dtype(core::DType dt);
+  /// Bytes this rank has sent in acquire() all-gathers since construction.
+  int64_t gathered_bytes_sent() const { return gather_sent_; }
+
   // model::ParamSource
   const float* acquire(int unit) override;
   void release(int unit) override;
@@ -78,6 +89,8 @@ class ShardedState final : public model::ParamSource {
   std::vector<uint8_t> decay_;
   std::map<int, std::vector<float>> gathered_, grad_full_;
   double comm_s_ = 0;
+  core::DType gather_dtype_ = core::DType::f32;
+  int64_t gather_sent_ = 0;
 };
 
 }  // namespace longseq::train
