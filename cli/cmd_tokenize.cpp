@@ -25,7 +25,8 @@ struct TokenizeArgs {
 
 std::function<int()> add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  app.add_option("--in", a->in, "text files, one document each (end-of-text after each)")->required();
+  app.add_option("--in", a->in, "text files, one document each (end-of-text after each)")
+      ->required();
   app.add_option("--out", a->out, "token file to write")->required();
   app.add_option("--show", a->show, "print the first N tokens decoded back");
   app.add_option("--tokenizer", a->tokenizer,
@@ -61,10 +62,11 @@ std::function<int()> add_tokenize(CLI::App& app) {
     }
     train::write_token_file(a->out, tokens, vocab, eot);
     if (bpe) {
-      std::printf("%s: %zu tokens, %zu documents, vocabulary %lld (%s), end-of-text %d (%s), %d-byte ids\n",
-                  a->out.c_str(), tokens.size(), docs.size(), static_cast<long long>(vocab),
-                  a->tokenizer.c_str(), eot, bpe->token(static_cast<uint32_t>(eot)).c_str(),
-                  vocab <= 65536 ? 2 : 4);
+      std::printf(
+          "%s: %zu tokens, %zu documents, vocabulary %lld (%s), end-of-text %d (%s), %d-byte ids\n",
+          a->out.c_str(), tokens.size(), docs.size(), static_cast<long long>(vocab),
+          a->tokenizer.c_str(), eot, bpe->token(static_cast<uint32_t>(eot)).c_str(),
+          vocab <= 65536 ? 2 : 4);
     } else {
       std::printf("%s: %zu tokens, %zu documents, vocabulary %lld (bytes + end-of-text %d)\n",
                   a->out.c_str(), tokens.size(), docs.size(),

@@ -109,12 +109,22 @@ std::string code_point_name(char32_t c) {
 
 // \p{L}: general category L (Lu Ll Lt Lm Lo); \p{N}: N (Nd Nl No); \s: the White_Space property,
 // which is what Oniguruma (Hugging Face) and Rust's regex (tiktoken) use for \s in Unicode mode.
-bool is_letter(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_L_MASK) != 0; }
-bool is_number(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0; }
-bool is_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
-bool is_crlf(char32_t c) { return c == U'\r' || c == U'\n'; }
+bool is_letter(char32_t c) {
+  return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_L_MASK) != 0;
+}
+bool is_number(char32_t c) {
+  return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0;
+}
+bool is_space(char32_t c) {
+  return u_isUWhiteSpace(static_cast<UChar32>(c));
+}
+bool is_crlf(char32_t c) {
+  return c == U'\r' || c == U'\n';
+}
 // [^\s\p{L}\p{N}]
-bool is_other(char32_t c) { return !is_space(c) && !is_letter(c) && !is_number(c); }
+bool is_other(char32_t c) {
+  return !is_space(c) && !is_letter(c) && !is_number(c);
+}
 
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -209,7 +219,8 @@ class Scanner {
   size_t n_;
 };
 
-std::vector<std::string> split_pieces(SplitRegex r, std::string_view text, const std::string& source) {
+std::vector<std::string> split_pieces(SplitRegex r, std::string_view text,
+                                      const std::string& source) {
   const CodePoints cps = decode_utf8(text, source);
   const Scanner s(cps.cp);
   std::vector<std::string> out;
@@ -223,7 +234,8 @@ std::vector<std::string> split_pieces(SplitRegex r, std::string_view text, const
   return out;
 }
 
-// ---- GPT-2 bytes_to_unicode ----------------------------------------------------------------------
+// ---- GPT-2 bytes_to_unicode
+// ----------------------------------------------------------------------
 
 // Printable Latin-1 bytes stand for themselves; the other 68 bytes (controls, space, 0x7F-0xA0,
 // 0xAD) take code points 256.. in byte order, so every byte is a visible vocabulary character.
@@ -247,14 +259,15 @@ const ByteMap& byte_map() {
   return m;
 }
 
-// ---- configuration ---------------------------------------------------------------------------------
+// ---- configuration
+// ---------------------------------------------------------------------------------
 
 enum class Prepend { kAlways, kFirst, kNever };
 
 struct NormStep {
   enum Kind { kPrepend, kReplace, kUnicode } kind;
-  std::string a, b;                              // kPrepend: a; kReplace: a -> b
-  const icu::Normalizer2* unicode = nullptr;     // kUnicode: NFC/NFD/NFKC/NFKD
+  std::string a, b;                           // kPrepend: a; kReplace: a -> b
+  const icu::Normalizer2* unicode = nullptr;  // kUnicode: NFC/NFD/NFKC/NFKD
 };
 
 struct PreStep {
@@ -269,7 +282,7 @@ struct PreStep {
 
 struct DecStep {
   enum Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
-  std::string a, b;   // kReplace: a -> b; kStrip: a = the character; kMetaspace: a = replacement
+  std::string a, b;  // kReplace: a -> b; kStrip: a = the character; kMetaspace: a = replacement
   size_t start = 0, stop = 0;  // kStrip
   bool strip_first = false;    // kMetaspace: drop the prepended replacement of the first token
 };
@@ -292,7 +305,8 @@ struct AddedMatcher {
   std::array<std::vector<uint32_t>, 256> by_first;
 
   void add(Entry e) {
-    by_first[static_cast<unsigned char>(e.text[0])].push_back(static_cast<uint32_t>(entries.size()));
+    by_first[static_cast<unsigned char>(e.text[0])].push_back(
+        static_cast<uint32_t>(entries.size()));
     entries.push_back(std::move(e));
   }
   bool empty() const { return entries.empty(); }
@@ -325,7 +339,8 @@ std::vector<Chunk> split_added(const AddedMatcher& m, std::string_view s) {
     size_t best_len = 0;
     for (uint32_t k : m.by_first[static_cast<unsigned char>(s[p])]) {
       const std::string& t = m.entries[k].text;
-      if (t.size() > best_len && s.substr(p, t.size()) == t) best = static_cast<int>(k), best_len = t.size();
+      if (t.size() > best_len && s.substr(p, t.size()) == t)
+        best = static_cast<int>(k), best_len = t.size();
     }
     if (best < 0) {
       ++p;
@@ -368,11 +383,14 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s = std::move(r);
 }
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
 
 }  // namespace
 
-// ---- the tokenizer ---------------------------------------------------------------------------------
+// ---- the tokenizer
+// ---------------------------------------------------------------------------------
 
 struct BpeTokenizer::Impl {
   std::string source;
@@ -392,7 +410,9 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, uint32_t> added;  // content -> id
   AddedMatcher added_raw, added_normalized;
 
-  [[noreturn]] void bad(const auto&... parts) const { core::fail("tokenizer", source, ": ", parts...); }
+  [[noreturn]] void bad(const auto&... parts) const {
+    core::fail("tokenizer", source, ": ", parts...);
+  }
 
   void normalize(std::string& s) const {
     for (const NormStep& n : normalizer) {
@@ -457,7 +477,8 @@ struct BpeTokenizer::Impl {
           }
           case PreStep::kMetaspace: {
             replace_all(w.text, " ", p.replacement);
-            const bool prepend = p.prepend == Prepend::kAlways || (p.prepend == Prepend::kFirst && w.at_start);
+            const bool prepend =
+                p.prepend == Prepend::kAlways || (p.prepend == Prepend::kFirst && w.at_start);
             if (prepend && !starts_with(w.text, p.replacement)) w.text.insert(0, p.replacement);
             if (!p.split) {
               next.push_back(std::move(w));
@@ -534,8 +555,10 @@ struct BpeTokenizer::Impl {
         }
       }
       if (!unk)
-        bad("character ", code_point_name(c), " ('", ch, "') is not in the vocabulary and the model has ",
-            byte_fallback ? "byte_fallback but not all of its <0xNN> byte tokens" : "no byte_fallback",
+        bad("character ", code_point_name(c), " ('", ch,
+            "') is not in the vocabulary and the model has ",
+            byte_fallback ? "byte_fallback but not all of its <0xNN> byte tokens"
+                          : "no byte_fallback",
             " and no unk_token: it cannot be encoded");
       if (!(fuse_unk && last_unk)) push(*unk);
       last_unk = true;
@@ -619,7 +642,8 @@ struct BpeTokenizer::Impl {
   }
   // A {"String": s} pattern (Replace, Split); regex patterns are refused by the caller's message.
   std::optional<std::string> string_pattern(const json& j, const std::string& where) const {
-    if (!j.contains("pattern") || !j["pattern"].is_object()) bad(where, " has no \"pattern\" object");
+    if (!j.contains("pattern") || !j["pattern"].is_object())
+      bad(where, " has no \"pattern\" object");
     const json& p = j["pattern"];
     if (p.contains("String") && p["String"].is_string()) return p["String"].get<std::string>();
     return std::nullopt;
@@ -649,7 +673,8 @@ struct BpeTokenizer::Impl {
     obj(j, where);
     const std::string type = str(j, "type", where);
     if (type == "Sequence") {
-      if (!j.contains("normalizers") || !j["normalizers"].is_array()) bad(where, " (Sequence) has no \"normalizers\" array");
+      if (!j.contains("normalizers") || !j["normalizers"].is_array())
+        bad(where, " (Sequence) has no \"normalizers\" array");
       for (size_t i = 0; i < j["normalizers"].size(); ++i)
         load_normalizer(j["normalizers"][i], where + ".normalizers[" + std::to_string(i) + "]");
     } else if (type == "Prepend") {
@@ -657,18 +682,21 @@ struct BpeTokenizer::Impl {
     } else if (type == "Replace") {
       const auto pat = string_pattern(j, where);
       if (!pat || pat->empty())
-        bad(where, " Replace pattern ", j["pattern"].dump(), " is not supported (only a non-empty {\"String\": ...})");
+        bad(where, " Replace pattern ", j["pattern"].dump(),
+            " is not supported (only a non-empty {\"String\": ...})");
       normalizer.push_back({NormStep::kReplace, *pat, str(j, "content", where), nullptr});
     } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
       UErrorCode st = U_ZERO_ERROR;
-      const icu::Normalizer2* n = type == "NFC"   ? icu::Normalizer2::getNFCInstance(st)
-                                  : type == "NFD" ? icu::Normalizer2::getNFDInstance(st)
+      const icu::Normalizer2* n = type == "NFC"    ? icu::Normalizer2::getNFCInstance(st)
+                                  : type == "NFD"  ? icu::Normalizer2::getNFDInstance(st)
                                   : type == "NFKC" ? icu::Normalizer2::getNFKCInstance(st)
                                                    : icu::Normalizer2::getNFKDInstance(st);
-      if (U_FAILURE(st) || !n) bad(where, " ", type, ": ICU has no such normalizer (", u_errorName(st), ")");
+      if (U_FAILURE(st) || !n)
+        bad(where, " ", type, ": ICU has no such normalizer (", u_errorName(st), ")");
       normalizer.push_back({NormStep::kUnicode, type, "", n});
     } else {
-      bad(where, " type \"", type, "\" is not supported (Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD are)");
+      bad(where, " type \"", type,
+          "\" is not supported (Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD are)");
     }
   }
 
@@ -678,9 +706,11 @@ struct BpeTokenizer::Impl {
     const std::string type = str(j, "type", where);
     PreStep p;
     if (type == "Sequence") {
-      if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) bad(where, " (Sequence) has no \"pretokenizers\" array");
+      if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
+        bad(where, " (Sequence) has no \"pretokenizers\" array");
       for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
-        load_pre_tokenizer(j["pretokenizers"][i], where + ".pretokenizers[" + std::to_string(i) + "]");
+        load_pre_tokenizer(j["pretokenizers"][i],
+                           where + ".pretokenizers[" + std::to_string(i) + "]");
       return;
     } else if (type == "ByteLevel") {
       p.kind = PreStep::kByteLevel;
@@ -688,18 +718,22 @@ struct BpeTokenizer::Impl {
       p.use_regex = flag(j, "use_regex", true, where);
     } else if (type == "Split") {
       p.kind = PreStep::kSplit;
-      if (!j.contains("pattern") || !j["pattern"].is_object()) bad(where, " (Split) has no \"pattern\" object");
+      if (!j.contains("pattern") || !j["pattern"].is_object())
+        bad(where, " (Split) has no \"pattern\" object");
       const json& pat = j["pattern"];
       if (!pat.contains("Regex") || !pat["Regex"].is_string())
-        bad(where, " Split pattern ", pat.dump(), " is not supported (only the known {\"Regex\": ...} patterns)");
+        bad(where, " Split pattern ", pat.dump(),
+            " is not supported (only the known {\"Regex\": ...} patterns)");
       const std::string re = pat["Regex"].get<std::string>();
       const auto known = find_split_regex(re);
       if (!known)
         bad(where, " Split regex \"", re, "\" is not supported: the known patterns are GPT-2's \"",
-            kGpt2Pattern, "\", LLaMA-3's \"", kCl100kPattern, "\" and Qwen2's \"", kQwen2Pattern, "\"");
+            kGpt2Pattern, "\", LLaMA-3's \"", kCl100kPattern, "\" and Qwen2's \"", kQwen2Pattern,
+            "\"");
       p.regex = *known;
       const std::string behavior = str(j, "behavior", where);
-      if (behavior != "Isolated") bad(where, " Split behavior \"", behavior, "\" is not supported (only Isolated)");
+      if (behavior != "Isolated")
+        bad(where, " Split behavior \"", behavior, "\" is not supported (only Isolated)");
       if (flag(j, "invert", false, where)) bad(where, " Split invert true is not supported");
     } else if (type == "Metaspace") {
       p.kind = PreStep::kMetaspace;
@@ -707,7 +741,8 @@ struct BpeTokenizer::Impl {
       p.prepend = prepend_scheme(j, where);
       p.split = flag(j, "split", true, where);
     } else {
-      bad(where, " type \"", type, "\" is not supported (Sequence, ByteLevel, Split, Metaspace are)");
+      bad(where, " type \"", type,
+          "\" is not supported (Sequence, ByteLevel, Split, Metaspace are)");
     }
     pre.push_back(p);
   }
@@ -719,7 +754,8 @@ struct BpeTokenizer::Impl {
     const std::string type = str(j, "type", where);
     DecStep d;
     if (type == "Sequence") {
-      if (!j.contains("decoders") || !j["decoders"].is_array()) bad(where, " (Sequence) has no \"decoders\" array");
+      if (!j.contains("decoders") || !j["decoders"].is_array())
+        bad(where, " (Sequence) has no \"decoders\" array");
       for (size_t i = 0; i < j["decoders"].size(); ++i)
         load_decoder(j["decoders"][i], where + ".decoders[" + std::to_string(i) + "]");
       return;
@@ -729,7 +765,8 @@ struct BpeTokenizer::Impl {
       d.kind = DecStep::kReplace;
       const auto pat = string_pattern(j, where);
       if (!pat || pat->empty())
-        bad(where, " Replace pattern ", j["pattern"].dump(), " is not supported (only a non-empty {\"String\": ...})");
+        bad(where, " Replace pattern ", j["pattern"].dump(),
+            " is not supported (only a non-empty {\"String\": ...})");
       d.a = *pat;
       d.b = str(j, "content", where);
     } else if (type == "ByteFallback") {
@@ -740,7 +777,8 @@ struct BpeTokenizer::Impl {
       d.kind = DecStep::kStrip;
       d.a = one_char(j, "content", where);
       for (const char* k : {"start", "stop"}) {
-        if (!j.contains(k) || !j[k].is_number_unsigned()) bad(where, " (Strip) has no unsigned \"", k, "\"");
+        if (!j.contains(k) || !j[k].is_number_unsigned())
+          bad(where, " (Strip) has no unsigned \"", k, "\"");
         (std::string_view(k) == "start" ? d.start : d.stop) = j[k].get<size_t>();
       }
     } else if (type == "Metaspace") {
@@ -749,7 +787,8 @@ struct BpeTokenizer::Impl {
       d.strip_first = prepend_scheme(j, where) != Prepend::kNever;
     } else {
       bad(where, " type \"", type,
-          "\" is not supported (Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace are)");
+          "\" is not supported (Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace "
+          "are)");
     }
     decoder.push_back(d);
   }
@@ -779,15 +818,18 @@ struct BpeTokenizer::Impl {
     }
     if (m.contains("dropout") && !m["dropout"].is_null() &&
         !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
-      bad("model.dropout ", m["dropout"].dump(), " is not supported (BPE dropout makes encoding random)");
+      bad("model.dropout ", m["dropout"].dump(),
+          " is not supported (BPE dropout makes encoding random)");
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))
+      if (m.contains(k) && !m[k].is_null() &&
+          !(m[k].is_string() && m[k].get<std::string>().empty()))
         bad("model.", k, " ", m[k].dump(), " is not supported");
     fuse_unk = flag(m, "fuse_unk", false, "model");
     byte_fallback = flag(m, "byte_fallback", false, "model");
     ignore_merges = flag(m, "ignore_merges", false, "model");
 
-    if (!m.contains("vocab") || !m["vocab"].is_object()) bad("model.vocab is missing or not an object");
+    if (!m.contains("vocab") || !m["vocab"].is_object())
+      bad("model.vocab is missing or not an object");
     std::unordered_map<uint32_t, std::string> by_id;
     vocab.reserve(m["vocab"].size());
     for (const auto& [tok, v] : m["vocab"].items()) {
@@ -805,9 +847,11 @@ struct BpeTokenizer::Impl {
       std::snprintf(name, sizeof name, "<0x%02X>", b);
       if (auto it = vocab.find(name); it != vocab.end()) byte_token[b] = it->second;
     }
-    if (m.contains("unk_token") && !m["unk_token"].is_null()) unk = vocab_id(str(m, "unk_token", "model"), "model.unk_token");
+    if (m.contains("unk_token") && !m["unk_token"].is_null())
+      unk = vocab_id(str(m, "unk_token", "model"), "model.unk_token");
 
-    if (!m.contains("merges") || !m["merges"].is_array()) bad("model.merges is missing or not an array");
+    if (!m.contains("merges") || !m["merges"].is_array())
+      bad("model.merges is missing or not an array");
     const json& ms = m["merges"];
     merges.reserve(ms.size());
     for (size_t r = 0; r < ms.size(); ++r) {
@@ -818,7 +862,8 @@ struct BpeTokenizer::Impl {
       if (e.is_string()) {
         const std::string s = e.get<std::string>();
         const size_t sp = s.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
+        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+            s.find(' ', sp + 1) != std::string::npos)
           bad("model.merges[", r, "] \"", s, "\" is not two tokens separated by one space");
         a = s.substr(0, sp), b = s.substr(sp + 1);
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
@@ -842,7 +887,8 @@ struct BpeTokenizer::Impl {
       const json& t = obj(list[i], where);
       const std::string content = str(t, "content", where);
       if (content.empty()) bad(where, " has empty content");
-      if (!t.contains("id") || !t["id"].is_number_unsigned() || t["id"].get<uint64_t>() >= (uint64_t{1} << 31))
+      if (!t.contains("id") || !t["id"].is_number_unsigned() ||
+          t["id"].get<uint64_t>() >= (uint64_t{1} << 31))
         bad(where, " (\"", content, "\") has no id in [0, 2^31)");
       const uint32_t id = t["id"].get<uint32_t>();
       if (flag(t, "single_word", false, where))
@@ -851,12 +897,14 @@ struct BpeTokenizer::Impl {
         bad(where, " (\"", content, "\") has id ", id, " but model.vocab gives it ", it->second);
       if (id < has.size() && has[id] && tokens[id] != content)
         bad(where, " (\"", content, "\") has id ", id, ", already the token \"", tokens[id], "\"");
-      if (!added.emplace(content, id).second) bad(where, " repeats the added token \"", content, "\"");
+      if (!added.emplace(content, id).second)
+        bad(where, " repeats the added token \"", content, "\"");
       set_token(id, content);
       const bool special = flag(t, "special", false, where);
       // Hugging Face's default: special tokens match the raw text, others the normalized text.
       const bool normalized = flag(t, "normalized", !special, where);
-      AddedMatcher::Entry e{content, id, flag(t, "lstrip", false, where), flag(t, "rstrip", false, where)};
+      AddedMatcher::Entry e{content, id, flag(t, "lstrip", false, where),
+                            flag(t, "rstrip", false, where)};
       if (normalized) {
         // Matched in normalized text, so Hugging Face matches the content's normalized form.
         normalize(e.text);
@@ -943,7 +991,8 @@ std::string BpeTokenizer::decode(const std::vector<uint32_t>& ids) const {
           bool all = true;
           while (i < t.size() && all) {
             char32_t c;
-            all = next_code_point(t, i, c) && c < byte_map().to_byte.size() && byte_map().to_byte[c] >= 0;
+            all = next_code_point(t, i, c) && c < byte_map().to_byte.size() &&
+                  byte_map().to_byte[c] >= 0;
             if (all) bytes.push_back(static_cast<char>(byte_map().to_byte[c]));
           }
           if (all) t = std::move(bytes);
@@ -985,8 +1034,12 @@ std::string BpeTokenizer::decode(const std::vector<uint32_t>& ids) const {
       case DecStep::kStrip:
         for (std::string& t : toks) {
           size_t b = 0, e = t.size();
-          for (size_t k = 0; k < d.start && starts_with(std::string_view(t).substr(b, e - b), d.a); ++k) b += d.a.size();
-          for (size_t k = 0; k < d.stop && e - b >= d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0; ++k)
+          for (size_t k = 0; k < d.start && starts_with(std::string_view(t).substr(b, e - b), d.a);
+               ++k)
+            b += d.a.size();
+          for (size_t k = 0;
+               k < d.stop && e - b >= d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0;
+               ++k)
             e -= d.a.size();
           t = t.substr(b, e - b);
         }
@@ -1007,7 +1060,9 @@ std::string BpeTokenizer::decode(const std::vector<uint32_t>& ids) const {
   return s;
 }
 
-int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
+int64_t BpeTokenizer::vocab_size() const {
+  return static_cast<int64_t>(impl_->tokens.size());
+}
 
 std::optional<uint32_t> BpeTokenizer::token_id(std::string_view token) const {
   const std::string t(token);
@@ -1030,11 +1085,14 @@ uint32_t BpeTokenizer::eos_id(std::string_view name) const {
   }
   for (const char* c : kEosCandidates)
     if (const auto id = token_id(c)) return *id;
-  impl_->bad("none of the end-of-text tokens <|endoftext|>, <|end_of_text|>, </s>, <|im_end|> is in "
-             "the tokenizer; name one with --eot");
+  impl_->bad(
+      "none of the end-of-text tokens <|endoftext|>, <|end_of_text|>, </s>, <|im_end|> is in "
+      "the tokenizer; name one with --eot");
 }
 
-const std::string& BpeTokenizer::source() const { return impl_->source; }
+const std::string& BpeTokenizer::source() const {
+  return impl_->source;
+}
 
 std::string_view split_regex_pattern(SplitRegex r) {
   switch (r) {
@@ -1051,6 +1109,10 @@ std::string_view split_regex_pattern(SplitRegex r) {
 std::optional<SplitRegex> find_split_regex(std::string_view pattern) {
   for (SplitRegex r : {SplitRegex::kGpt2, SplitRegex::kCl100k, SplitRegex::kQwen2})
     if (pattern == split_regex_pattern(r)) return r;
+  // GPT-2's pattern as some Split pre-tokenizers spell it, without the final `|\s+`: the only
+  // text that alternative matches is a lone whitespace character before a non-space, which
+  // Isolated then keeps as an unmatched piece of its own, so the pieces are the same.
+  if (pattern == kGpt2Pattern.substr(0, kGpt2Pattern.size() - 4)) return SplitRegex::kGpt2;
   return std::nullopt;
 }
 
