@@ -9,7 +9,7 @@ PACKAGES=(
   libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev googletest libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libicu-dev
   python3 python3-numpy python3-torch
 )
 
