@@ -10,7 +10,7 @@ const std::vector<Command>& commands() {
       {"schedule", "print a distributed-attention schedule step by step for every rank", add_schedule},
       {"train", "train a LLaMA model with context parallelism, ZeRO-3 and checkpoints (presets + overrides)",
        add_train},
-      {"tokenize", "text files -> a byte-level token file for train --data", add_tokenize},
+      {"tokenize", "text files -> a token file for train --data (byte-level, or BPE from tokenizer.json)", add_tokenize},
       {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan},
       {"calibrate", "measure this machine (GEMM, attention kernels, copy bandwidth) into data/hardware/local.json", add_calibrate},
   };

@@ -4,6 +4,7 @@
 #include <exception>
 #include <iostream>
 #include <map>
+#include <string>
 
 #include "commands.hpp"
 #include "longseq/core/error.hpp"
@@ -39,13 +40,22 @@ int main(int argc, char** argv) {
   app.add_flag("-h,--help", help, "print every command and flag with its default");
   app.require_subcommand(0, 1);
   std::map<std::string, std::function<int()>> runners;
-  bool sub_help = false;
+  bool sub_help = false;  // handled before parsing (below); the flag makes CLI11 accept it
   for (const auto& cmd : longseq::cli::commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
     sub->set_help_flag();
     sub->add_flag("-h,--help", sub_help, "print this command's flags with their defaults");
     sub->option_defaults()->always_capture_default();
     runners[cmd.name] = cmd.add(*sub);
+  }
+  // --help wins over everything else on the line: CLI11 would otherwise first refuse a missing
+  // required flag (`longseq tokenize --help` must list tokenize's flags, not demand --in).
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a != "-h" && a != "--help") continue;
+    const std::string cmd = argc > 1 && runners.count(argv[1]) ? argv[1] : "";
+    usage(app, cmd);
+    return 0;
   }
   try {
     app.parse(argc, argv);
@@ -57,10 +67,6 @@ int main(int argc, char** argv) {
   if (help || app.get_subcommands().empty()) {
     usage(app);
     return help ? 0 : 2;
-  }
-  if (sub_help) {
-    usage(app, app.get_subcommands().front()->get_name());
-    return 0;
   }
   try {
     return runners.at(app.get_subcommands().front()->get_name())();

@@ -750,12 +750,15 @@ TEST(BpeCli, TokenizeWithATokenizerJson) {
   std::memcpy(&bytes_per_token, raw.data() + 16, 4);
   EXPECT_EQ(bytes_per_token, 4);
 
-  // The flags are listed in the help with their defaults. (`longseq tokenize --help` stops at
-  // the required --in before printing it, a limitation of cli/main.cpp; `longseq --help` lists
-  // every command.)
+  // The flags are listed in the help with their defaults, by `longseq --help` and by the
+  // command's own --help, which wins over the missing required --in.
   ASSERT_EQ(run(cli + " --help", log), 0) << log;
   EXPECT_NE(log.find("--tokenizer"), std::string::npos) << log;
   EXPECT_NE(log.find("--eot"), std::string::npos) << log;
+  ASSERT_EQ(run(cli + " tokenize --help", log), 0) << log;
+  EXPECT_NE(log.find("--tokenizer"), std::string::npos) << log;
+  EXPECT_NE(log.find("--in"), std::string::npos) << log;
+  EXPECT_EQ(log.find("--checkpoint"), std::string::npos) << log;  // tokenize's flags only
   for (const std::string& p : {tok, a, b, out}) std::remove(p.c_str());
 }
 
