@@ -89,7 +89,7 @@ const T* compute_input(View<const float> x, std::vector<T>& keep, const char* wh
 // softmax statistics every score is measured against: a bf16 LSE would put a 2^-8 relative
 // error into every exp(s - lse). The fp32 part starts at a 4-byte aligned offset.
 struct BundleLayout {
-  size_t second = 0;  ///< byte offset of the second T part (the first is at 0)
+  size_t second = 0;  // byte offset of the second T part (the first is at 0)
   size_t dvec = 0, lse = 0;
   size_t bytes = 0;
 
