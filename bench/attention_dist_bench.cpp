@@ -4,9 +4,12 @@
 //       (all data already local), ranks running concurrently as in the real run;
 //   (b) link model, 2 nodes, inter-node link 8x slower than intra: double-ring vs flat ring, and
 //       burst's backward vs ring's for MHA and for GQA g = 4;
-//   (c) sliding window W = N/8 against causal at the same N.
+//   (c) sliding window W = N/8 against causal at the same N;
+//   (d) precision: bf16 against f32 (AttentionSpec::precision), causal, zigzag, ring and burst,
+//       worlds 2 and 4, both precisions measured in one run, interleaved, best of --reps.
+// --precision sets the precision of (a), (b) and (c) (the ideal of (a) runs the same kernels).
 // Usage: attention_dist_bench [--n 32768] [--hq 8] [--d 128] [--out bench_attention_dist.json]
-//        [--only a|b|c] [--link-n 8192] [--intra 1GB/s] [--reps 1]
+//        [--only a|b|c|d] [--link-n 8192] [--intra 1GB/s] [--precision f32|bf16] [--reps 1]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "longseq/attention/block_ops.hpp"
@@ -107,14 +111,34 @@ Run run_distributed(const Inputs& in, const AttentionSpec& spec, Balance bal, in
   return run;
 }
 
-// The ideal: every rank computes exactly its schedule's chunk pairs with the same kernels and
-// thread budget, all ranks at once, but every operand is already local (no transfer, no wait).
-Run run_ideal(const Inputs& in, const AttentionSpec& spec, Balance bal, int world) {
+// x in the kernels' input type T (bf16: rounded to nearest even, as the executor does).
+template <class T>
+std::vector<T> as(const std::vector<float>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<T> y(x.size());
+    core::f32_to_bf16(x.data(), y.data(), x.size());
+    return y;
+  }
+}
+
+// The ideal: every rank computes exactly its schedule's chunk pairs with the same kernels (T: the
+// spec's precision) and thread budget, all ranks at once, but every operand is already local (no
+// transfer, no wait).
+template <class T>
+Run run_ideal_as(const Inputs& in, const AttentionSpec& spec, Balance bal, int world) {
   const Layout layout(bal, in.n, world, spec.mask->block_size);
   const Topology topo = Topology::blocks(world, 1);
   const PairTable pairs(layout, *spec.mask);
-  std::vector<Shards> sh;
-  for (int r = 0; r < world; ++r) sh.emplace_back(in, layout, r);
+  struct Typed {
+    std::vector<T> q, k, v, dout;
+  };
+  std::vector<Typed> sh;
+  for (int r = 0; r < world; ++r) {
+    const Shards s(in, layout, r);
+    sh.push_back({as<T>(s.q), as<T>(s.k), as<T>(s.v), as<T>(s.dout)});
+  }
   const int64_t l = layout.local_len(), hq = in.hq, hkv = in.hkv, d = in.d;
   std::vector<std::vector<float>> o(world), lse(world), dvec(world);
   std::vector<std::vector<int64_t>> pos(world);
@@ -178,17 +202,33 @@ Run run_ideal(const Inputs& in, const AttentionSpec& spec, Balance bal, int worl
   return run;
 }
 
+Run run_ideal(const Inputs& in, const AttentionSpec& spec, Balance bal, int world) {
+  return spec.precision == core::DType::bf16 ? run_ideal_as<core::bf16>(in, spec, bal, world)
+                                             : run_ideal_as<float>(in, spec, bal, world);
+}
+
+// Bytes rank 0 sent in one pass (intra + inter), from Run::ranks.
+int64_t sent_bytes(const Run& r, const char* pass) {
+  const json& s = r.ranks[0][pass]["bytes"]["sent"];
+  return s["intra"]["bytes"].get<int64_t>() + s["inter"]["bytes"].get<int64_t>();
+}
+
 std::string arg(int argc, char** argv, const char* name, const char* def) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
   return def;
 }
 
-AttentionSpec make_spec(const char* algo, const std::shared_ptr<MaskSpec>& mask, int threads) {
+// The precision of sections (a)-(c) (--precision).
+core::DType g_precision = core::DType::f32;
+
+AttentionSpec make_spec(const char* algo, const std::shared_ptr<MaskSpec>& mask, int threads,
+                        core::DType precision = g_precision) {
   AttentionSpec s;
   s.algo = Algorithm::parse(algo);
   s.mask = mask;
   s.threads = threads;
+  s.precision = precision;
   return s;
 }
 
@@ -202,7 +242,14 @@ int main(int argc, char** argv) {
   const std::string only = arg(argc, argv, "--only", "abc");
   const std::string out = arg(argc, argv, "--out", "bench_attention_dist.json");
   const std::string intra_bw = arg(argc, argv, "--intra", "1GB/s");
-  json report = {{"n", n}, {"hq", hq}, {"d", d}, {"cores", 2}};
+  const std::string precision = arg(argc, argv, "--precision", "f32");
+  const int reps = std::stoi(arg(argc, argv, "--reps", "1"));
+  if (precision != "f32" && precision != "bf16") {
+    std::fprintf(stderr, "[bench] --precision '%s' is not f32 or bf16\n", precision.c_str());
+    return 2;
+  }
+  g_precision = core::dtype_from_name(precision);
+  json report = {{"n", n}, {"hq", hq}, {"d", d}, {"cores", 2}, {"precision", precision}};
   auto causal = std::make_shared<MaskSpec>();
   causal->causal = true;
 
@@ -265,6 +312,38 @@ int main(int argc, char** argv) {
                 w.fwd_s + w.bwd_s, speedup);
     report["window"] = {{"causal_s", c.fwd_s + c.bwd_s}, {"window_s", w.fwd_s + w.bwd_s}, {"window", n / 8},
                         {"speedup", speedup}, {"target", 3.0}, {"causal_ranks", c.ranks}, {"window_ranks", w.ranks}};
+  }
+  if (only.find('d') != std::string::npos) {
+    // (d) bf16 against f32: the same inputs and schedule, 1 thread per rank. The two precisions
+    // alternate within each repetition so drift in the machine's load hits both alike; the best
+    // repetition of each is kept.
+    const Inputs in(n, hq, hq, d);
+    json rows = json::array();
+    for (const char* algo : {"burst", "ring"})
+      for (int world : {2, 4}) {
+        Run best[2];
+        for (int rep = 0; rep < reps; ++rep)
+          for (int i = 0; i < 2; ++i) {
+            const core::DType p = i == 0 ? core::DType::f32 : core::DType::bf16;
+            Run r = run_distributed(in, make_spec(algo, causal, 1, p), Balance::zigzag, world, 1, {});
+            if (rep == 0 || r.fwd_s + r.bwd_s < best[i].fwd_s + best[i].bwd_s) best[i] = std::move(r);
+          }
+        const Run& f = best[0];
+        const Run& b = best[1];
+        const double t_ratio = (b.fwd_s + b.bwd_s) / (f.fwd_s + f.bwd_s);
+        const double fb_ratio = static_cast<double>(sent_bytes(b, "forward")) / sent_bytes(f, "forward");
+        const double bb_ratio = static_cast<double>(sent_bytes(b, "backward")) / sent_bytes(f, "backward");
+        std::printf("(d) %-5s world %d: f32 %.2f s (fwd %.2f, bwd %.2f), bf16 %.2f s (fwd %.2f, bwd %.2f): "
+                    "time bf16/f32 %.2f (fwd %.2f, bwd %.2f), bytes bf16/f32 fwd %.3f bwd %.3f\n",
+                    algo, world, f.fwd_s + f.bwd_s, f.fwd_s, f.bwd_s, b.fwd_s + b.bwd_s, b.fwd_s, b.bwd_s, t_ratio,
+                    b.fwd_s / f.fwd_s, b.bwd_s / f.bwd_s, fb_ratio, bb_ratio);
+        std::fflush(stdout);
+        rows.push_back({{"algo", algo}, {"balance", "zigzag"}, {"world", world}, {"mask", "causal"}, {"reps", reps},
+                        {"f32_fwd_s", f.fwd_s}, {"f32_bwd_s", f.bwd_s}, {"bf16_fwd_s", b.fwd_s},
+                        {"bf16_bwd_s", b.bwd_s}, {"time_ratio", t_ratio}, {"fwd_bytes_ratio", fb_ratio},
+                        {"bwd_bytes_ratio", bb_ratio}, {"f32_ranks", f.ranks}, {"bf16_ranks", b.ranks}});
+      }
+    report["precision_compare"] = rows;
   }
   std::ofstream(out) << report.dump(2) << "\n";
   std::printf("wrote %s\n", out.c_str());

@@ -38,6 +38,7 @@ struct AttentionArgs {
   std::string out;
   int threads = 1;
   std::string backend = "any";
+  std::string precision = "f32";
 };
 
 std::vector<int64_t> parse_dims(const std::string& s) {
@@ -81,6 +82,8 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--scale", a->scale, "softmax scale (0 = 1/sqrt(D))");
   app.add_option("--link", a->link, "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
   app.add_option("--threads", a->threads, "compute threads per rank");
+  app.add_option("--precision", a->precision,
+                 "f32 | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
   app.add_option("--backend", a->backend, "local | mpi | any (any: MPI when started by mpirun)");
   app.add_option("--out", a->out, "output directory (o.npy, lse.npy, dq/dk/dv.npy, stats.json)");
   return [a] {
@@ -126,6 +129,9 @@ std::function<int()> add_attention(CLI::App& app) {
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
     spec.threads = a->threads;
+    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '", a->precision,
+                  "' is not f32 or bf16");
+    spec.precision = core::dtype_from_name(a->precision);
     core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
     const Balance balance = parse_balance(a->balance);
     if (balance == Balance::block_striped)
@@ -204,6 +210,7 @@ std::function<int()> add_attention(CLI::App& app) {
     nlohmann::json stats = {{"algo", algorithm_name(spec)},  {"balance", a->balance},  {"mask", spec.mask->describe()},
                             {"n", n},                    {"hq", hq},               {"hkv", hkv},
                             {"d", d},                    {"world", a->world},      {"nodes", a->nodes},
+                            {"precision", a->precision},
                             {"seconds", seconds},        {"ranks", ranks}};
     if (!a->out.empty()) {
       std::filesystem::create_directories(a->out);
@@ -216,8 +223,8 @@ std::function<int()> add_attention(CLI::App& app) {
       }
       std::ofstream(a->out + "/stats.json") << stats.dump(2) << "\n";
     }
-    std::printf("%s attention, %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
-                algorithm_name(spec).c_str(), a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
+    std::printf("%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
+                algorithm_name(spec).c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
                 static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d), a->world, a->nodes,
                 seconds, backward ? " (forward + backward)" : "");
     for (const auto& rk : ranks) {

@@ -15,7 +15,8 @@ static void ensure(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-void BlockOps::forward_merge(const float* q, const kernels::Tokens& qt, int64_t tq, const float* k, const float* v,
+template <class T>
+void BlockOps::forward_merge(const T* q, const kernels::Tokens& qt, int64_t tq, const T* k, const T* v,
                              const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask, float* o_acc,
                              float* lse_acc) {
   const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_};
@@ -27,7 +28,8 @@ void BlockOps::forward_merge(const float* q, const kernels::Tokens& qt, int64_t 
   cpu::merge_partials(o_acc, lse_acc, o_part_.data(), lse_part_.data(), tq, hq_, d_, threads_);
 }
 
-void BlockOps::backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+template <class T>
+void BlockOps::backward(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                         const float* dvec, const kernels::Tokens& qt, int64_t tq, const kernels::Tokens& kt,
                         int64_t tk, const kernels::Mask& mask, float* dq, float* dk, float* dv) {
   const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_};
@@ -36,8 +38,23 @@ void BlockOps::backward(const float* q, const float* k, const float* v, const fl
                                 work_, dq, dk, dv);
 }
 
-void BlockOps::compute_d(const float* o, const float* dout, int64_t l, float* dvec) {
+template <class T>
+void BlockOps::compute_d(const float* o, const T* dout, int64_t l, float* dvec) {
   cpu::attention_delta(dout, o, l, hq_, d_, threads_, dvec);
 }
+
+// The two element types the executors run (AttentionSpec::precision f32 and bf16).
+#define LONGSEQ_BLOCK_OPS_INSTANTIATE(T)                                                          \
+  template void BlockOps::forward_merge<T>(const T*, const kernels::Tokens&, int64_t, const T*,   \
+                                           const T*, const kernels::Tokens&, int64_t,             \
+                                           const kernels::Mask&, float*, float*);                 \
+  template void BlockOps::backward<T>(const T*, const T*, const T*, const T*, const float*,       \
+                                      const float*, const kernels::Tokens&, int64_t,              \
+                                      const kernels::Tokens&, int64_t, const kernels::Mask&,      \
+                                      float*, float*, float*);                                    \
+  template void BlockOps::compute_d<T>(const float*, const T*, int64_t, float*);
+LONGSEQ_BLOCK_OPS_INSTANTIATE(float)
+LONGSEQ_BLOCK_OPS_INSTANTIATE(core::bf16)
+#undef LONGSEQ_BLOCK_OPS_INSTANTIATE
 
 }  // namespace longseq::attention

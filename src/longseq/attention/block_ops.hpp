@@ -2,10 +2,15 @@
 // The executor's view of the block kernels (kernels/cpu): one chunk pair at a time, with the
 // scratch the kernels need owned here so the kernels themselves never allocate. The kernels
 // classify their own tiles, so the schedule's chunk-level PairKind is not passed down.
+//
+// Element type T of q, k, v and dout: float or core::bf16 (AttentionSpec::precision), one code
+// path for both (explicit instantiations in block_ops.cpp). Whatever T is, o_acc, lse_acc, lse,
+// dvec and the gradients are fp32: accumulation never leaves fp32 (design.md §2).
 #include <cstdint>
 #include <vector>
 
 #include "longseq/attention/mask_spec.hpp"
+#include "longseq/core/dtype.hpp"
 #include "longseq/kernels/mask.hpp"
 
 namespace longseq::attention {
@@ -16,18 +21,21 @@ class BlockOps {
 
   /// Attention of tq queries against tk keys; the partial (O', LSE') is merged into the running
   /// (o_acc [tq, Hq, D], lse_acc [tq, Hq]) with LSE weights.
-  void forward_merge(const float* q, const kernels::Tokens& qt, int64_t tq, const float* k, const float* v,
+  template <class T>
+  void forward_merge(const T* q, const kernels::Tokens& qt, int64_t tq, const T* k, const T* v,
                      const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask,
                      float* o_acc, float* lse_acc);
 
   /// Accumulates dq [tq, Hq, D], dk and dv [tk, Hkv, D] of one chunk pair, given the final lse and
   /// D = rowsum(dO * O) of the query rows.
-  void backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+  template <class T>
+  void backward(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                 const float* dvec, const kernels::Tokens& qt, int64_t tq, const kernels::Tokens& kt,
                 int64_t tk, const kernels::Mask& mask, float* dq, float* dk, float* dv);
 
-  /// dvec[t, h] = sum_d dout[t, h, d] * o[t, h, d] for l rows.
-  void compute_d(const float* o, const float* dout, int64_t l, float* dvec);
+  /// dvec[t, h] = sum_d dout[t, h, d] * o[t, h, d] for l rows (o is the fp32 final output).
+  template <class T>
+  void compute_d(const float* o, const T* dout, int64_t l, float* dvec);
 
  private:
   int64_t hq_, hkv_, d_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "longseq/attention/block_ops.hpp"
 #include "longseq/attention/hybrid.hpp"
@@ -66,6 +67,59 @@ const T* contiguous_or_copy(View<const T> v, std::vector<T>& keep, const char* w
   return keep.data();
 }
 
+// q, k, v or dO as the kernels read them: contiguous, in the compute type T. f32: the caller's
+// data itself when contiguous, else a copy in `keep`. bf16: rounded to nearest even into `keep`,
+// once per pass (the only rounding the inputs ever see; everything downstream is exact copies).
+template <class T>
+const T* compute_input(View<const float> x, std::vector<T>& keep, const char* what) {
+  if constexpr (std::is_same_v<T, float>) {
+    return contiguous_or_copy(x, keep, what);
+  } else {
+    static_assert(std::is_same_v<T, core::bf16>);
+    std::vector<float> flat;
+    const float* p = contiguous_or_copy(x, flat, what);
+    keep.resize(static_cast<size_t>(x.numel()));
+    core::f32_to_bf16(p, keep.data(), keep.size());
+    return keep.data();
+  }
+}
+
+// A data bundle laid out as bytes: two parts of T (forward and ring backward: K | V; burst
+// backward: Q | dO), then for burst two fp32 parts D | LSE. D and LSE stay fp32 because they are
+// softmax statistics every score is measured against: a bf16 LSE would put a 2^-8 relative
+// error into every exp(s - lse). The fp32 part starts at a 4-byte aligned offset.
+struct BundleLayout {
+  size_t second = 0;  // byte offset of the second T part (the first is at 0)
+  size_t dvec = 0, lse = 0;
+  size_t bytes = 0;
+
+  template <class T>
+  static BundleLayout of(int64_t part_elems, int64_t row_elems) {
+    BundleLayout b;
+    b.second = static_cast<size_t>(part_elems) * sizeof(T);
+    const size_t t_bytes = 2 * b.second;
+    b.dvec = (t_bytes + alignof(float) - 1) / alignof(float) * alignof(float);
+    b.lse = b.dvec + static_cast<size_t>(row_elems) * sizeof(float);
+    b.bytes = row_elems > 0 ? b.lse + static_cast<size_t>(row_elems) * sizeof(float) : t_bytes;
+    return b;
+  }
+};
+
+// One transfer slot of a data bundle: 64-byte aligned raw bytes (core::Buffer) read through
+// typed part pointers.
+class DataSlot {
+ public:
+  explicit DataSlot(size_t bytes) : buf_(bytes) {}
+  std::byte* bytes() { return buf_.data(); }
+  template <class U>
+  U* at(size_t offset) {
+    return reinterpret_cast<U*>(buf_.data() + offset);
+  }
+
+ private:
+  core::Buffer<std::byte> buf_;
+};
+
 // Posts and waits the schedule's transfers; times the waits.
 class Transport {
  public:
@@ -122,9 +176,15 @@ void set_algorithm(AttentionSpec& spec, std::string_view name) {
 
 std::string algorithm_name(const AttentionSpec& spec) { return spec.hybrid ? spec.hybrid->name() : spec.algo.name(); }
 
+void validate_precision(core::DType precision) {
+  core::require(precision == core::DType::f32 || precision == core::DType::bf16, "attention",
+                "precision ", core::dtype_name(precision), " is not supported (f32 or bf16)");
+}
+
 void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq, int64_t hkv,
               int64_t d) {
   using core::require;
+  validate_precision(spec.precision);
   if (spec.hybrid) spec.hybrid->validate(topo.world, hq, hkv);
   require(spec.mask != nullptr, "attention", "no mask given");
   require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
@@ -145,10 +205,13 @@ void validate(const AttentionSpec& spec, const Layout& layout, const Topology& t
             topo.world, " (use ring or burst, or set --nodes)");
 }
 
-AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
-                                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
-                                             AttentionStats* stats) {
-  if (spec.hybrid) return hybrid_forward(*spec.hybrid, q, k, v, spec, layout, group, stats);
+namespace {
+
+// The ring-family forward with q, k, v in the compute type T (float or bf16) in the kernels and
+// in the bundles.
+template <class T>
+AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const float> v, const AttentionSpec& spec,
+                            const Layout& layout, comm::Group& group, AttentionStats* stats) {
   const Topology topo = group_topology(group);
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
   core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention", "q, k, v must be [L, H, D]");
@@ -167,18 +230,19 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
   check_schedule(rs);
   const TokenTable tokens(layout, mask);
 
-  std::vector<float> qkeep, kkeep, vkeep;
-  const float* qp = contiguous_or_copy(q, qkeep, "q");
-  const float* kp = contiguous_or_copy(k, kkeep, "k");
-  const float* vp = contiguous_or_copy(v, vkeep, "v");
+  std::vector<T> qkeep, kkeep, vkeep;
+  const T* qp = compute_input(q, qkeep, "q");
+  const T* kp = compute_input(k, kkeep, "k");
+  const T* vp = compute_input(v, vkeep, "v");
 
-  // Data part of a bundle: [K | V], each [L, Hkv, D].
+  // Data part of a bundle: [K | V], each [L, Hkv, D] in T.
   const int64_t kv_elems = dm.l * dm.hkv * dm.d;
-  std::vector<core::Buffer<float>> slots;
-  for (int i = 0; i < rs.data_slots; ++i) slots.emplace_back(2 * kv_elems);
+  const BundleLayout bl = BundleLayout::of<T>(kv_elems, 0);
+  std::vector<DataSlot> slots;
+  for (int i = 0; i < rs.data_slots; ++i) slots.emplace_back(bl.bytes);
   if (rs.own_slot >= 0) {
-    std::memcpy(slots[rs.own_slot].data(), kp, kv_elems * sizeof(float));
-    std::memcpy(slots[rs.own_slot].data() + kv_elems, vp, kv_elems * sizeof(float));
+    std::memcpy(slots[rs.own_slot].at<T>(0), kp, bl.second);
+    std::memcpy(slots[rs.own_slot].at<T>(bl.second), vp, bl.second);
   }
 
   AttentionSaved saved;
@@ -197,12 +261,12 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
   for (int s = 0; s < rs.num_steps; ++s) {
     tr.wait_step(s);
     for (const Xfer& x : rs.xfers)
-      if (x.post_step == s) tr.post(x, slots[x.slot].data(), 2 * kv_elems * sizeof(float));
+      if (x.post_step == s) tr.post(x, slots[x.slot].bytes(), bl.bytes);
     if (wi < rs.work.size() && rs.work[wi].step == s) {
       core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
       const Work& w = rs.work[wi++];
-      const float* kb = slots[w.slot].data();
-      const float* vb = kb + kv_elems;
+      const T* kb = slots[w.slot].at<T>(0);
+      const T* vb = slots[w.slot].at<T>(bl.second);
       const auto& kv_chunks = layout.chunks(w.origin);
       for (const SubPair& p : w.pairs) {
         const Chunk& qc = my_chunks[p.qc];
@@ -220,10 +284,11 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
   return saved;
 }
 
-AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
-                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
-                                              AttentionStats* stats) {
-  if (spec.hybrid) return hybrid_backward(*spec.hybrid, dout, saved, spec, layout, group, stats);
+// The ring-family backward with q, k, v, dO in the compute type T in the kernels and the data
+// bundles; D, LSE and every gradient (the gradient bundles too) are fp32.
+template <class T>
+AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved, const AttentionSpec& spec,
+                             const Layout& layout, comm::Group& group, AttentionStats* stats) {
   const Topology topo = group_topology(group);
   const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
   core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
@@ -240,11 +305,12 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
   check_schedule(rs);
   const TokenTable tokens(layout, mask);
 
-  std::vector<float> qkeep, kkeep, vkeep, dkeep;
-  const float* qp = contiguous_or_copy(saved.q, qkeep, "q");
-  const float* kp = contiguous_or_copy(saved.k, kkeep, "k");
-  const float* vp = contiguous_or_copy(saved.v, vkeep, "v");
-  const float* dop = contiguous_or_copy(dout, dkeep, "do");
+  // The saved inputs are the caller's fp32 views; rounding them again gives the forward's values.
+  std::vector<T> qkeep, kkeep, vkeep, dkeep;
+  const T* qp = compute_input(saved.q, qkeep, "q");
+  const T* kp = compute_input(saved.k, kkeep, "k");
+  const T* vp = compute_input(saved.v, vkeep, "v");
+  const T* dop = compute_input(dout, dkeep, "do");
   BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
 
   const int64_t q_elems = dm.l * dm.hq * dm.d, row_elems = dm.l * dm.hq, kv_elems = dm.l * dm.hkv * dm.d;
@@ -252,22 +318,21 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
   std::vector<float> dvec(static_cast<size_t>(row_elems));
   ops.compute_d(saved.o.data(), dop, dm.l, dvec.data());
 
-  // Data part: burst [Q | dO | D | LSE], ring [K | V]. Gradient part: burst dQ, ring [dK | dV].
-  const int64_t data_elems = bq ? 2 * q_elems + 2 * row_elems : 2 * kv_elems;
+  // Data part: burst [Q | dO | D | LSE] (Q, dO in T), ring [K | V] (in T). Gradient part, fp32
+  // so partial gradients accumulate in fp32 along the ring: burst dQ, ring [dK | dV].
+  const BundleLayout bl = bq ? BundleLayout::of<T>(q_elems, row_elems) : BundleLayout::of<T>(kv_elems, 0);
   const int64_t grad_elems = bq ? q_elems : 2 * kv_elems;
-  std::vector<core::Buffer<float>> dslots, gslots;
-  for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(data_elems);
+  std::vector<DataSlot> dslots;
+  std::vector<core::Buffer<float>> gslots;
+  for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(bl.bytes);
   for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(grad_elems);
   if (rs.own_slot >= 0) {
-    float* o = dslots[rs.own_slot].data();
+    DataSlot& o = dslots[rs.own_slot];
+    std::memcpy(o.at<T>(0), bq ? qp : kp, bl.second);
+    std::memcpy(o.at<T>(bl.second), bq ? dop : vp, bl.second);
     if (bq) {
-      std::memcpy(o, qp, q_elems * sizeof(float));
-      std::memcpy(o + q_elems, dop, q_elems * sizeof(float));
-      std::memcpy(o + 2 * q_elems, dvec.data(), row_elems * sizeof(float));
-      std::memcpy(o + 2 * q_elems + row_elems, saved.lse.data(), row_elems * sizeof(float));
-    } else {
-      std::memcpy(o, kp, kv_elems * sizeof(float));
-      std::memcpy(o + kv_elems, vp, kv_elems * sizeof(float));
+      std::memcpy(o.at<float>(bl.dvec), dvec.data(), row_elems * sizeof(float));
+      std::memcpy(o.at<float>(bl.lse), saved.lse.data(), row_elems * sizeof(float));
     }
   }
 
@@ -296,15 +361,19 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
     }
     for (const Xfer& x : rs.xfers)
       if (x.post_step == s) {
-        float* p = x.part == Part::data ? dslots[x.slot].data() : gslots[x.slot].data();
-        tr.post(x, p, (x.part == Part::data ? data_elems : grad_elems) * sizeof(float));
+        if (x.part == Part::data)
+          tr.post(x, dslots[x.slot].bytes(), bl.bytes);
+        else
+          tr.post(x, gslots[x.slot].data(), grad_elems * sizeof(float));
       }
     if (wi < rs.work.size() && rs.work[wi].step == s) {
       core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
       const Work& w = rs.work[wi++];
       float* gout = w.grad_slot < 0 ? home : gslots[w.grad_slot].data();
       if (w.grad_slot >= 0) std::fill(gout, gout + grad_elems, 0.0f);
-      const float* b = dslots[w.slot].data();
+      DataSlot& b = dslots[w.slot];
+      const T* b0 = b.at<T>(0);
+      const T* b1 = b.at<T>(bl.second);
       const auto& other_chunks = layout.chunks(w.origin);
       for (const SubPair& p : w.pairs) {
         if (bq) {
@@ -313,8 +382,8 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
           const Chunk& kc = my_chunks[p.kc];
           const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
           const int64_t ko = kc.local_begin * dm.hkv * dm.d;
-          ops.backward(b + qo, kp + ko, vp + ko, b + q_elems + qo, b + 2 * q_elems + row_elems + ro,
-                       b + 2 * q_elems + ro, tokens.tokens(w.origin, qc.local_begin), qc.len,
+          ops.backward(b0 + qo, kp + ko, vp + ko, b1 + qo, b.at<float>(bl.lse) + ro, b.at<float>(bl.dvec) + ro,
+                       tokens.tokens(w.origin, qc.local_begin), qc.len,
                        tokens.tokens(me, kc.local_begin), kc.len, kmask, gout + qo,
                        g.dk.data() + ko, g.dv.data() + ko);
         } else {
@@ -323,7 +392,7 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
           const Chunk& kc = other_chunks[p.kc];
           const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
           const int64_t ko = kc.local_begin * dm.hkv * dm.d;
-          ops.backward(qp + qo, b + ko, b + kv_elems + ko, dop + qo, saved.lse.data() + ro, dvec.data() + ro,
+          ops.backward(qp + qo, b0 + ko, b1 + ko, dop + qo, saved.lse.data() + ro, dvec.data() + ro,
                        tokens.tokens(me, qc.local_begin), qc.len, tokens.tokens(w.origin, kc.local_begin), kc.len,
                        kmask, g.dq.data() + qo, gout + ko, gout + kv_elems + ko);
         }
@@ -338,6 +407,26 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
   }
   if (stats) stats->steps += rs.num_steps;
   return g;
+}
+
+}  // namespace
+
+AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
+                                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                                             AttentionStats* stats) {
+  if (spec.hybrid) return hybrid_forward(*spec.hybrid, q, k, v, spec, layout, group, stats);
+  validate_precision(spec.precision);
+  if (spec.precision == core::DType::bf16) return ring_forward<core::bf16>(q, k, v, spec, layout, group, stats);
+  return ring_forward<float>(q, k, v, spec, layout, group, stats);
+}
+
+AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
+                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                                              AttentionStats* stats) {
+  if (spec.hybrid) return hybrid_backward(*spec.hybrid, dout, saved, spec, layout, group, stats);
+  validate_precision(spec.precision);
+  if (spec.precision == core::DType::bf16) return ring_backward<core::bf16>(dout, saved, spec, layout, group, stats);
+  return ring_backward<float>(dout, saved, spec, layout, group, stats);
 }
 
 }  // namespace longseq::attention

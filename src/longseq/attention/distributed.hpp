@@ -7,6 +7,8 @@
 // All ranks call with the same spec and layout; the call blocks until this rank's part is done
 // (it communicates with the other ranks of `group` through the schedule of spec.algo).
 // Rows of padding tokens, and rows that see no key, get o = 0, lse = -inf, zero gradients.
+// Every view in and every tensor out is fp32 whatever spec.precision is; the precision only
+// decides what the kernels read and what the transfers carry.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +16,7 @@
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
 #include "longseq/attention/schedule.hpp"
+#include "longseq/core/dtype.hpp"
 #include "longseq/core/tensor.hpp"
 
 namespace longseq::comm {
@@ -32,6 +35,15 @@ struct AttentionSpec {
   std::shared_ptr<const MaskSpec> mask = std::make_shared<MaskSpec>();
   double scale = 0.0;  ///< 0: 1/sqrt(D)
   int threads = 1;     ///< compute threads of this rank (ranks may share a host's cores)
+  /// Precision of q, k, v (and dO in the backward) in the block kernels and on the wire: f32 or
+  /// bf16; validate() refuses any other dtype. The API is fp32 either way (fp32 views in, fp32
+  /// o, lse and gradients out). bf16: q, k, v and dO are rounded to bf16 once at entry
+  /// (round-to-nearest-even), every block kernel runs its bf16 overload, and the ring family
+  /// ships bf16 K, V (and burst's Q, dO); accumulation, o, lse, D = rowsum(dO * O) and every
+  /// gradient, including the gradient partials on the wire, stay fp32 (design.md §2). The hybrid
+  /// algorithms round the inputs the same way but run fp32 kernels and transfers (hybrid.hpp).
+  /// The backward re-rounds the saved fp32 q, k, v, so it needs nothing extra from the forward.
+  core::DType precision = core::DType::f32;
 };
 
 /// Per-rank timings of one pass, for stats.json and the trainer's metrics.
@@ -59,7 +71,10 @@ void set_algorithm(AttentionSpec& spec, std::string_view name);
 /// The --algo name of `spec`.
 std::string algorithm_name(const AttentionSpec& spec);
 
-/// Checks shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
+/// Throws core::Error naming the dtype unless `precision` is f32 or bf16 (AttentionSpec::precision).
+void validate_precision(core::DType precision);
+
+/// Checks the precision, shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
 /// the values (e.g. a head count that does not divide, a world that does not match the layout).
 void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq,
               int64_t hkv, int64_t d);

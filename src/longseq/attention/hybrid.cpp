@@ -1,5 +1,6 @@
 #include "longseq/attention/hybrid.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <vector>
 
@@ -27,6 +28,20 @@ int parse_positive(std::string_view text, std::string_view whole, const char* wh
   core::require(ec == std::errc() && p == text.data() + text.size() && v >= 1, "attention",
                 "--algo ", whole, ": ", what, " must be a positive integer, got '", text, "'");
   return v;
+}
+
+// precision bf16: x rounded to bf16 values (round-to-nearest-even), kept in fp32 storage, so the
+// fp32 path below computes on exactly the values a bf16 input holds. f32: nothing to do.
+core::View<const float> at_precision(core::View<const float> x, const AttentionSpec& spec,
+                                     core::Tensor<float>& keep) {
+  if (spec.precision == core::DType::f32) return x;
+  LONGSEQ_CHECK(spec.precision == core::DType::bf16);
+  keep = core::Tensor<float>(x.shape());
+  int64_t i = 0;
+  for (int64_t a = 0; a < x.dim(0); ++a)
+    for (int64_t b = 0; b < x.dim(1); ++b)
+      for (int64_t c = 0; c < x.dim(2); ++c) keep.data()[i++] = core::round_bf16(x(a, b, c));
+  return keep.view();
 }
 
 }  // namespace
@@ -106,20 +121,44 @@ AttentionSaved hybrid_forward(const HybridAlgo& algo, core::View<const float> q,
                               const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                               AttentionStats* stats) {
   algo.validate(layout.world(), q.dim(1), k.dim(1));
+  validate_precision(spec.precision);
+  core::Tensor<float> kq, kk, kv;
+  const core::View<const float> rq = at_precision(q, spec, kq), rk = at_precision(k, spec, kk),
+                                rv = at_precision(v, spec, kv);
+  AttentionSaved saved;
   switch (algo.kind) {
     case HybridAlgo::Kind::startrail:
-      return startrail_forward(q, k, v, spec, layout, group, stats, algo.startrail);
-    case HybridAlgo::Kind::ulysses: return ulysses_forward(q, k, v, spec, layout, group, stats);
-    case HybridAlgo::Kind::usp: return usp_forward(q, k, v, spec, layout, group, stats, algo.usp);
+      saved = startrail_forward(rq, rk, rv, spec, layout, group, stats, algo.startrail);
+      break;
+    case HybridAlgo::Kind::ulysses: saved = ulysses_forward(rq, rk, rv, spec, layout, group, stats); break;
+    case HybridAlgo::Kind::usp: saved = usp_forward(rq, rk, rv, spec, layout, group, stats, algo.usp); break;
   }
-  LONGSEQ_CHECK(false);
-  return {};
+  // The rounded copies die here; the backward rounds the caller's inputs again (same values).
+  saved.q = q;
+  saved.k = k;
+  saved.v = v;
+  return saved;
 }
 
 AttentionGrads hybrid_backward(const HybridAlgo& algo, core::View<const float> dout,
                                const AttentionSaved& saved, const AttentionSpec& spec,
                                const Layout& layout, comm::Group& group, AttentionStats* stats) {
   algo.validate(layout.world(), saved.q.dim(1), saved.k.dim(1));
+  validate_precision(spec.precision);
+  if (spec.precision != core::DType::f32) {
+    // The algorithms read q, k, v from `saved`: a copy whose views are the rounded inputs (o and
+    // lse are copied too, AttentionSaved owns them; one [L, Hq, D] more, next to the copies of
+    // q and dO that rounding makes anyway).
+    core::Tensor<float> kq, kk, kv, kd;
+    AttentionSaved r{at_precision(saved.q, spec, kq), at_precision(saved.k, spec, kk),
+                     at_precision(saved.v, spec, kv), core::Tensor<float>(saved.o.shape()),
+                     core::Tensor<float>(saved.lse.shape())};
+    std::copy(saved.o.begin(), saved.o.end(), r.o.begin());
+    std::copy(saved.lse.begin(), saved.lse.end(), r.lse.begin());
+    AttentionSpec f32 = spec;
+    f32.precision = core::DType::f32;
+    return hybrid_backward(algo, at_precision(dout, spec, kd), r, f32, layout, group, stats);
+  }
   switch (algo.kind) {
     case HybridAlgo::Kind::startrail:
       return startrail_backward(dout, saved, spec, layout, group, stats, algo.startrail);

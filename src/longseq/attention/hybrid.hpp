@@ -7,6 +7,12 @@
 //   startrail:C[:teams|:rings]   StarTrail/WallFacer, team size C (default placement: teams)
 //   ulysses                      DeepSpeed-Ulysses over the whole world
 //   usp:U[:burst|:ring]          Ulysses in groups of U ranks, burst (default) or ring across them
+//
+// Precision (AttentionSpec::precision): with bf16 these algorithms take bf16 inputs, fp32
+// kernels and transfers. hybrid_forward/backward round q, k, v and dO to bf16 values
+// (round-to-nearest-even, as the ring family does) but keep them in fp32 storage and run the
+// fp32 path, so the result equals fp32 attention of the bf16-rounded inputs: at least as accurate
+// as the ring family's bf16 kernels, but neither faster nor moving fewer bytes than f32.
 #include <optional>
 #include <string>
 #include <string_view>

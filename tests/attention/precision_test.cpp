@@ -1,0 +1,216 @@
+// AttentionSpec::precision = bf16: the ring family (ring, burst, double-ring, double-ring:ring)
+// runs the bf16 kernels and ships bf16 data, the hybrid algorithms round their inputs and compute
+// in fp32. Checked against kernels/ref (fp64) on the bf16-rounded inputs, against the single-rank
+// bf16 result, and by the bytes on the wire.
+//
+// Tolerances. Every input is rounded to bf16 before the reference runs, so what is measured is
+// the computation's own error. A bf16 kernel computes scores, softmax statistics and all sums in
+// fp32; its error comes from rounding P (forward, P.V) and P, dS (backward GEMMs) to bf16, about
+// 2^-9 relative per element. tests/kernels/cpu_attention_test.cpp bounds that single-kernel
+// error by 2x a naive bf16 attention. The distributed run computes the same blocks cut at chunk
+// boundaries and merges fp32 partials, so its bf16 error must be of the same size as the
+// single-rank one: per output, max |dist - ref| <= 2 * max |single - ref| + the fp32 tolerance
+// of the distributed fp32 test (distributed_test.cpp: 2e-5 o/lse, 5e-5 gradients), which covers
+// outputs whose bf16 error is at fp32 level (lse: computed from fp32 scores, no P rounding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention_case.hpp"
+#include "longseq/attention/distributed.hpp"
+#include "longseq/attention/hybrid.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+
+using namespace longseq;
+using namespace longseq::attention;
+using longseq::testing::AttnCase;
+
+namespace {
+
+constexpr double kOutF32Tol = 2e-5;
+constexpr double kGradF32Tol = 5e-5;
+
+// The case's inputs as bf16 holds them (what the reference must see).
+void round_inputs(AttnCase& c) {
+  for (auto* x : {&c.q, &c.k, &c.v, &c.dout})
+    for (float& e : *x) e = core::round_bf16(e);
+}
+
+double max_err(const std::vector<float>& got, const std::vector<double>& ref) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!std::isinf(ref[i])) e = std::max(e, std::fabs(got[i] - ref[i]));
+  return e;
+}
+
+struct Output {
+  const char* name;
+  std::vector<float> AttnCase::*got;
+  std::vector<double> AttnCase::*ref;
+  double f32_tol;
+};
+const Output kOutputs[] = {{"o", &AttnCase::o, &AttnCase::ref_o, kOutF32Tol},
+                           {"lse", &AttnCase::lse, &AttnCase::ref_lse, kOutF32Tol},
+                           {"dq", &AttnCase::dq, &AttnCase::ref_dq, kGradF32Tol},
+                           {"dk", &AttnCase::dk, &AttnCase::ref_dk, kGradF32Tol},
+                           {"dv", &AttnCase::dv, &AttnCase::ref_dv, kGradF32Tol}};
+
+AttentionSpec bf16_spec(const std::string& algo, const AttnCase& c) {
+  AttentionSpec spec;
+  set_algorithm(spec, algo);
+  spec.mask = c.mask;
+  spec.precision = core::DType::bf16;
+  return spec;
+}
+
+struct Param {
+  const char* algo;
+  Balance balance;
+  const char* mask;
+  int world, nodes;
+};
+
+std::vector<Param> all_params() {
+  std::vector<Param> out;
+  for (const char* algo : {"ring", "burst", "double-ring", "double-ring:ring"})
+    for (Balance b : {Balance::contiguous, Balance::zigzag, Balance::striped})
+      for (const char* mask : {"full", "causal", "window"})
+        for (int world : {1, 2, 3, 4}) {
+          const bool dr = std::string(algo).rfind("double-ring", 0) == 0;
+          // The double ring needs several nodes of several ranks (world 1 runs alone).
+          const int nodes = dr && world > 1 ? 2 : 1;
+          if (dr && world > 1 && world != 4) continue;
+          out.push_back({algo, b, mask, world, nodes});
+        }
+  return out;
+}
+
+std::string name_of(const Param& p) {
+  std::string s = std::string(p.algo) + "_" + std::string(balance_name(p.balance)) + "_" + p.mask + "_w" +
+                  std::to_string(p.world) + "n" + std::to_string(p.nodes);
+  for (char& ch : s)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+class Bf16Attention : public ::testing::TestWithParam<Param> {};
+
+}  // namespace
+
+TEST_P(Bf16Attention, WithinTwiceSingleRankErrorOfReference) {
+  const Param& p = GetParam();
+  // Odd lengths, GQA (Hq 4, Hkv 2), D not a power of two, as distributed_test.cpp. The runs get
+  // the fp32 inputs (the executor must round them itself); the reference the rounded ones.
+  const int64_t n = p.world * 13 + 5;
+  AttnCase c(n, 4, 2, 12, p.mask, p.world, /*seed=*/p.world * 7 + 3);
+  c.run_distributed(bf16_spec(p.algo, c), Layout(p.balance, n, p.world), p.nodes);
+  // The same inputs (same seed and n; these masks do not depend on the world) on one rank.
+  AttnCase one(n, 4, 2, 12, p.mask, 1, p.world * 7 + 3);
+  one.run_distributed(bf16_spec("ring", one), Layout(Balance::contiguous, n, 1), 1);
+  round_inputs(c);
+  c.run_reference();
+
+  for (const Output& out : kOutputs) {
+    const std::vector<float>& got = c.*out.got;
+    const std::vector<float>& single = one.*out.got;
+    const std::vector<double>& ref = c.*out.ref;
+    const double e_dist = max_err(got, ref), e_one = max_err(single, ref);
+    EXPECT_LE(e_dist, 2 * e_one + out.f32_tol)
+        << out.name << ": distributed bf16 error " << e_dist << " vs single-rank bf16 error " << e_one;
+    // Interchangeable with the single-rank pass: the two round P at different block boundaries,
+    // so they may differ by both errors (<= e_dist + e_one); measured <= 1.8 e_one, allowed 2.5.
+    // -inf rows (no key visible) must agree exactly.
+    AttnCase::expect_close(out.name, got, std::vector<double>(single.begin(), single.end()),
+                           2.5 * e_one + out.f32_tol, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, Bf16Attention, ::testing::ValuesIn(all_params()),
+                         [](const auto& info) { return name_of(info.param); });
+
+TEST(Bf16AttentionBytes, DataBytesHalve) {
+  // Full mask (nothing pruned), per rank and pass. Forward: (P-1) * 2*L*Hkv*D elements of K, V,
+  // so exactly half the f32 bytes. Backward: the data part halves, the gradient part (fp32 so
+  // partial gradients add in fp32) and burst's D, LSE (fp32) do not:
+  //   ring   (P-1) * (2*L*Hkv*D * 2 + 2*L*Hkv*D * 4)                  bytes
+  //   burst  (P-1) * (2*L*Hq*D * 2 + 2*L*Hq * 4 + L*Hq*D * 4)         bytes
+  for (const char* algo : {"ring", "burst", "double-ring", "double-ring:ring"})
+    for (int world : {2, 4}) {
+      const int nodes = std::string(algo).rfind("double", 0) == 0 ? 2 : 1;
+      if (nodes == 2 && world == 2) continue;
+      SCOPED_TRACE(std::string(algo) + " world " + std::to_string(world));
+      AttnCase f32(world * 16, 8, 2, 8, "full", world, 3), bf16(world * 16, 8, 2, 8, "full", world, 3);
+      const Layout layout(Balance::zigzag, f32.n, world, 0);
+      AttentionSpec spec = bf16_spec(algo, f32);
+      spec.precision = core::DType::f32;
+      f32.run_distributed(spec, layout, nodes);
+      bf16.run_distributed(bf16_spec(algo, bf16), layout, nodes);
+      const int64_t l = layout.local_len(), hq = 8, hkv = 2, d = 8, p = world;
+      const int64_t bwd = spec.algo.backward == Backward::kv ? (p - 1) * (2 * l * hkv * d * 2 + 2 * l * hkv * d * 4)
+                                                             : (p - 1) * (2 * l * hq * d * 2 + 2 * l * hq * 4 + l * hq * d * 4);
+      for (int r = 0; r < world; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        const auto& f = f32.fwd_bytes[r];
+        const auto& b = bf16.fwd_bytes[r];
+        EXPECT_EQ(2 * (b.intra + b.inter), f.intra + f.inter);
+        EXPECT_EQ(2 * b.inter, f.inter);  // the same hops, each half the size
+        EXPECT_EQ(b.intra + b.inter, (p - 1) * 2 * l * hkv * d * 2);
+        EXPECT_EQ(bf16.bwd_bytes[r].intra + bf16.bwd_bytes[r].inter, bwd);
+      }
+    }
+}
+
+TEST(Bf16Attention, RefusesOtherPrecisions) {
+  AttnCase c(40, 4, 2, 8, "causal", 2, 1);
+  for (const char* algo : {"burst", "ulysses"}) {
+    AttentionSpec spec = bf16_spec(algo, c);
+    spec.precision = core::DType::f64;
+    try {
+      validate(spec, Layout(Balance::zigzag, 40, 2), Topology::blocks(2, 1), 4, 2, 8);
+      ADD_FAILURE() << algo << ": f64 accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+    }
+    // The entry points refuse it too, before any transfer (the hybrid family does not go
+    // through validate() first).
+    try {
+      c.run_distributed(spec, Layout(Balance::zigzag, 40, 2), 1, /*backward=*/false);
+      ADD_FAILURE() << algo << ": f64 ran";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("precision f64"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Bf16Attention, HybridsComputeFp32OnRoundedInputs) {
+  // startrail:C, ulysses and usp:U round q, k, v, dO to bf16 values and run their fp32 path: the
+  // result is bit-identical to the f32 run on pre-rounded inputs, and within the fp32 tolerances
+  // of hybrid_case.hpp (2e-5 out, 8e-5 gradients) of the fp64 reference on rounded inputs.
+  struct Case {
+    const char* algo;
+    int world;
+    const char* mask;
+  };
+  for (const Case& hc : {Case{"startrail:2", 4, "causal"}, Case{"ulysses", 2, "window"}, Case{"usp:2", 4, "causal"}}) {
+    SCOPED_TRACE(hc.algo);
+    const int64_t n = hc.world * 13 + 5;
+    AttnCase c(n, 4, 2, 12, hc.mask, hc.world, 11), rounded(n, 4, 2, 12, hc.mask, hc.world, 11);
+    const Layout layout(Balance::zigzag, n, hc.world);
+    c.run_distributed(bf16_spec(hc.algo, c), layout, 1);
+    round_inputs(rounded);
+    rounded.run_reference();
+    AttentionSpec f32 = bf16_spec(hc.algo, rounded);
+    f32.precision = core::DType::f32;
+    rounded.run_distributed(f32, layout, 1);
+    for (const Output& out : kOutputs) {
+      const double tol = out.f32_tol == kOutF32Tol ? 2e-5 : 8e-5;
+      AttnCase::expect_close(out.name, c.*out.got, rounded.*out.ref, tol, tol);
+      EXPECT_EQ(c.*out.got, rounded.*out.got) << out.name << ": not the f32 path on rounded inputs";
+    }
+  }
+}
