@@ -14,7 +14,7 @@ namespace {
 struct TrainArgs {
   std::string preset = "main";
   std::optional<int64_t> steps, stop_after, seq, ffn_chunk, warmup, save_every, lm_tile, layers, hidden, heads,
-      kv_heads, head_dim, intermediate;
+      kv_heads, head_dim, intermediate, vocab;
   std::optional<int> world, dp, nodes, threads;
   std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link, precision;
   std::optional<uint64_t> seed;
@@ -73,6 +73,7 @@ std::function<int()> add_train(CLI::App& app) {
   app.add_option("--kv-heads", a->kv_heads, "key/value heads" + def(m.model.kv_heads));
   app.add_option("--head-dim", a->head_dim, "head dim" + def(m.model.head_dim));
   app.add_option("--intermediate", a->intermediate, "MLP size" + def(m.model.intermediate));
+  app.add_option("--vocab", a->vocab, "vocabulary (>= the token file's, e.g. a BPE's)" + def(m.model.vocab));
   app.add_flag("--doc-mask", a->doc_mask, "restrict attention to documents (end-of-text marks)");
   app.add_flag("--quiet", a->quiet, "no per-step lines");
   return [a] {
@@ -112,6 +113,7 @@ std::function<int()> add_train(CLI::App& app) {
     set(c.model.kv_heads, a->kv_heads);
     set(c.model.head_dim, a->head_dim);
     set(c.model.intermediate, a->intermediate);
+    set(c.model.vocab, a->vocab);
     if (a->doc_mask) c.doc_mask = true;
     c.quiet = a->quiet;
     if (!c.quiet)

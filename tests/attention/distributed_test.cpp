@@ -138,3 +138,59 @@ TEST(DistributedAttention, RefusesImpossibleCombinations) {
   EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 4), Topology::blocks(4, 1), 4, 2, 8), core::Error);
   EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), Topology::blocks(4, 2), 4, 2, 8), core::Error);
 }
+
+// AttentionSpec::query_rows: the forward of each rank's local rows [0, R) only (sequence-level
+// selective checkpointing's recomputation). Rows before R equal the fp64 reference; the ring
+// family leaves rows from R on at o = 0, lse = -inf and computes no more chunk pairs than the
+// full forward (causal: the skipped rows are each rank's latest, the expensive ones).
+TEST(DistributedAttention, QueryRowsComputesOnlyTheEarliestLocalRows) {
+  for (const char* algo : {"ring", "burst"})
+    for (Balance bal : {Balance::contiguous, Balance::zigzag, Balance::striped})
+      for (int world : {2, 3})
+        for (const char* mk : {"causal", "document"}) {
+          AttnCase c(16 * world + 3, 4, 2, 8, mk, world, 41);
+          c.run_reference();
+          const Layout layout(bal, c.n, world);
+          AttentionSpec spec;
+          set_algorithm(spec, algo);
+          spec.mask = c.mask;
+          c.run_distributed(spec, layout, 1, false);
+          int full_pairs = 0;
+          for (const auto& st : c.fwd_stats) full_pairs += st.pairs;
+          const int64_t rows = (3 * layout.local_len() + 9) / 10;
+          spec.query_rows = rows;
+          c.run_distributed(spec, layout, 1, false);
+          int pairs = 0;
+          for (const auto& st : c.fwd_stats) pairs += st.pairs;
+          const std::string what = std::string(algo) + " " + std::string(balance_name(bal)) +
+                                   " world " + std::to_string(world) + " " + mk;
+          // Chunk pairs whose query rows all lie past R are skipped (zigzag: the second chunk);
+          // under one-chunk layouts the pairs stay and only their rows shrink.
+          if (bal == Balance::zigzag) {
+            EXPECT_LT(pairs, full_pairs) << what;
+          }
+          EXPECT_LE(pairs, full_pairs) << what;
+          for (int r = 0; r < world; ++r) {
+            const std::vector<int64_t> pos = layout.positions(r);
+            for (int64_t i = 0; i < layout.local_len(); ++i) {
+              if (pos[i] < 0) continue;
+              for (int64_t h = 0; h < c.hq; ++h) {
+                const float lse = c.lse[pos[i] * c.hq + h];
+                const double ref = c.ref_lse[pos[i] * c.hq + h];
+                if (i < rows) {
+                  ASSERT_TRUE(std::isinf(ref) ? lse == ref : std::fabs(lse - ref) < 1e-5)
+                      << what << " rank " << r << " row " << i << ": lse " << lse << " vs " << ref;
+                  for (int64_t e = 0; e < c.d; ++e) {
+                    const size_t j = static_cast<size_t>((pos[i] * c.hq + h) * c.d + e);
+                    ASSERT_NEAR(c.o[j], c.ref_o[j], 1e-5) << what << " rank " << r << " row " << i;
+                  }
+                } else {
+                  ASSERT_EQ(lse, -std::numeric_limits<float>::infinity()) << what << " row " << i;
+                  for (int64_t e = 0; e < c.d; ++e)
+                    ASSERT_EQ(c.o[static_cast<size_t>((pos[i] * c.hq + h) * c.d + e)], 0.0f) << what;
+                }
+              }
+            }
+          }
+        }
+}

@@ -10,7 +10,8 @@
 //    case). Errors of a real bug are O(1e-2 max|g|): dropping the label of each rank's first
 //    token gives 5e-2, restoring only half of seq-selective's saved rows 8e-2.
 // 2. Checkpoint policies give the same gradients as each other at world 4 (same tolerance; in
-//    practice bit-identical except seq-selective's recomputed half).
+//    practice bit-identical except seq-selective's recomputed rows), seq-selective at several
+//    fractions and layouts included.
 // 3. Resume equals uninterrupted training bit for bit (parameters and losses), at world 2.
 // 4. Bad configurations are refused with the values named.
 // 5. The loss falls over a few steps.
@@ -111,6 +112,16 @@ TEST(Trainer, DistributedStepEqualsSingleRankForEveryLayoutPolicyAndLoss) {
       c.checkpoint = policy;
       expect_same_step(c, std::string(balance) + " " + policy);
     }
+  // Other seq-selective fractions recompute another share of each rank's rows: same gradients.
+  for (double f : {0.25, 0.8})
+    for (const char* balance : {"contiguous", "zigzag"}) {
+      tr::TrainConfig c = tiny();
+      c.world = 4;
+      c.balance = balance;
+      c.checkpoint = "seq-selective";
+      c.seq_selective_fraction = f;
+      expect_same_step(c, std::string(balance) + " seq-selective f=" + std::to_string(f).substr(0, 4));
+    }
   for (const char* loss : {"fused", "unfused"})
     for (int world : {1, 2}) {
       tr::TrainConfig c = tiny();
@@ -146,6 +157,20 @@ TEST(Trainer, CheckpointPoliciesKeepLessActivationsInTheDocumentedOrder) {
   EXPECT_NEAR(kept[3], mib * 32, 1e-12);
   EXPECT_NEAR(kept[1], mib * (32 + 32 + 4), 1e-12);
   EXPECT_NEAR(kept[2], mib * (32 + (32 + 4) / 2.0), 1e-12);
+  // Every rank keeps the same share of its own rows whatever the layout (a split on global
+  // positions would leave the later contiguous rank keeping all of them), and the fraction moves
+  // it: f = 0.75 keeps a quarter of the attention outputs.
+  for (const char* balance : {"contiguous", "striped"}) {
+    tr::TrainConfig c = tiny();
+    c.world = 2;
+    c.seq = 128;
+    c.balance = balance;
+    c.checkpoint = "seq-selective";
+    EXPECT_NEAR(tr::train(c).steps[0].saved_activation_mib, kept[2], 1e-12) << balance;
+    c.seq_selective_fraction = 0.75;
+    EXPECT_NEAR(tr::train(c).steps[0].saved_activation_mib, mib * (32 + (32 + 4) / 4.0), 1e-12)
+        << balance;
+  }
 }
 
 TEST(Trainer, DocumentMaskEqualsAcrossWorldsAndChangesTheLoss) {

@@ -255,6 +255,7 @@ AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const
 
   BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
   Transport tr(group, kForwardTagBase, stats);
+  const int64_t q_rows = spec.query_rows < 0 ? dm.l : std::min(spec.query_rows, dm.l);
   const auto& my_chunks = layout.chunks(me);
   size_t wi = 0;
   double scratch_s = 0;
@@ -271,7 +272,9 @@ AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const
       for (const SubPair& p : w.pairs) {
         const Chunk& qc = my_chunks[p.qc];
         const Chunk& kc = kv_chunks[p.kc];
-        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin), qc.len,
+        const int64_t q_len = std::clamp<int64_t>(q_rows - qc.local_begin, 0, qc.len);
+        if (q_len == 0) continue;  // rows past spec.query_rows are not asked for
+        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin), q_len,
                           kb + kc.local_begin * dm.hkv * dm.d, vb + kc.local_begin * dm.hkv * dm.d,
                           tokens.tokens(w.origin, kc.local_begin), kc.len, kmask,
                           saved.o.data() + qc.local_begin * dm.hq * dm.d, saved.lse.data() + qc.local_begin * dm.hq);

@@ -44,6 +44,13 @@ struct AttentionSpec {
   /// algorithms round the inputs the same way but run fp32 kernels and transfers (hybrid.hpp).
   /// The backward re-rounds the saved fp32 q, k, v, so it needs nothing extra from the forward.
   core::DType precision = core::DType::f32;
+  /// Forward only: compute this rank's local query rows [0, query_rows) and nothing for the
+  /// rows after them, whose o and lse are then unspecified (the ring family leaves o = 0,
+  /// lse = -inf; the hybrid algorithms compute them anyway). -1: every row. Transfers do not
+  /// change, so ranks may pass different values. Local rows are in increasing global position
+  /// under every layout, so a prefix is the rank's earliest tokens: sequence-level selective
+  /// checkpointing recomputes exactly those (model/transformer.hpp).
+  int64_t query_rows = -1;
 };
 
 /// Per-rank timings of one pass, for stats.json and the trainer's metrics.

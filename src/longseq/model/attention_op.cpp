@@ -20,15 +20,13 @@ class DistributedAttention final : public AttentionOp {
  public:
   DistributedAttention(const AttentionAlgo& algo, std::shared_ptr<const attention::MaskSpec> mask,
                        const attention::Layout& layout, comm::Group& group, int threads,
-                       bool need_split)
+                       core::DType precision)
       : algo_(algo), layout_(layout), group_(group) {
     spec_.algo = algo.flat;
     spec_.mask = std::move(mask);
     spec_.threads = threads;
-    if (need_split)
-      core::require(spec_.mask->block_mask.empty(), "model",
-                    "--checkpoint seq-selective cannot be combined with a block mask (",
-                    spec_.mask->describe(), "): its recomputation adds a block mask of its own");
+    spec_.precision = precision;
+    attention::validate_precision(precision);
   }
 
   attention::AttentionSaved forward(core::View<const float> q, core::View<const float> k,
@@ -36,24 +34,11 @@ class DistributedAttention final : public AttentionOp {
     return run_forward(q, k, v, spec_);
   }
 
-  attention::AttentionSaved forward_before(core::View<const float> q, core::View<const float> k,
-                                           core::View<const float> v, int64_t split) override {
-    // Two blocks split at `split`: early queries see every key (the user's mask still applies),
-    // late queries see nothing, so every chunk pair of a late query chunk classifies as empty and
-    // costs neither compute nor transfers.
-    const int64_t n = layout_.global_len();
-    LONGSEQ_CHECK(split > 0 && split < n);
-    if (!split_spec_ || split_ != split) {
-      auto m = std::make_shared<attention::MaskSpec>(*spec_.mask);
-      m->block_size = split;
-      m->num_blocks = (n + split - 1) / split;
-      LONGSEQ_CHECK_MSG(m->num_blocks == 2, "split ", split, " of ", n);
-      m->block_mask = {1, 1, 0, 0};
-      split_spec_ = spec_;
-      split_spec_->mask = std::move(m);
-      split_ = split;
-    }
-    return run_forward(q, k, v, *split_spec_);
+  attention::AttentionSaved forward_prefix(core::View<const float> q, core::View<const float> k,
+                                           core::View<const float> v, int64_t rows) override {
+    attention::AttentionSpec s = spec_;
+    s.query_rows = rows;
+    return run_forward(q, k, v, s);
   }
 
   attention::AttentionGrads backward(core::View<const float> dout,
@@ -88,8 +73,6 @@ class DistributedAttention final : public AttentionOp {
   attention::Layout layout_;
   comm::Group& group_;
   attention::AttentionSpec spec_;
-  std::optional<attention::AttentionSpec> split_spec_;
-  int64_t split_ = -1;
   AttentionTimes times_;
 };
 
@@ -97,9 +80,9 @@ class DistributedAttention final : public AttentionOp {
 
 std::unique_ptr<AttentionOp> make_distributed_attention(
     const AttentionAlgo& algo, std::shared_ptr<const attention::MaskSpec> mask,
-    const attention::Layout& layout, comm::Group& group, int threads, bool need_split) {
+    const attention::Layout& layout, comm::Group& group, int threads, core::DType precision) {
   return std::make_unique<DistributedAttention>(algo, std::move(mask), layout, group, threads,
-                                                need_split);
+                                                precision);
 }
 
 }  // namespace longseq::model

@@ -31,12 +31,13 @@ class AttentionOp {
   /// The full forward. q, k, v are borrowed by the result (kept alive by the caller).
   virtual attention::AttentionSaved forward(core::View<const float> q, core::View<const float> k,
                                             core::View<const float> v) = 0;
-  /// The forward restricted to queries at global positions < split: rows of later queries get
-  /// o = 0, lse = -inf; earlier rows equal forward()'s. Cheap for causal masks (the early part
-  /// sees few keys): the recomputation of sequence-level selective checkpointing.
-  virtual attention::AttentionSaved forward_before(core::View<const float> q,
+  /// The forward of this rank's local query rows [0, rows) only (its earliest tokens: local rows
+  /// are in increasing global position under every layout); later rows' o and lse are
+  /// unspecified. Cheap for causal masks, where early queries see few keys: the recomputation of
+  /// sequence-level selective checkpointing. Ranks may pass different `rows`.
+  virtual attention::AttentionSaved forward_prefix(core::View<const float> q,
                                                    core::View<const float> k,
-                                                   core::View<const float> v, int64_t split) = 0;
+                                                   core::View<const float> v, int64_t rows) = 0;
   virtual attention::AttentionGrads backward(core::View<const float> dout,
                                              const attention::AttentionSaved& saved) = 0;
   virtual const AttentionTimes& times() const = 0;
@@ -53,13 +54,12 @@ struct AttentionAlgo {
 };
 
 /// Distributed attention over `group` (every rank of it calls with the same arguments). The mask
-/// is over the whole sequence (layout.global_len() tokens). forward_before() needs a mask without
-/// a block mask of its own (it adds one); the constructor refuses that combination only when
-/// `need_split` is set.
+/// is over the whole sequence (layout.global_len() tokens). `precision` (f32 | bf16) is
+/// attention::AttentionSpec::precision.
 std::unique_ptr<AttentionOp> make_distributed_attention(const AttentionAlgo& algo,
                                                         std::shared_ptr<const attention::MaskSpec> mask,
                                                         const attention::Layout& layout,
                                                         comm::Group& group, int threads,
-                                                        bool need_split);
+                                                        core::DType precision = core::DType::f32);
 
 }  // namespace longseq::model

@@ -19,12 +19,12 @@ CheckpointPolicy parse_checkpoint_policy(std::string_view s) {
   core::fail("model", "--checkpoint '", s, "': expected none | full | selective++ | seq-selective");
 }
 
-int64_t seq_selective_split(int64_t n, double fraction) {
+int64_t seq_selective_split(int64_t l, double fraction) {
   core::require(fraction > 0.0 && fraction < 1.0, "model", "--seq-selective-fraction ", fraction,
                 " must be in (0, 1)");
-  // ceil(f N) in integers where f N is exact (f = 0.5 gives ceil(N/2) for every N).
-  const int64_t s = static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
-  return std::clamp<int64_t>(s, 1, std::max<int64_t>(n, 1));
+  // f = 0.5 is exact in binary, so the default split is ceil(L / 2) for every L.
+  const int64_t s = static_cast<int64_t>(std::ceil(fraction * static_cast<double>(l)));
+  return std::clamp<int64_t>(s, 1, std::max<int64_t>(l, 1));
 }
 
 std::string_view checkpoint_policy_name(CheckpointPolicy p) {
@@ -49,7 +49,7 @@ struct Dims {
   int64_t ffn_chunk;
   int threads;
   core::DType compute;  // precision of the matrix products
-  int64_t split;        // seq-selective: first global position whose (o, lse) is kept
+  int64_t split;        // seq-selective: first local row whose (o, lse) is kept
 };
 
 // Floats a tensor holds (a default-constructed Tensor has the scalar shape but no buffer).
@@ -69,8 +69,7 @@ struct Acts {
 struct Saved {
   Tensor<float> x;  // block input, every policy
   Acts acts;        // none: everything; selective++: att.o / att.lse only
-  std::vector<int64_t> late_rows;  // seq-selective: local rows at positions >= split
-  Tensor<float> o_late, lse_late;  // [rows, Hq, D], [rows, Hq]
+  Tensor<float> o_late, lse_late;  // seq-selective: rows [split, L): [rows, Hq, D], [rows, Hq]
   int64_t floats() const { return held(x) + acts.floats() + held(o_late) + held(lse_late); }
 };
 
@@ -110,8 +109,7 @@ MlpDims mlp_dims(const Dims& dm) { return {dm.l, dm.c, dm.f, dm.ffn_chunk, dm.co
 
 // x [L, C] in place: block input -> block output.
 Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
-                    const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy,
-                    const StepBatch& b) {
+                    const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy) {
   Saved s;
   s.x = Tensor<float>(Shape{dm.l, dm.c});
   std::memcpy(s.x.data(), x, sizeof(float) * dm.l * dm.c);
@@ -132,18 +130,15 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
       s.acts.att.lse = std::move(a.att.lse);
       break;
     case CheckpointPolicy::seq_selective: {
-      for (int64_t i = 0; i < dm.l; ++i)
-        if (b.pos[i] >= dm.split) s.late_rows.push_back(i);
-      const int64_t n = static_cast<int64_t>(s.late_rows.size());
+      // The later rows are one contiguous block: local rows run in increasing global position.
+      const int64_t n = dm.l - dm.split;
+      if (n <= 0) break;  // nothing kept: the backward recomputes all rows
       s.o_late = Tensor<float>(Shape{n, dm.hq, dm.d});
       s.lse_late = Tensor<float>(Shape{n, dm.hq});
-      const int64_t od = dm.hq * dm.d;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = s.late_rows[j];
-        std::memcpy(s.o_late.data() + j * od, a.att.o.data() + i * od, sizeof(float) * od);
-        std::memcpy(s.lse_late.data() + j * dm.hq, a.att.lse.data() + i * dm.hq,
-                    sizeof(float) * dm.hq);
-      }
+      std::memcpy(s.o_late.data(), a.att.o.data() + dm.split * dm.hq * dm.d,
+                  sizeof(float) * n * dm.hq * dm.d);
+      std::memcpy(s.lse_late.data(), a.att.lse.data() + dm.split * dm.hq,
+                  sizeof(float) * n * dm.hq);
       break;
     }
     case CheckpointPolicy::full:
@@ -155,7 +150,7 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
 // dx [L, C] in place: gradient of the block output -> gradient of the block input.
 void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOffsets& o,
                     const Dims& dm, const RopeTable& rope, AttentionOp& attn,
-                    CheckpointPolicy policy, const StepBatch& b) {
+                    CheckpointPolicy policy) {
   Acts a;
   const float* x = s.x.data();
   if (policy == CheckpointPolicy::none) {
@@ -163,7 +158,7 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
   } else {
     compute_qkv(x, w, o, dm, rope, a);
     if (policy == CheckpointPolicy::selective_pp ||
-        (policy == CheckpointPolicy::seq_selective && dm.split >= b.seq_len)) {
+        (policy == CheckpointPolicy::seq_selective && dm.split >= dm.l)) {
       if (policy == CheckpointPolicy::selective_pp) {
         a.att.o = std::move(s.acts.att.o);
         a.att.lse = std::move(s.acts.att.lse);
@@ -174,14 +169,12 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
       a.att.k = cview(a.k);
       a.att.v = cview(a.v);
     } else if (policy == CheckpointPolicy::seq_selective) {
-      a.att = attn.forward_before(cview(a.q), cview(a.k), cview(a.v), dm.split);
-      const int64_t od = dm.hq * dm.d;
-      for (size_t j = 0; j < s.late_rows.size(); ++j) {
-        const int64_t i = s.late_rows[j];
-        std::memcpy(a.att.o.data() + i * od, s.o_late.data() + j * od, sizeof(float) * od);
-        std::memcpy(a.att.lse.data() + i * dm.hq, s.lse_late.data() + j * dm.hq,
-                    sizeof(float) * dm.hq);
-      }
+      a.att = attn.forward_prefix(cview(a.q), cview(a.k), cview(a.v), dm.split);
+      const int64_t n = dm.l - dm.split;
+      std::memcpy(a.att.o.data() + dm.split * dm.hq * dm.d, s.o_late.data(),
+                  sizeof(float) * n * dm.hq * dm.d);
+      std::memcpy(a.att.lse.data() + dm.split * dm.hq, s.lse_late.data(),
+                  sizeof(float) * n * dm.hq);
     } else {
       a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
     }
@@ -226,7 +219,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
                 opt.ffn_chunk,
                 std::max(opt.threads, 1),
                 opt.precision,
-                seq_selective_split(b.seq_len, opt.seq_selective_fraction)};
+                seq_selective_split(b.len, opt.seq_selective_fraction)};
   const LayerOffsets& lo = layout.layer_offsets();
   StepResult res;
   const AttentionTimes t0 = attn.times();
@@ -241,7 +234,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   int64_t saved_floats = 0;
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const int u = layout.layer_unit(l);
-    saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, rope, attn, opt.policy, b);
+    saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, rope, attn, opt.policy);
     params.release(u);
     saved_floats += saved[l].floats();
   }
@@ -281,7 +274,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     const int u = layout.layer_unit(l);
     const float* w = params.acquire(u);
     float* g = params.acquire_grad(u);
-    block_backward(dx.data(), saved[l], w, g, lo, dm, rope, attn, opt.policy, b);
+    block_backward(dx.data(), saved[l], w, g, lo, dm, rope, attn, opt.policy);
     params.release_grad(u);
     params.release(u);
     saved[l] = Saved{};

@@ -17,13 +17,15 @@
 //   full           the block input only; the backward recomputes the block, attention included
 //   selective++    the block input and the attention output (o, lse); attention is never
 //                  recomputed, the cheap rest is
-//   seq-selective  the block input and (o, lse) of the tokens at global positions >= ceil(f N)
-//                  (f = seq_selective_fraction, 0.5 by default: the later half, whose causal
-//                  attention is the expensive part); attention of the earlier segment is
-//                  recomputed with AttentionOp::forward_before (BurstEngine §3.2: keep the costly
-//                  segment, recompute the cheap one). Causal recomputation costs about f^2 of the
-//                  attention forward and saves f of the attention output. Under zigzag and
-//                  f = 0.5 the later half is exactly each rank's second chunk.
+//   seq-selective  the block input and (o, lse) of each rank's later local rows [ceil(f L), L)
+//                  (f = seq_selective_fraction, 0.5 by default); the attention of the earlier
+//                  rows is recomputed with AttentionOp::forward_prefix (BurstEngine §3.2: keep
+//                  the segment that is costly to recompute, recompute the cheap one). Local rows
+//                  run in increasing global position under every layout, so the later rows are
+//                  the rank's latest tokens, and every rank keeps the same share whatever the
+//                  layout (a global split would leave contiguous ranks all-or-nothing). Under a
+//                  causal mask the recomputed rows see the fewest keys; under zigzag with f = 0.5
+//                  they are exactly each rank's first chunk.
 //
 // Precision: ModelOptions::precision bf16 runs every matrix product (projections, MLP, LM head)
 // with bf16 operands and fp32 accumulation, and attention at the AttentionOp's precision; the
@@ -67,7 +69,7 @@ struct StepBatch {
   const int32_t* labels = nullptr;  ///< next token or kIgnoreIndex
   const int64_t* pos = nullptr;     ///< global positions, -1 = padding
   int64_t len = 0;                  ///< L
-  int64_t seq_len = 0;              ///< N (the seq-selective split is ceil(f N))
+  int64_t seq_len = 0;              ///< N
 };
 
 struct ModelOptions {
@@ -78,14 +80,14 @@ struct ModelOptions {
   int threads = 1;
   /// f32 or bf16: precision of the matrix products (the caller validates user input).
   core::DType precision = core::DType::f32;
-  /// seq-selective: the share f of the sequence (earliest global positions) whose attention is
-  /// recomputed; the rest keeps (o, lse). In (0, 1).
+  /// seq-selective: the share f of each rank's local rows (its earliest tokens) whose attention
+  /// is recomputed; the later rows keep (o, lse). In (0, 1).
   double seq_selective_fraction = 0.5;
 };
 
-/// The seq-selective split: ceil(f N), clamped to [1, N]. Throws core::Error naming f outside
-/// (0, 1).
-int64_t seq_selective_split(int64_t n, double fraction);
+/// The seq-selective split of L local rows: ceil(f L), clamped to [1, L]. Throws core::Error
+/// naming f outside (0, 1).
+int64_t seq_selective_split(int64_t l, double fraction);
 
 /// Per-rank results of one step.
 struct StepResult {

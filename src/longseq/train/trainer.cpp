@@ -302,7 +302,7 @@ TrainSummary train(const TrainConfig& cfg) {
   cfg.validate();
   const TokenFile data = load_training_data(cfg.data);
   core::require(data.vocab <= cfg.model.vocab, "train", "--data ", cfg.data, " has vocabulary ",
-                data.vocab, ", larger than the model's ", cfg.model.vocab);
+                data.vocab, ", larger than the model's ", cfg.model.vocab, " (set --vocab)");
   const Loader loader(data, cfg.seq);
   const model::ParamLayout layout(cfg.model);
   const model::CheckpointPolicy policy = model::parse_checkpoint_policy(cfg.checkpoint);
@@ -393,8 +393,7 @@ TrainSummary train(const TrainConfig& cfg) {
           m->doc_ids = docs;
           mask = m;
         }
-        attn = model::make_distributed_attention(algo, mask, seq_layout, ctx, threads,
-                                                 policy == model::CheckpointPolicy::seq_selective);
+        attn = model::make_distributed_attention(algo, mask, seq_layout, ctx, threads, precision);
       }
       const model::AttentionTimes at0 = attn->times();
       int64_t count = model::count_targets(rt.labels.data(), static_cast<int64_t>(rt.labels.size()),

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     auto mask = std::make_shared<attention::MaskSpec>();
     mask->causal = true;
     auto attn = model::make_distributed_attention(model::AttentionAlgo::parse("burst"), mask, lay, g,
-                                                  1, true);
+                                                  1);
     const std::vector<int64_t> pos = lay.positions(g.rank());
     std::vector<int32_t> lt(pos.size(), 0), ll(pos.size(), model::kIgnoreIndex);
     for (size_t i = 0; i < pos.size(); ++i)
