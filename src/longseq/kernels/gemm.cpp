@@ -212,6 +212,38 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
+  // oneDNN 2.6 picks its brgemm (AMX / avx512_bf16) matmul only for dense operands; a row stride
+  // wider than the row (attention's q/k/v tiles inside [T, H, D]) sends it to the gemm-based
+  // matmul, whose bf16 post-processing is a scalar loop (~20 GFLOP/s on a 256x256x64 tile on a
+  // Sapphire Rapids core, against ~200 for brgemm). Packing the tile dense first costs one pass
+  // over A and B.
+  thread_local std::vector<core::bf16> pack_a, pack_b;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  auto dense = [](const core::bf16* x, int64_t rows, int64_t cols, int64_t& ld,
+                  std::vector<core::bf16>& buf) {
+    if (ld == cols) return x;
+    buf.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(buf.data() + r * cols, x + r * ld, static_cast<size_t>(cols) * sizeof(core::bf16));
+    ld = cols;
+    return static_cast<const core::bf16*>(buf.data());
+  };
+  a = dense(a, a_rows, a_cols, lda, pack_a);
+  b = dense(b, b_rows, b_cols, ldb, pack_b);
+  // The same for C (attention writes o and dq tiles inside [T, H, D]): through a dense buffer,
+  // loaded first when beta needs the old values.
+  thread_local std::vector<float> pack_c;
+  float* const c_user = c;
+  const int64_t ldc_user = ldc;
+  if (ldc != n) {
+    pack_c.resize(static_cast<size_t>(m * n));
+    if (beta != 0.0f)
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(pack_c.data() + r * n, c + r * ldc, static_cast<size_t>(n) * sizeof(float));
+    c = pack_c.data();
+    ldc = n;
+  }
   OmpSingleThread one;  // before creation too: the primitive's blocking is chosen for 1 thread
   try {
     MatmulEntry& e = matmul_for(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
@@ -228,6 +260,9 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     dnnl::error::wrap_c_api(dnnl_primitive_execute(e.prim.get(), s.get(), 4, args),
                             "dnnl_primitive_execute");
     s.wait();
+    if (c != c_user)
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(c_user + r * ldc_user, c + r * n, static_cast<size_t>(n) * sizeof(float));
   } catch (const dnnl::error& err) {
     core::fail("gemm", "oneDNN bf16 matmul failed (", err.what(), ") for m=", m, " n=", n,
                " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, " trans_a=", ta,
