@@ -200,11 +200,14 @@ int main(int argc, char** argv) {
       if (s.contains("checkpoint_extra_mib") && p["checkpoint_extra_mib"].get<double>() > 0)
         q["checkpoint_extra_reduction"] =
             1.0 - s["checkpoint_extra_mib"].get<double>() / p["checkpoint_extra_mib"].get<double>();
+      const std::string extra =
+          q.contains("checkpoint_extra_reduction")
+              ? core::cat(100 * q["checkpoint_extra_reduction"].get<double>(), "%")
+              : std::string("n/a (no full case)");
       std::printf("seq-selective:%g vs selective++ (%s): time x%.3f, saved -%.1f%%, checkpoint "
-                  "extra -%.1f%%, RSS growth -%.1f%%\n",
+                  "extra -%s, RSS growth -%.1f%%\n",
                   cases[i].fraction, cases[i].precision.c_str(), q["time_ratio"].get<double>(),
-                  100 * q["saved_activation_reduction"].get<double>(),
-                  100 * q.value("checkpoint_extra_reduction", 0.0),
+                  100 * q["saved_activation_reduction"].get<double>(), extra.c_str(),
                   100 * q["rss_growth_reduction"].get<double>());
       ratios.push_back(q);
     }

@@ -23,6 +23,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/data.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
@@ -32,18 +33,8 @@ using longseq::core::Error;
 using Ids = std::vector<uint32_t>;
 using Strs = std::vector<std::string>;
 
-std::string tmp(const std::string& name) {
-  return testing::TempDir() + "/longseq_bpe_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string tmp(const std::string& name) { return longseq::testing::temp_path("bpe", name); }
+using longseq::testing::error_of;
 
 std::string utf8(char32_t c) {
   std::string s;

@@ -10,6 +10,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/data.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
@@ -17,18 +18,8 @@ namespace tr = longseq::train;
 namespace at = longseq::attention;
 using longseq::core::Error;
 
-std::string tmp(const std::string& name) {
-  return testing::TempDir() + "/longseq_data_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string tmp(const std::string& name) { return longseq::testing::temp_path("data", name); }
+using longseq::testing::error_of;
 
 TEST(TokenFile, RoundTripsUint16AndUint32) {
   for (int64_t vocab : {257, 70000}) {

@@ -14,7 +14,8 @@
 //    gradient by O(5%) of its norm (trainer_test.cpp's calibration).
 // 3. ZeRO-3 gathers in bf16: half the bytes, and the gathered values are the master weights
 //    rounded to bf16.
-// 4. The loss falls in bf16; bad precisions and seq-selective fractions are refused by name.
+// 4. Bad precisions and seq-selective fractions are refused by name. (The loss falling in bf16 is
+//    Trainer.LossFalls.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,24 +28,13 @@
 #include "longseq/model/config.hpp"
 #include "longseq/train/trainer.hpp"
 #include "longseq/train/zero.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
 namespace tr = longseq::train;
-using longseq::core::Error;
 
-tr::TrainConfig tiny() {
-  tr::TrainConfig c = tr::preset("tiny");
-  c.data = std::string(LONGSEQ_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
-  c.seq = 64;
-  c.steps = 1;
-  c.threads = 1;
-  c.quiet = true;
-  c.keep_params = true;
-  c.save_every = -1;
-  c.checkpoint = "none";
-  return c;
-}
+tr::TrainConfig tiny() { return longseq::testing::tiny_config(); }
 
 double norm(const std::vector<float>& g) {
   double s = 0;
@@ -143,30 +133,7 @@ TEST(Precision, ZeroGathersBf16HalfTheBytes) {
   });
 }
 
-TEST(Precision, Bf16LossFalls) {
-  tr::TrainConfig c = tiny();
-  c.precision = "bf16";
-  c.steps = 12;
-  c.seq = 128;
-  c.world = 2;
-  c.keep_params = false;
-  c.optim.lr = 1e-2;
-  c.optim.warmup = 2;
-  c.checkpoint = "seq-selective";
-  const auto s = tr::train(c);
-  ASSERT_EQ(s.steps.size(), 12u);
-  EXPECT_LT(s.steps.back().loss, s.steps.front().loss - 1.0)
-      << s.steps.front().loss << " -> " << s.steps.back().loss;
-}
-
-std::string refusal(const tr::TrainConfig& c) {
-  try {
-    tr::train(c);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "accepted";
-}
+using longseq::testing::refusal;
 
 TEST(Precision, RefusesUnknownPrecisionAndBadFractions) {
   tr::TrainConfig c = tiny();

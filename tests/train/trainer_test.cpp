@@ -28,26 +28,15 @@
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/trainer.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
 namespace tr = longseq::train;
 using longseq::core::Error;
 
-std::string data_path() { return std::string(LONGSEQ_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt"; }
 
-tr::TrainConfig tiny() {
-  tr::TrainConfig c = tr::preset("tiny");
-  c.data = data_path();
-  c.seq = 64;
-  c.steps = 1;
-  c.threads = 1;
-  c.quiet = true;
-  c.keep_params = true;
-  c.save_every = -1;
-  c.checkpoint = "none";
-  return c;
-}
+tr::TrainConfig tiny() { return longseq::testing::tiny_config(); }
 
 struct Baseline {
   tr::TrainSummary s;
@@ -243,32 +232,29 @@ TEST(Trainer, ResumeIsBitIdenticalToUninterruptedTraining) {
 }
 
 TEST(Trainer, LossFalls) {
-  tr::TrainConfig c = tiny();
-  c.steps = 12;
-  c.seq = 128;
-  c.world = 2;
-  c.keep_params = false;
-  c.optim.lr = 1e-2;
-  c.optim.warmup = 2;
-  const auto s = tr::train(c);
-  ASSERT_EQ(s.steps.size(), 12u);
-  EXPECT_LT(s.steps.back().loss, s.steps.front().loss - 1.0)
-      << s.steps.front().loss << " -> " << s.steps.back().loss;
-  for (const auto& r : s.steps) {
-    EXPECT_TRUE(std::isfinite(r.loss));
-    EXPECT_GT(r.tokens_per_sec, 0);
-    EXPECT_GE(r.comm_wait_s, 0);
+  for (const char* precision : {"fp32", "bf16"}) {
+    tr::TrainConfig c = tiny();
+    c.precision = precision;
+    c.steps = 12;
+    c.seq = 128;
+    c.world = 2;
+    c.keep_params = false;
+    c.optim.lr = 1e-2;
+    c.optim.warmup = 2;
+    c.checkpoint = "seq-selective";
+    const auto s = tr::train(c);
+    ASSERT_EQ(s.steps.size(), 12u);
+    EXPECT_LT(s.steps.back().loss, s.steps.front().loss - 1.0)
+        << precision << ": " << s.steps.front().loss << " -> " << s.steps.back().loss;
+    for (const auto& r : s.steps) {
+      EXPECT_TRUE(std::isfinite(r.loss));
+      EXPECT_GT(r.tokens_per_sec, 0);
+      EXPECT_GE(r.comm_wait_s, 0);
+    }
   }
 }
 
-std::string refusal(const tr::TrainConfig& c) {
-  try {
-    tr::train(c);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "accepted";
-}
+using longseq::testing::refusal;
 
 TEST(Trainer, RefusesBadConfigurationsNamingValues) {
   auto expect = [](tr::TrainConfig c, const std::string& want) {

@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the tests of train/ (one copy, so that the tiny configuration every trainer
+// test starts from, and the way a refusal's message is read, cannot drift apart between files).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+#include "longseq/core/error.hpp"
+#include "longseq/train/trainer.hpp"
+
+namespace longseq::testing {
+
+/// The message of the core::Error `f` throws, or "no error".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+/// A per-process file name in the test temp directory: TempDir/longseq_<prefix>_<pid>_<name>.
+inline std::string temp_path(const std::string& prefix, const std::string& name) {
+  return ::testing::TempDir() + "/longseq_" + prefix + "_" + std::to_string(::getpid()) + "_" + name;
+}
+
+/// Preset "tiny" (2 layers, hidden 32, 4 query / 2 key-value heads, vocabulary 257) on the shipped
+/// corpus: one step of 64 tokens, one thread, world 1, no checkpointing, no files written, final
+/// parameters and last gradient kept in the summary.
+inline train::TrainConfig tiny_config() {
+  train::TrainConfig c = train::preset("tiny");
+  c.data = std::string(LONGSEQ_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
+  c.seq = 64;
+  c.steps = 1;
+  c.threads = 1;
+  c.quiet = true;
+  c.keep_params = true;
+  c.save_every = -1;
+  c.checkpoint = "none";
+  return c;
+}
+
+/// The message train() refuses `c` with, or "no error".
+inline std::string refusal(const train::TrainConfig& c) {
+  return error_of([&] { train::train(c); });
+}
+
+}  // namespace longseq::testing
