@@ -681,15 +681,7 @@ TEST(BpeRefuses, EndOfTextThatIsNotThere) {
 // -------------------------------------------------------------------------------------
 
 // Runs a shell command; returns its exit status and fills `out` with stdout and stderr.
-int run(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+using longseq::testing::run;
 
 TEST(BpeCli, TokenizeWithATokenizerJson) {
   const std::string tok = tmp("tokenizer.json"), a = tmp("a.txt"), b = tmp("b.txt"),

@@ -2,8 +2,10 @@
 // Helpers shared by the tests of train/ (one copy, so that the tiny configuration every trainer
 // test starts from, and the way a refusal's message is read, cannot drift apart between files).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -41,6 +43,18 @@ inline train::TrainConfig tiny_config() {
   c.save_every = -1;
   c.checkpoint = "none";
   return c;
+}
+
+/// Runs a shell command; `out` gets its stdout and stderr. Returns the exit status (-1: did not
+/// exit normally).
+inline int run(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /// The message train() refuses `c` with, or "no error".

@@ -1,0 +1,77 @@
+// `longseq train` as a user calls it (issue contract: --preset NAME with overrides, DIR/metrics.json
+// = {"config": {...}, "steps": [{"step", "loss", "tokens_per_sec", "mfu", "peak_rss_mib",
+// "compute_s", "comm_wait_s"}, ...]}, the checkpoint under DIR), on the tiny preset with an odd
+// length and an odd world, in both precisions; bad values end with a non-zero status and a message
+// naming them, never a hang or a crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "longseq/core/safetensors.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using longseq::testing::run;
+using longseq::testing::temp_path;
+
+std::string train_cmd(const std::string& args) {
+  return std::string(LONGSEQ_CLI) + " train --preset tiny --data " + LONGSEQ_SOURCE_DIR +
+         "/data/kjv-genesis-exodus.txt --quiet " + args;
+}
+
+TEST(TrainCli, WritesMetricsAndCheckpointPerTheContract) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    const std::string dir = temp_path("cli_train", precision);
+    fs::remove_all(dir);
+    std::string log;
+    ASSERT_EQ(run(train_cmd(std::string("--steps 3 --seq 77 --world 3 --algo ring --balance striped "
+                                        "--checkpoint seq-selective --seq-selective-fraction 0.75 "
+                                        "--precision ") +
+                            precision + " --out " + dir),
+                  log),
+              0)
+        << log;
+    const nlohmann::json m = nlohmann::json::parse(longseq::core::read_file(dir + "/metrics.json"));
+    EXPECT_EQ(m["config"]["precision"], precision);
+    EXPECT_EQ(m["config"]["seq"], 77);
+    EXPECT_EQ(m["config"]["world"], 3);
+    EXPECT_EQ(m["config"]["checkpoint"], "seq-selective");
+    EXPECT_EQ(m["config"]["seq_selective_fraction"], 0.75);
+    ASSERT_EQ(m["steps"].size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      const auto& s = m["steps"][i];
+      EXPECT_EQ(s["step"], static_cast<int>(i));
+      for (const char* k : {"loss", "tokens_per_sec", "mfu", "peak_rss_mib", "compute_s", "comm_wait_s"}) {
+        ASSERT_TRUE(s.contains(k)) << k;
+        EXPECT_TRUE(std::isfinite(s[k].get<double>())) << k;
+        EXPECT_GE(s[k].get<double>(), 0.0) << k;
+      }
+    }
+    EXPECT_TRUE(fs::exists(dir + "/checkpoint/model.safetensors")) << log;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(TrainCli, RefusesBadValuesNamingThem) {
+  struct Case {
+    const char* args;
+    const char* want;
+  };
+  for (const Case& c : {Case{"--precision fp16", "--precision 'fp16'"},
+                        Case{"--checkpoint seq-selective --seq-selective-fraction 1",
+                             "--seq-selective-fraction 1"},
+                        Case{"--checkpoint lots", "--checkpoint 'lots'"},
+                        Case{"--world 3 --seq 4", "--seq 4 must be at least 2 tokens per rank"},
+                        Case{"--vocab 100", "larger than the model's 100 (set --vocab)"}}) {
+    std::string log;
+    EXPECT_EQ(run(train_cmd(c.args), log), 1) << c.args << "\n" << log;
+    EXPECT_NE(log.find(c.want), std::string::npos) << c.args << "\n" << log;
+  }
+}
+
+}  // namespace
