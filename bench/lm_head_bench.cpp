@@ -21,6 +21,19 @@ using namespace longseq;
 int main(int argc, char** argv) {
   std::string out = "bench_lm_head.json";
   int reps = 3, threads = 1;
+  std::vector<int64_t> ts = {8192}, vs = {257, 32000, 128256};
+  int64_t c = 256;
+  double max_unfused_gib = 18.0;
+  auto int_list = [](const std::string& x) {
+    std::vector<int64_t> r;
+    size_t p = 0;
+    while (p <= x.size()) {
+      const size_t q = std::min(x.find(',', p), x.size());
+      r.push_back(std::stoll(x.substr(p, q - p)));
+      p = q + 1;
+    }
+    return r;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -30,9 +43,15 @@ int main(int argc, char** argv) {
     if (a == "--out") out = next();
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--t") ts = int_list(next());
+    else if (a == "--v") vs = int_list(next());
+    else if (a == "--c") c = std::stoll(next());
+    else if (a == "--max-unfused-gib") max_unfused_gib = std::stod(next());
     else {
       std::printf("usage: lm_head_bench [--out PATH (bench_lm_head.json)] [--reps R (3)] "
-                  "[--threads N (1)]\n");
+                  "[--threads N (1)] [--t LIST (8192)] [--v LIST (257,32000,128256)] [--c C "
+                  "(256)] [--max-unfused-gib G (18): skip unfused cases whose [T, V] logits are "
+                  "larger]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -42,7 +61,10 @@ int main(int argc, char** argv) {
   nlohmann::json cases = nlohmann::json::array();
   std::printf("%6s %5s %6s  %-8s %9s %9s %12s\n", "T", "C", "V", "path", "seconds", "GFLOP/s",
               "loss MiB");
-  for (const Shape s : {Shape{8192, 256, 257}, Shape{8192, 256, 32000}, Shape{8192, 256, 128256}}) {
+  std::vector<Shape> shapes;
+  for (int64_t t : ts)
+    for (int64_t v : vs) shapes.push_back({t, c, v});
+  for (const Shape s : shapes) {
     std::vector<float> h(s.t * s.c), w(s.v * s.c), dh(s.t * s.c), dw(s.v * s.c);
     std::vector<int32_t> labels(s.t);
     core::fill_normal(h.data(), h.size(), 1);
@@ -52,7 +74,17 @@ int main(int argc, char** argv) {
     model::LmHeadOptions o;
     o.threads = threads;
     double loss[2] = {0, 0};
+    const double unfused_gib = static_cast<double>(s.t) * s.v * 4.0 / (1024.0 * 1024.0 * 1024.0);
     for (int fused = 1; fused >= 0; --fused) {
+      if (!fused && unfused_gib > max_unfused_gib) {
+        // The [T, V] logits alone would not fit: recorded, not run (the point of the fused path).
+        std::printf("%6lld %5lld %6lld  %-8s skipped: logits %.1f GiB > --max-unfused-gib %.1f\n",
+                    (long long)s.t, (long long)s.c, (long long)s.v, "unfused", unfused_gib,
+                    max_unfused_gib);
+        cases.push_back({{"t", s.t}, {"c", s.c}, {"v", s.v}, {"path", "unfused"},
+                         {"skipped", "logits do not fit"}, {"loss_buffer_mib", unfused_gib * 1024}});
+        continue;
+      }
       double best = 1e30;
       for (int r = 0; r < reps; ++r) {
         std::fill(dw.begin(), dw.end(), 0.0f);
