@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/train/checkpoint.hpp"
 #include "longseq/train/trainer.hpp"
 
 namespace longseq::cli {
@@ -16,7 +17,8 @@ struct TrainArgs {
   std::optional<int64_t> steps, stop_after, seq, ffn_chunk, warmup, save_every, lm_tile, layers, hidden, heads,
       kv_heads, head_dim, intermediate, vocab;
   std::optional<int> world, dp, nodes, threads;
-  std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link, precision;
+  std::optional<std::string> algo, balance, checkpoint, loss, data, out, resume, link, precision,
+      init_from;
   std::optional<uint64_t> seed;
   std::optional<double> lr, min_lr, weight_decay, grad_clip, seq_selective_fraction;
   bool doc_mask = false, quiet = false;
@@ -57,6 +59,9 @@ std::function<int()> add_train(CLI::App& app) {
   app.add_option("--data", a->data, "token file, or .txt tokenized byte-level" + def(m.data));
   app.add_option("--out", a->out, "directory for metrics.json and checkpoint/ (empty: none)");
   app.add_option("--resume", a->resume, "continue from DIR/checkpoint (a previous --out)");
+  app.add_option("--init-from", a->init_from,
+                 "start from a Hugging Face LLaMA directory (config.json + safetensors): its "
+                 "model and weights");
   app.add_option("--ffn-chunk", a->ffn_chunk, "tokens per blockwise-FFN chunk (0: all)" + def(m.ffn_chunk));
   app.add_option("--lm-tile", a->lm_tile, "token tile of the fused LM head (0: auto)" + def(m.lm_tile));
   app.add_option("--lr", a->lr, "peak learning rate" + def(m.optim.lr));
@@ -97,6 +102,12 @@ std::function<int()> add_train(CLI::App& app) {
     set(c.data, a->data);
     set(c.out, a->out);
     set(c.resume, a->resume);
+    if (a->init_from) {
+      // The model comes from the directory's config.json; explicit model flags still apply and
+      // are then checked against it (TrainConfig::validate names a difference).
+      c.init_from = *a->init_from;
+      c.model = train::read_hf_config(c.init_from);
+    }
     set(c.ffn_chunk, a->ffn_chunk);
     set(c.lm_tile, a->lm_tile);
     set(c.optim.lr, a->lr);

@@ -67,7 +67,8 @@ TEST(TrainCli, RefusesBadValuesNamingThem) {
                              "--seq-selective-fraction 1"},
                         Case{"--checkpoint lots", "--checkpoint 'lots'"},
                         Case{"--world 3 --seq 4", "--seq 4 must be at least 2 tokens per rank"},
-                        Case{"--vocab 100", "larger than the model's 100 (set --vocab)"}}) {
+                        Case{"--vocab 100", "larger than the model's 100 (set --vocab)"},
+                        Case{"--init-from /nonexistent/hf", "--init-from /nonexistent/hf: no config.json"}}) {
     std::string log;
     EXPECT_EQ(run(train_cmd(c.args), log), 1) << c.args << "\n" << log;
     EXPECT_NE(log.find(c.want), std::string::npos) << c.args << "\n" << log;

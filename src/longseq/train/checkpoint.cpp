@@ -1,7 +1,12 @@
 #include "longseq/train/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
@@ -9,6 +14,25 @@
 namespace longseq::train {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// "[a, b]" for a shape read from a user's file (any rank).
+std::string dims_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+nlohmann::json read_json(const std::string& path) {
+  try {
+    return nlohmann::json::parse(core::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    core::fail("train", path, ": malformed JSON: ", e.what());
+  }
+}
+
+}  // namespace
 
 nlohmann::json hf_config(const model::LlamaConfig& c) {
   return {{"architectures", {"LlamaForCausalLM"}},
@@ -67,15 +91,10 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
   if (!fs::exists(ck + "/trainer_state.json")) ck = dir + "/checkpoint.old";
   core::require(fs::exists(ck + "/trainer_state.json"), "train", "--resume ", dir,
                 ": no checkpoint/trainer_state.json (nor checkpoint.old/) in it");
-  nlohmann::json ts;
-  try {
-    ts = nlohmann::json::parse(core::read_file(ck + "/trainer_state.json"));
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("train", ck, "/trainer_state.json: malformed JSON: ", e.what());
-  }
+  const nlohmann::json ts = read_json(ck + "/trainer_state.json");
   const model::ParamLayout& layout = state.layout();
   const nlohmann::json want = hf_config(layout.config());
-  const nlohmann::json have = nlohmann::json::parse(core::read_file(ck + "/config.json"));
+  const nlohmann::json have = read_json(ck + "/config.json");
   for (auto it = want.begin(); it != want.end(); ++it)
     core::require(have.contains(it.key()) && have[it.key()] == it.value(), "train", "--resume ", ck,
                   ": model ", it.key(), " is ", have.value(it.key(), nlohmann::json()).dump(),
@@ -95,6 +114,112 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
     }
   }
   return ts;
+}
+
+// ---- Hugging Face LLaMA weights -----------------------------------------------------------------
+
+
+model::LlamaConfig read_hf_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  core::require(fs::exists(path), "train", "--init-from ", dir, ": no config.json in it");
+  const nlohmann::json j = read_json(path);
+  core::require(j.is_object(), "train", path, ": not a JSON object");
+  const std::string type = j.value("model_type", std::string("(missing)"));
+  core::require(type == "llama", "train", path, ": model_type '", type,
+                "' is not supported (llama only)");
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  core::require(act == "silu", "train", path, ": hidden_act '", act, "' (the model is SwiGLU: silu)");
+  for (const char* k : {"attention_bias", "mlp_bias"})
+    core::require(!j.value(k, false), "train", path, ": ", k, " true is not supported (LLaMA has none)");
+  core::require(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "train", path,
+                ": rope_scaling ", j.contains("rope_scaling") ? j["rope_scaling"].dump() : "",
+                " is not supported (plain RoPE only)");
+  auto need = [&](const char* k) -> const nlohmann::json& {
+    core::require(j.contains(k) && j[k].is_number(), "train", path, ": ", k, " missing or not a number");
+    return j[k];
+  };
+  model::LlamaConfig c;
+  try {
+    c.hidden = need("hidden_size").get<int64_t>();
+    c.intermediate = need("intermediate_size").get<int64_t>();
+    c.layers = need("num_hidden_layers").get<int64_t>();
+    c.heads = need("num_attention_heads").get<int64_t>();
+    c.vocab = need("vocab_size").get<int64_t>();
+    c.kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                     ? j["num_key_value_heads"].get<int64_t>()
+                     : c.heads;
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
+                 : c.heads > 0                                        ? c.hidden / c.heads
+                                                                      : 0;
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.norm_eps = j.value("rms_norm_eps", 1e-6);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+  } catch (const nlohmann::json::exception& e) {
+    core::fail("train", path, ": a field has the wrong type: ", e.what());
+  }
+  c.validate();
+  return c;
+}
+
+void load_hf_weights(const std::string& dir, ShardedState& state) {
+  // The files holding the weights: one model.safetensors, or the shards an index names.
+  std::vector<std::string> files;
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const nlohmann::json j = read_json(index);
+    core::require(j.contains("weight_map") && j["weight_map"].is_object(), "train", index,
+                  ": no weight_map object");
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      core::require(it.value().is_string(), "train", index, ": weight_map[", it.key(), "] is not a file name");
+      const std::string f = dir + "/" + it.value().get<std::string>();
+      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+    }
+  } else {
+    core::require(fs::exists(dir + "/model.safetensors"), "train", "--init-from ", dir,
+                  ": neither model.safetensors nor model.safetensors.index.json in it");
+    files.push_back(dir + "/model.safetensors");
+  }
+  std::map<std::string, std::pair<std::string, core::SafeTensor>> found;  // name -> (file, tensor)
+  for (const std::string& f : files) {
+    core::SafeTensorsFile sf = core::read_safetensors(f);
+    for (auto& [name, t] : sf.tensors) {
+      if (auto it = found.find(name); it != found.end())
+        core::fail("train", f, ": tensor ", name, " also in ", it->second.first);
+      found[name] = {f, std::move(t)};
+    }
+  }
+  const model::ParamLayout& layout = state.layout();
+  std::set<std::string> used;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const auto& unit = layout.units()[u];
+    std::vector<float> full(static_cast<size_t>(unit.size), 0.0f);
+    for (const auto& t : unit.tensors) {
+      auto it = found.find(t.name);
+      core::require(it != found.end(), "train", "--init-from ", dir, ": tensor ", t.name,
+                    " is missing");
+      const auto& [file, st] = it->second;
+      core::require(st.shape == t.shape, "train", file, ": tensor ", t.name, " has shape ",
+                    dims_str(st.shape), ", the model needs ", dims_str(t.shape));
+      float* dst = full.data() + t.offset;
+      if (st.dtype == core::DType::f32)
+        std::memcpy(dst, st.bytes.data(), st.bytes.size());
+      else if (st.dtype == core::DType::bf16)
+        core::bf16_to_f32(reinterpret_cast<const core::bf16*>(st.bytes.data()), dst,
+                          static_cast<size_t>(t.numel));
+      else
+        core::fail("train", file, ": tensor ", t.name, " is ", core::dtype_name(st.dtype),
+                   " (F32 or BF16 expected)");
+      used.insert(t.name);
+    }
+    state.load_full(u, 0, full.data());
+  }
+  for (const auto& [name, ft] : found) {
+    if (used.count(name)) continue;
+    const bool harmless = name.find("rotary_emb.inv_freq") != std::string::npos ||
+                          (name == "lm_head.weight" && layout.config().tied_embeddings);
+    core::require(harmless, "train", ft.first, ": tensor ", name,
+                  " is not part of this model (", layout.config().describe(), ")");
+  }
 }
 
 }  // namespace longseq::train

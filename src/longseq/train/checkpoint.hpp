@@ -30,4 +30,21 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
 /// The Hugging Face config.json of a model config.
 nlohmann::json hf_config(const model::LlamaConfig& c);
 
+// ---- Hugging Face LLaMA weights (--init-from DIR) ----------------------------------------------
+// DIR is a Hugging Face model directory: config.json (LlamaConfig) and either model.safetensors
+// or model.safetensors.index.json naming the shards. Weights may be F32 or BF16 (converted to the
+// fp32 master weights exactly); a checkpoint of this trainer (DIR/checkpoint) is such a directory.
+
+/// The model config of DIR/config.json. Refused, naming the file and the value: another
+/// model_type than "llama", hidden_act other than "silu", attention or MLP biases, rope_scaling
+/// (LLaMA-3.1 style scaled RoPE is not implemented), a missing size. head_dim defaults to
+/// hidden_size / num_attention_heads, num_key_value_heads to num_attention_heads, as in HF.
+model::LlamaConfig read_hf_config(const std::string& dir);
+
+/// Loads DIR's weights into the parameter shards (every rank reads the files; moments untouched).
+/// Every tensor of the layout must be present with its shape (lm_head.weight is not needed when
+/// the embeddings are tied); tensors the model does not have are refused by name, except the
+/// rotary inv_freq buffers older checkpoints carry. Throws core::Error naming file and tensor.
+void load_hf_weights(const std::string& dir, ShardedState& state);
+
 }  // namespace longseq::train

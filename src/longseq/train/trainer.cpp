@@ -121,6 +121,7 @@ json TrainConfig::to_json() const {
           {"seq_selective_fraction", seq_selective_fraction},
           {"seed", seed},
           {"data", data},
+          {"init_from", init_from},
           {"ffn_chunk", ffn_chunk},
           {"lm_tile", lm_tile},
           {"doc_mask", doc_mask},
@@ -167,6 +168,7 @@ void apply_json(TrainConfig& c, const json& j) {
       else if (k == "seq_selective_fraction") c.seq_selective_fraction = v;
       else if (k == "seed") c.seed = v;
       else if (k == "data") c.data = v;
+      else if (k == "init_from") c.init_from = v;
       else if (k == "ffn_chunk") c.ffn_chunk = v;
       else if (k == "lm_tile") c.lm_tile = v;
       else if (k == "doc_mask") c.doc_mask = v;
@@ -218,6 +220,17 @@ void TrainConfig::validate() const {
   optim.validate();
   core::require(threads >= 0, "train", "--threads ", threads, " must be >= 0");
   core::require(stop_after >= 0, "train", "--stop-after ", stop_after, " must be >= 0");
+  core::require(init_from.empty() || resume.empty(), "train", "--init-from ", init_from,
+                " and --resume ", resume, " exclude each other (resume continues a run of ours)");
+  if (!init_from.empty()) {
+    // The model must be the one the weights are for: compare field by field, naming the first
+    // that differs (the CLI copies the config, so this catches explicit overrides).
+    const nlohmann::json want = hf_config(read_hf_config(init_from)), have = hf_config(model);
+    for (auto it = want.begin(); it != want.end(); ++it)
+      core::require(have[it.key()] == it.value(), "train", "--init-from ", init_from, ": ",
+                    it.key(), " is ", it.value().dump(), " there, ", have[it.key()].dump(),
+                    " in this run");
+  }
 }
 
 // ---- data --------------------------------------------------------------------------------------
@@ -344,6 +357,7 @@ TrainSummary train(const TrainConfig& cfg) {
     comm::Group ctx = world.split(replica, wr);
     ShardedState state(layout, world, cfg.seed);
     state.set_gather_dtype(precision);
+    if (!cfg.init_from.empty()) load_hf_weights(cfg.init_from, state);
     int64_t start = 0;
     if (!cfg.resume.empty()) {
       const json ts = load_checkpoint(cfg.resume, state);

@@ -53,6 +53,10 @@ struct TrainConfig {
   std::string data = "data/kjv-genesis-exodus.txt";
   std::string out;     ///< empty: no files written
   std::string resume;  ///< a previous --out directory
+  /// A Hugging Face LLaMA directory (config.json + safetensors) to start from: its weights become
+  /// the initial parameters (AdamW moments zero, step 0); `model` must equal its config.json
+  /// (the CLI takes the model from it). Exclusive with `resume`.
+  std::string init_from;
   int64_t ffn_chunk = 1024;
   int64_t lm_tile = 0;  ///< token tile of the fused LM head (0 auto)
   bool doc_mask = false;
