@@ -75,4 +75,33 @@ TEST(TrainCli, RefusesBadValuesNamingThem) {
   }
 }
 
+// The same run under mpirun (one process per rank, the MPI backend; ZeRO-3 prefetches travel on
+// its progress thread) and on the local backend: same losses to fp32 rounding.
+TEST(TrainCli, MpirunEqualsTheLocalBackend) {
+#ifndef LONGSEQ_WITH_MPI
+  GTEST_SKIP() << "built without MPI";
+#else
+  std::string log;
+  if (run("command -v mpirun", log) != 0) GTEST_SKIP() << "no mpirun on PATH";
+  const std::string args = "--steps 2 --seq 61 --world 3 --algo ring --precision bf16 --out ";
+  const std::string a = temp_path("cli_mpi", "mpi"), b = temp_path("cli_mpi", "local");
+  ASSERT_EQ(run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                "-np 3 " + train_cmd(args + a),
+                log),
+            0)
+      << log;
+  ASSERT_EQ(run(train_cmd(args + b), log), 0) << log;
+  const nlohmann::json ma = nlohmann::json::parse(longseq::core::read_file(a + "/metrics.json"));
+  const nlohmann::json mb = nlohmann::json::parse(longseq::core::read_file(b + "/metrics.json"));
+  ASSERT_EQ(ma["steps"].size(), 2u);
+  ASSERT_EQ(mb["steps"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const double la = ma["steps"][i]["loss"], lb = mb["steps"][i]["loss"];
+    EXPECT_NEAR(la, lb, 1e-5 * lb) << "step " << i;
+  }
+  fs::remove_all(a);
+  fs::remove_all(b);
+#endif
+}
+
 }  // namespace

@@ -227,6 +227,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
 
   Tensor<float> x(Shape{dm.l, dm.c});
   const int emb = layout.embedding_unit();
+  if (cfg.layers > 0) params.prefetch(layout.layer_unit(0));
   embedding_forward(b.tokens, b.pos, params.acquire(emb), dm.l, dm.c, cfg.vocab, x.data());
   params.release(emb);
 
@@ -234,6 +235,8 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   int64_t saved_floats = 0;
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const int u = layout.layer_unit(l);
+    // The next unit's parameters travel while this block computes.
+    params.prefetch(l + 1 < cfg.layers ? layout.layer_unit(l + 1) : layout.final_unit());
     saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, rope, attn, opt.policy);
     params.release(u);
     saved_floats += saved[l].floats();
@@ -273,6 +276,8 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   for (int64_t l = cfg.layers - 1; l >= 0; --l) {
     const int u = layout.layer_unit(l);
     const float* w = params.acquire(u);
+    // (The embedding's backward needs its gradient only, not its parameters: no prefetch at 0.)
+    if (l > 0) params.prefetch(layout.layer_unit(l - 1));
     float* g = params.acquire_grad(u);
     block_backward(dx.data(), saved[l], w, g, lo, dm, rope, attn, opt.policy);
     params.release_grad(u);

@@ -54,6 +54,9 @@ class ParamSource {
   virtual ~ParamSource() = default;
   /// The unit's full parameters, valid until release(unit). May communicate (ZeRO-3 all-gather).
   virtual const float* acquire(int unit) = 0;
+  /// A hint that acquire(unit) comes next: a source that communicates may start gathering it now,
+  /// so that the transfer overlaps the caller's compute (ZeRO-3 prefetch). Default: nothing.
+  virtual void prefetch(int unit) { (void)unit; }
   virtual void release(int unit) = 0;
   /// A zeroed full-size gradient buffer for the unit, valid until release_grad(unit).
   virtual float* acquire_grad(int unit) = 0;

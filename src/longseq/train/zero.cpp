@@ -51,7 +51,15 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
   }
 }
 
-void ShardedState::zero_grads() { std::fill(grad_, grad_ + total_, 0.0f); }
+void ShardedState::zero_grads() {
+  std::fill(grad_, grad_ + total_, 0.0f);
+  // A prefetch nobody acquired holds parameters from before the optimizer step: complete its
+  // transfers (every rank posted the same ones) and drop it, so a new step never reads stale
+  // values.
+  for (auto& [unit, f] : inflight_)
+    for (auto& r : f.requests) r.wait();
+  inflight_.clear();
+}
 
 void ShardedState::set_gather_dtype(core::DType dt) {
   LONGSEQ_CHECK_MSG(dt == core::DType::f32 || dt == core::DType::bf16, "gather dtype ",
@@ -59,11 +67,52 @@ void ShardedState::set_gather_dtype(core::DType dt) {
   gather_dtype_ = dt;
 }
 
+void ShardedState::prefetch(int unit) {
+  if (group_.size() == 1 || inflight_.count(unit) || gathered_.count(unit)) return;
+  // Above the collectives' tags (their ring steps) and below comm::kMaxTag; one tag per unit.
+  constexpr int kPrefetchTagBase = 3 << 17;
+  LONGSEQ_CHECK(kPrefetchTagBase + unit < comm::kMaxTag);
+  const size_t es = core::dtype_size(gather_dtype_);
+  const size_t bytes = static_cast<size_t>(shard_[unit]) * es;
+  Inflight& f = inflight_[unit];
+  f.all.resize(bytes * static_cast<size_t>(group_.size()));
+  f.mine.resize(bytes);
+  if (gather_dtype_ == core::DType::f32)
+    std::memcpy(f.mine.data(), param_shard(unit), bytes);
+  else
+    core::f32_to_bf16(param_shard(unit), reinterpret_cast<core::bf16*>(f.mine.data()),
+                      static_cast<size_t>(shard_[unit]));
+  const int me = group_.rank();
+  std::memcpy(f.all.data() + static_cast<size_t>(me) * bytes, f.mine.data(), bytes);
+  core::ScopedTimer t(&comm_s_);
+  for (int q = 0; q < group_.size(); ++q) {
+    if (q == me) continue;
+    f.requests.push_back(group_.irecv(q, f.all.data() + static_cast<size_t>(q) * bytes, bytes,
+                                      kPrefetchTagBase + unit));
+    f.requests.push_back(group_.isend(q, f.mine.data(), bytes, kPrefetchTagBase + unit));
+  }
+  gather_sent_ += static_cast<int64_t>(bytes);
+}
+
 const float* ShardedState::acquire(int unit) {
   auto& buf = gathered_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
   const size_t s = static_cast<size_t>(shard_[unit]);
   buf.resize(s * static_cast<size_t>(group_.size()));
+  if (auto it = inflight_.find(unit); it != inflight_.end()) {
+    {
+      core::ScopedTimer t(&comm_s_);
+      for (auto& r : it->second.requests) r.wait();
+    }
+    if (gather_dtype_ == core::DType::f32)
+      std::memcpy(buf.data(), it->second.all.data(), buf.size() * sizeof(float));
+    else
+      core::bf16_to_f32(reinterpret_cast<const core::bf16*>(it->second.all.data()), buf.data(),
+                        buf.size());
+    inflight_.erase(it);
+    ++prefetch_hits_;
+    return buf.data();
+  }
   gather_sent_ += static_cast<int64_t>(s * core::dtype_size(gather_dtype_));
   if (gather_dtype_ == core::DType::f32) {
     core::ScopedTimer t(&comm_s_);

@@ -12,7 +12,11 @@
 // checkpointing is a walk over units. Gathered units are separate buffers freed on release.
 //
 // Communication: acquire = all_gather of s_u floats; release_grad = reduce_scatter of R s_u floats
-// (sum) added into the gradient shard. Both blocking; their time is counted as comm wait.
+// (sum) added into the gradient shard; their time is counted as comm wait. prefetch(u) posts
+// unit u's gather as point-to-point transfers (every rank sends its shard to every other rank)
+// and returns; acquire(u) then only waits for them, so the gather overlaps the compute between the
+// two calls (under MPI the progress thread moves the bytes meanwhile; the local backend copies at
+// the wait, so there it changes nothing). The values are the all_gather's, bit for bit.
 //
 // Mixed precision (set_gather_dtype(bf16)): the shards stay fp32 (the master weights AdamW
 // updates); acquire() rounds this rank's shard to bf16 and all-gathers bf16, half the bytes, and
@@ -54,6 +58,8 @@ class ShardedState final : public model::ParamSource {
   /// First element (within the padded unit) that this rank owns.
   int64_t shard_begin(int unit) const { return shard_[unit] * group_.rank(); }
 
+  /// Zeroes the gradient shards and drops any prefetch not acquired (call once per step, before
+  /// the forward: its parameters would predate the optimizer step).
   void zero_grads();
 
   /// f32 (default) or bf16: the precision acquire() gathers parameters in. Other dtypes are a
@@ -61,9 +67,12 @@ class ShardedState final : public model::ParamSource {
   void set_gather_dtype(core::DType dt);
   /// Bytes this rank has sent in acquire() all-gathers since construction.
   int64_t gathered_bytes_sent() const { return gather_sent_; }
+  /// acquire() calls served by an earlier prefetch().
+  int64_t prefetch_hits() const { return prefetch_hits_; }
 
   // model::ParamSource
   const float* acquire(int unit) override;
+  void prefetch(int unit) override;
   void release(int unit) override;
   float* acquire_grad(int unit) override;
   void release_grad(int unit) override;
@@ -90,7 +99,14 @@ class ShardedState final : public model::ParamSource {
   std::map<int, std::vector<float>> gathered_, grad_full_;
   double comm_s_ = 0;
   core::DType gather_dtype_ = core::DType::f32;
-  int64_t gather_sent_ = 0;
+  int64_t gather_sent_ = 0, prefetch_hits_ = 0;
+  // A gather in flight: the bytes of the gathered unit (f32 or bf16), this rank's shard as sent
+  // (bf16: its rounded copy), and the transfers.
+  struct Inflight {
+    std::vector<unsigned char> all, mine;
+    std::vector<comm::Request> requests;
+  };
+  std::map<int, Inflight> inflight_;
 };
 
 }  // namespace longseq::train
