@@ -37,7 +37,7 @@ nlohmann::json hf_config(const model::LlamaConfig& c);
 
 /// The model config of DIR/config.json. Refused, naming the file and the value: another
 /// model_type than "llama", hidden_act other than "silu", attention or MLP biases, rope_scaling
-/// (LLaMA-3.1 style scaled RoPE is not implemented), a missing size. head_dim defaults to
+/// (LLaMA-3.1 style scaled RoPE; the model has plain RoPE only), a missing size. head_dim defaults to
 /// hidden_size / num_attention_heads, num_key_value_heads to num_attention_heads, as in HF.
 model::LlamaConfig read_hf_config(const std::string& dir);
 
