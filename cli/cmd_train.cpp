@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/train/checkpoint.hpp"
 #include "longseq/train/trainer.hpp"
@@ -127,7 +128,8 @@ std::function<int()> add_train(CLI::App& app) {
     set(c.model.vocab, a->vocab);
     if (a->doc_mask) c.doc_mask = true;
     c.quiet = a->quiet;
-    if (!c.quiet)
+    const bool banner = !c.quiet && comm::launcher_rank() == 0;  // once under mpirun
+    if (banner)
       std::printf("longseq train: preset %s, %s\n  %lld steps, seq %lld, world %d (dp %d x cp %d), "
                   "algo %s, balance %s, checkpoint %s, loss %s, %s, ZeRO-3 over %d ranks\n",
                   c.preset.c_str(), c.model.describe().c_str(), static_cast<long long>(c.steps),
@@ -136,7 +138,7 @@ std::function<int()> add_train(CLI::App& app) {
                   c.world);
     c.abort_on_failure = true;
     const train::TrainSummary s = train::train(c);
-    if (!c.quiet && !s.steps.empty())
+    if (banner && !s.steps.empty())
       std::printf("loss %.4f -> %.4f over steps %lld..%lld; peak %.1f GFLOP/s measured%s\n",
                   s.steps.front().loss, s.steps.back().loss,
                   static_cast<long long>(s.steps.front().step),

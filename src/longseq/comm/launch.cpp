@@ -19,6 +19,12 @@ bool launched_by_mpirun() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
 bool mpi_available() { return mpi_built(); }
 
 Backend resolve_backend(std::string_view name) {

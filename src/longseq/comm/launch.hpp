@@ -46,6 +46,9 @@ struct Options {
 
 /// True when this process was started by mpirun/mpiexec (OpenMPI, PMIx or PMI environment).
 bool launched_by_mpirun();
+/// This process's rank as the launcher set it (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK), 0 when
+/// not launched by mpirun: lets a command print its banner once before any world exists.
+int launcher_rank();
 /// True when the MPI backend was built.
 bool mpi_available();
 /// Resolves "local" | "mpi" | "any"; throws core::Error for unknown names, and for "mpi" when the
