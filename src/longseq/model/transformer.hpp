@@ -72,7 +72,6 @@ struct StepBatch {
   const int32_t* labels = nullptr;  ///< next token or kIgnoreIndex
   const int64_t* pos = nullptr;     ///< global positions, -1 = padding
   int64_t len = 0;                  ///< L
-  int64_t seq_len = 0;              ///< N
 };
 
 struct ModelOptions {

@@ -422,7 +422,6 @@ TrainSummary train(const TrainConfig& cfg) {
       b.labels = rt.labels.data();
       b.pos = rt.pos.data();
       b.len = static_cast<int64_t>(rt.pos.size());
-      b.seq_len = cfg.seq;
       const model::StepResult res =
           model::forward_backward(layout, state, *attn, b, 1.0 / static_cast<double>(std::max<int64_t>(count, 1)), mo);
       double loss = res.loss_sum;

@@ -67,21 +67,32 @@ void ShardedState::set_gather_dtype(core::DType dt) {
   gather_dtype_ = dt;
 }
 
+void ShardedState::outgoing(int unit, std::vector<unsigned char>& out) const {
+  const size_t n = static_cast<size_t>(shard_[unit]);
+  const float* src = param_ + offset_[unit];
+  out.resize(n * core::dtype_size(gather_dtype_));
+  if (gather_dtype_ == core::DType::f32)
+    std::memcpy(out.data(), src, out.size());
+  else
+    core::f32_to_bf16(src, reinterpret_cast<core::bf16*>(out.data()), n);
+}
+
+void ShardedState::widen(const unsigned char* all, float* out, size_t n) const {
+  if (gather_dtype_ == core::DType::f32)
+    std::memcpy(out, all, n * sizeof(float));
+  else
+    core::bf16_to_f32(reinterpret_cast<const core::bf16*>(all), out, n);
+}
+
 void ShardedState::prefetch(int unit) {
   if (group_.size() == 1 || inflight_.count(unit) || gathered_.count(unit)) return;
   // Above the collectives' tags (their ring steps) and below comm::kMaxTag; one tag per unit.
   constexpr int kPrefetchTagBase = 3 << 17;
   LONGSEQ_CHECK(kPrefetchTagBase + unit < comm::kMaxTag);
-  const size_t es = core::dtype_size(gather_dtype_);
-  const size_t bytes = static_cast<size_t>(shard_[unit]) * es;
   Inflight& f = inflight_[unit];
+  outgoing(unit, f.mine);
+  const size_t bytes = f.mine.size();
   f.all.resize(bytes * static_cast<size_t>(group_.size()));
-  f.mine.resize(bytes);
-  if (gather_dtype_ == core::DType::f32)
-    std::memcpy(f.mine.data(), param_shard(unit), bytes);
-  else
-    core::f32_to_bf16(param_shard(unit), reinterpret_cast<core::bf16*>(f.mine.data()),
-                      static_cast<size_t>(shard_[unit]));
   const int me = group_.rank();
   std::memcpy(f.all.data() + static_cast<size_t>(me) * bytes, f.mine.data(), bytes);
   core::ScopedTimer t(&comm_s_);
@@ -104,28 +115,24 @@ const float* ShardedState::acquire(int unit) {
       core::ScopedTimer t(&comm_s_);
       for (auto& r : it->second.requests) r.wait();
     }
-    if (gather_dtype_ == core::DType::f32)
-      std::memcpy(buf.data(), it->second.all.data(), buf.size() * sizeof(float));
-    else
-      core::bf16_to_f32(reinterpret_cast<const core::bf16*>(it->second.all.data()), buf.data(),
-                        buf.size());
+    widen(it->second.all.data(), buf.data(), buf.size());
     inflight_.erase(it);
     ++prefetch_hits_;
     return buf.data();
   }
   gather_sent_ += static_cast<int64_t>(s * core::dtype_size(gather_dtype_));
-  if (gather_dtype_ == core::DType::f32) {
+  if (gather_dtype_ == core::DType::f32) {  // straight into the fp32 buffer: nothing to widen
     core::ScopedTimer t(&comm_s_);
     group_.all_gather(param_shard(unit), buf.data(), s, core::DType::f32);
     return buf.data();
   }
-  std::vector<core::bf16> mine(s), all(buf.size());
-  core::f32_to_bf16(param_shard(unit), mine.data(), s);
+  std::vector<unsigned char> mine, all(buf.size() * core::dtype_size(gather_dtype_));
+  outgoing(unit, mine);
   {
     core::ScopedTimer t(&comm_s_);
-    group_.all_gather(mine.data(), all.data(), s, core::DType::bf16);
+    group_.all_gather(mine.data(), all.data(), s, gather_dtype_);
   }
-  core::bf16_to_f32(all.data(), buf.data(), all.size());
+  widen(all.data(), buf.data(), buf.size());
   return buf.data();
 }
 

@@ -107,6 +107,11 @@ class ShardedState final : public model::ParamSource {
     std::vector<comm::Request> requests;
   };
   std::map<int, Inflight> inflight_;
+  // This rank's shard of `unit` as a gather sends it (gather_dtype_: the fp32 values or their
+  // bf16 rounding), written to `out`.
+  void outgoing(int unit, std::vector<unsigned char>& out) const;
+  // Gathered bytes (gather_dtype_) -> fp32 values (exact).
+  void widen(const unsigned char* all, float* out, size_t n) const;
 };
 
 }  // namespace longseq::train

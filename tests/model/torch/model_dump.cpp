@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       if (pos[i] >= 0) lt[i] = tokens[pos[i]], ll[i] = labels[pos[i]];
     int64_t count = model::count_targets(ll.data(), static_cast<int64_t>(ll.size()), cfg.vocab);
     g.all_reduce(&count, &count, 1, core::DType::i64);
-    model::StepBatch b{lt.data(), ll.data(), pos.data(), static_cast<int64_t>(pos.size()), n};
+    model::StepBatch b{lt.data(), ll.data(), pos.data(), static_cast<int64_t>(pos.size())};
     model::ModelOptions mo;
     mo.policy = model::parse_checkpoint_policy(policy);
     mo.ffn_chunk = 7;
