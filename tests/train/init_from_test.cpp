@@ -5,7 +5,7 @@
 //    unchanged in fp32, so its final parameters are what was loaded);
 // 2. BF16 in two shards with an index (as HF ships large models): the loaded parameters are the
 //    checkpoint's rounded to bf16;
-// 3. refusals name the file and the value: another model_type, rope_scaling, a missing or extra
+// 3. refusals name the file and the value: another model_type (than llama or mistral), rope_scaling, a missing or extra
 //    tensor, a wrong shape, a model flag that contradicts config.json, --init-from with --resume.
 #include <gtest/gtest.h>
 
@@ -124,8 +124,8 @@ TEST(InitFrom, RefusesWhatItCannotLoadNamingIt) {
     EXPECT_NE(msg.find(want), std::string::npos) << "want: " << want << "\ngot: " << msg;
   };
   fresh();
-  config_with("model_type", "mistral");
-  expect("model_type 'mistral' is not supported");
+  config_with("model_type", "gemma");
+  expect("model_type 'gemma' is not supported");
   fresh();
   config_with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}});
   expect("rope_scaling");

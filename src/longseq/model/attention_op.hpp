@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "longseq/attention/distributed.hpp"
 #include "longseq/attention/hybrid.hpp"
@@ -41,7 +42,38 @@ class AttentionOp {
   virtual attention::AttentionGrads backward(core::View<const float> dout,
                                              const attention::AttentionSaved& saved) = 0;
   virtual const AttentionTimes& times() const = 0;
+  /// Replaces the mask for the calls that follow (same sequence length; e.g. the next step's
+  /// document ids). Every rank of the group sets the same mask before its next call.
+  virtual void set_mask(std::shared_ptr<const attention::MaskSpec> mask) = 0;
 };
+
+/// The trainer's --mask: comma-separated terms, always causal (a language model predicts the
+/// next token):
+///   causal            (the default; may be combined with the others)
+///   window:W          sliding window: a token sees itself and the W - 1 tokens before it
+///   document          a token sees only its own document, the documents being delimited by the
+///                     data's end-of-text tokens of each sequence (train/data.hpp document_ids)
+///   document:FILE     fixed document ids of the whole sequence (int32 .npy [seq])
+///   blocks:FILE:B     a block mask (uint8 .npy), as `longseq attention --mask` takes it
+/// The same grammar as `attention --mask` (attention/mask_spec.hpp) plus the bare `document`;
+/// `full` is refused. W >= seq is the causal mask and is kept as written.
+struct TrainMask {
+  std::string text = "causal";  ///< as given (normalised: terms joined by ',')
+  bool document = false;        ///< per-sequence document ids from the data
+  std::shared_ptr<const attention::MaskSpec> base;  ///< everything but the per-step document ids
+  /// Throws core::Error("[train] --mask ...") naming the term (unknown, full, document twice,
+  /// files of the wrong length for `seq` tokens).
+  static TrainMask parse(const std::string& text, int64_t seq);
+  int64_t window() const { return base ? base->window : 0; }
+  /// The mask of one step: `base` with `docs` (empty: none) as document ids.
+  std::shared_ptr<const attention::MaskSpec> with_documents(std::vector<int32_t> docs) const;
+};
+
+/// The (query, key) pairs `mask` lets through over a sequence of n tokens (the attention FLOPs of
+/// the MFU formula are 12 * layers * Hq * D times this). Exact for causal, window, documents and
+/// block masks; O(n) without a block mask. A double: the count reaches n^2 / 2 ~ 5.5e11 at
+/// n = 2^20, past int32 and exact in a double up to 2^53.
+double visible_pairs(const attention::MaskSpec& mask, int64_t n);
 
 /// The algorithm named by --algo: ring | burst | double-ring[:ring] (one executor) or
 /// startrail:C | ulysses | usp:U (the hybrid family).

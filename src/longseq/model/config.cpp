@@ -26,6 +26,8 @@ void LlamaConfig::validate() const {
                 " must be even (RoPE rotates pairs of halves)");
   core::require(rope_theta > 0, "model", "rope_theta must be > 0, got ", rope_theta);
   core::require(norm_eps > 0, "model", "norm_eps must be > 0, got ", norm_eps);
+  core::require(sliding_window >= 0, "model", "sliding_window must be >= 0 (0: none), got ",
+                sliding_window);
   core::require(vocab <= (int64_t{1} << 31) - 1, "model", "vocab ", vocab, " exceeds int32");
 }
 
@@ -33,7 +35,8 @@ std::string LlamaConfig::describe() const {
   return core::cat("layers=", layers, " hidden=", hidden, " heads=", heads, " kv_heads=", kv_heads,
                    " head_dim=", head_dim, " intermediate=", intermediate, " vocab=", vocab,
                    " rope_theta=", rope_theta, " norm_eps=", norm_eps,
-                   " tied_embeddings=", tied_embeddings ? "true" : "false");
+                   " tied_embeddings=", tied_embeddings ? "true" : "false",
+                   sliding_window > 0 ? " sliding_window=" + std::to_string(sliding_window) : "");
 }
 
 namespace {

@@ -39,13 +39,18 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tied_embeddings = true;
+  /// > 0: the attention is a sliding window of this many tokens (a token sees itself and the
+  /// W - 1 before it): Hugging Face's Mistral `sliding_window`, which the checkpoint writes
+  /// (train/checkpoint.hpp). The trainer sets it from its --mask (model/attention_op.hpp
+  /// TrainMask); the weights are the same either way.
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
 
   /// Throws core::Error("[model] ...") naming the values: non-positive sizes, heads not divisible
   /// by kv_heads, hidden != heads * head_dim, odd head_dim (RoPE pairs halves), theta <= 0,
-  /// eps <= 0.
+  /// eps <= 0, sliding_window < 0.
   void validate() const;
   /// "layers=4 hidden=256 heads=4 kv_heads=4 head_dim=64 intermediate=688 vocab=256 ..."
   std::string describe() const;

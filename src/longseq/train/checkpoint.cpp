@@ -35,8 +35,12 @@ nlohmann::json read_json(const std::string& path) {
 }  // namespace
 
 nlohmann::json hf_config(const model::LlamaConfig& c) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
+  // A sliding window is written as Mistral: the same weights, names and blocks as LLaMA, and the
+  // architecture whose attention applies `sliding_window` in transformers (LlamaForCausalLM
+  // ignores the key, so a windowed model saved as llama would load as full-causal there).
+  const bool window = c.sliding_window > 0;
+  nlohmann::json j = {{"architectures", {window ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+          {"model_type", window ? "mistral" : "llama"},
           {"hidden_size", c.hidden},
           {"intermediate_size", c.intermediate},
           {"num_hidden_layers", c.layers},
@@ -49,6 +53,8 @@ nlohmann::json hf_config(const model::LlamaConfig& c) {
           {"tie_word_embeddings", c.tied_embeddings},
           {"hidden_act", "silu"},
           {"torch_dtype", "float32"}};
+  if (window) j["sliding_window"] = c.sliding_window;
+  return j;
 }
 
 void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann::json& trainer_state,
@@ -125,8 +131,8 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   const nlohmann::json j = read_json(path);
   core::require(j.is_object(), "train", path, ": not a JSON object");
   const std::string type = j.value("model_type", std::string("(missing)"));
-  core::require(type == "llama", "train", path, ": model_type '", type,
-                "' is not supported (llama only)");
+  core::require(type == "llama" || type == "mistral", "train", path, ": model_type '", type,
+                "' is not supported (llama, or mistral: LLaMA with a sliding window)");
   const std::string act = j.value("hidden_act", std::string("silu"));
   core::require(act == "silu", "train", path, ": hidden_act '", act, "' (the model is SwiGLU: silu)");
   for (const char* k : {"attention_bias", "mlp_bias"})
@@ -154,6 +160,9 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
     c.rope_theta = j.value("rope_theta", 10000.0);
     c.norm_eps = j.value("rms_norm_eps", 1e-6);
     c.tied_embeddings = j.value("tie_word_embeddings", false);
+    // Only Mistral applies it (transformers' LlamaAttention ignores the key); null: no window.
+    if (type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null())
+      c.sliding_window = j["sliding_window"].get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     core::fail("train", path, ": a field has the wrong type: ", e.what());
   }

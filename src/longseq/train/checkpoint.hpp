@@ -27,7 +27,8 @@ void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann
 /// (missing tensor, other shape, other model config).
 nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
 
-/// The Hugging Face config.json of a model config.
+/// The Hugging Face config.json of a model config: LlamaForCausalLM, or MistralForCausalLM with
+/// `sliding_window` when the model has one (the architecture of transformers that applies it).
 nlohmann::json hf_config(const model::LlamaConfig& c);
 
 // ---- Hugging Face LLaMA weights (--init-from DIR) ----------------------------------------------
@@ -36,7 +37,7 @@ nlohmann::json hf_config(const model::LlamaConfig& c);
 // fp32 master weights exactly); a checkpoint of this trainer (DIR/checkpoint) is such a directory.
 
 /// The model config of DIR/config.json. Refused, naming the file and the value: another
-/// model_type than "llama", hidden_act other than "silu", attention or MLP biases, rope_scaling
+/// model_type than "llama" or "mistral" (whose sliding_window is read), hidden_act other than "silu", attention or MLP biases, rope_scaling
 /// (LLaMA-3.1 style scaled RoPE; the model has plain RoPE only), a missing size. head_dim defaults to
 /// hidden_size / num_attention_heads, num_key_value_heads to num_attention_heads, as in HF.
 model::LlamaConfig read_hf_config(const std::string& dir);

@@ -1,0 +1,165 @@
+// Window and document masks in training (issue 17).
+//
+// 1. The trainer's --mask grammar (model::TrainMask): causal, window:W, document and their
+//    combinations parse to the mask attention runs; full, unknown terms and document twice are
+//    refused with the text named.
+// 2. visible_pairs (the attention term of the MFU formula) equals a brute-force count of the
+//    mask predicate (kernels::Mask semantics) for causal, window, document and block masks.
+// 3. Hugging Face config.json: a windowed model is written as Mistral with sliding_window and
+//    read back; a llama config's sliding_window is ignored, as transformers' LlamaAttention does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "longseq/core/error.hpp"
+#include "longseq/core/safetensors.hpp"
+#include "longseq/model/attention_op.hpp"
+#include "longseq/train/checkpoint.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace md = longseq::model;
+namespace tr = longseq::train;
+namespace at = longseq::attention;
+namespace core = longseq::core;
+using longseq::testing::error_of;
+using longseq::testing::temp_path;
+
+TEST(TrainMask, ParsesTheTermsAndStaysCausal) {
+  const md::TrainMask c = md::TrainMask::parse("causal", 64);
+  EXPECT_TRUE(c.base->causal);
+  EXPECT_EQ(c.window(), 0);
+  EXPECT_FALSE(c.document);
+
+  const md::TrainMask w = md::TrainMask::parse("window:16", 64);
+  EXPECT_TRUE(w.base->causal);
+  EXPECT_EQ(w.window(), 16);
+  EXPECT_FALSE(w.document);
+
+  const md::TrainMask wd = md::TrainMask::parse("causal,window:8,document", 64);
+  EXPECT_EQ(wd.window(), 8);
+  EXPECT_TRUE(wd.document);
+  EXPECT_TRUE(wd.base->doc_ids.empty());  // the ids come per step
+  const auto step = wd.with_documents({0, 0, 1, 1});
+  EXPECT_EQ(step->doc_ids.size(), 4u);
+  EXPECT_EQ(step->window, 8);
+  EXPECT_TRUE(step->causal);
+  EXPECT_EQ(wd.with_documents({}).get(), wd.base.get());
+
+  const md::TrainMask d = md::TrainMask::parse("document", 64);
+  EXPECT_TRUE(d.document);
+  EXPECT_EQ(d.window(), 0);
+  EXPECT_TRUE(d.base->causal);
+}
+
+TEST(TrainMask, RefusesWhatIsNoLanguageModelMask) {
+  auto msg = [](const std::string& t) { return error_of([&] { md::TrainMask::parse(t, 64); }); };
+  EXPECT_NE(msg("full").find("--mask 'full': full is not a language model's mask"),
+            std::string::npos)
+      << msg("full");
+  EXPECT_NE(msg("window:8,bogus").find("unknown --mask term 'bogus'"), std::string::npos)
+      << msg("window:8,bogus");
+  EXPECT_NE(msg("window:0").find("needs W >= 1"), std::string::npos) << msg("window:0");
+  EXPECT_NE(msg("document,document").find("document given twice"), std::string::npos);
+  EXPECT_NE(msg("causal,,window:4").find("empty term"), std::string::npos);
+  EXPECT_NE(msg("document:/nonexistent.npy").find("/nonexistent.npy"), std::string::npos);
+}
+
+// The kernels' predicate: k visible from q.
+bool visible(const at::MaskSpec& m, int64_t q, int64_t k) {
+  if ((m.causal || m.window > 0) && k > q) return false;
+  if (m.window > 0 && q - k >= m.window) return false;
+  if (!m.doc_ids.empty() && m.doc_ids[q] != m.doc_ids[k]) return false;
+  if (!m.block_mask.empty() && !m.block_mask[(q / m.block_size) * m.num_blocks + k / m.block_size])
+    return false;
+  return true;
+}
+
+TEST(VisiblePairs, EqualsABruteForceCount) {
+  const int64_t n = 77;
+  std::vector<int32_t> docs(n);
+  for (int64_t i = 0; i < n; ++i) docs[i] = i < 10 ? 0 : i < 11 ? 1 : i < 40 ? 2 : 3;
+  std::vector<at::MaskSpec> masks;
+  for (bool causal : {false, true})
+    for (int64_t w : {0, 1, 5, 16, 200})
+      for (int d = 0; d < 2; ++d)
+        for (int b = 0; b < 2; ++b) {
+          at::MaskSpec m;
+          m.causal = causal;
+          m.window = w;
+          if (d) m.doc_ids = docs;
+          if (b) {
+            m.block_size = 8;
+            m.num_blocks = (n + 7) / 8;
+            m.block_mask.resize(static_cast<size_t>(m.num_blocks * m.num_blocks));
+            for (size_t i = 0; i < m.block_mask.size(); ++i)
+              m.block_mask[i] = (i * 7 + i / 3) % 3 != 0;
+          }
+          masks.push_back(m);
+        }
+  for (const auto& m : masks) {
+    double brute = 0;
+    for (int64_t q = 0; q < n; ++q)
+      for (int64_t k = 0; k < n; ++k) brute += visible(m, q, k);
+    EXPECT_EQ(md::visible_pairs(m, n), brute) << m.describe();
+  }
+  // Past int32: n = 2^20 causal has n (n + 1) / 2 = 549756338176 pairs, a window of W n - W (W - 1)
+  // / 2.
+  at::MaskSpec causal;
+  causal.causal = true;
+  const int64_t big = int64_t{1} << 20;
+  EXPECT_EQ(md::visible_pairs(causal, big), 549756338176.0);
+  at::MaskSpec window = causal;
+  window.window = 4096;
+  EXPECT_EQ(md::visible_pairs(window, big), 4096.0 * big - 4096.0 * 4095.0 / 2);
+}
+
+TEST(HfConfig, SlidingWindowIsWrittenAsMistralAndReadBack) {
+  md::LlamaConfig m;
+  m.layers = 2;
+  m.hidden = 32;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 8;
+  m.intermediate = 64;
+  m.vocab = 257;
+  const nlohmann::json plain = tr::hf_config(m);
+  EXPECT_EQ(plain["model_type"], "llama");
+  EXPECT_EQ(plain["architectures"][0], "LlamaForCausalLM");
+  EXPECT_FALSE(plain.contains("sliding_window"));
+  m.sliding_window = 16;
+  const nlohmann::json win = tr::hf_config(m);
+  EXPECT_EQ(win["model_type"], "mistral");
+  EXPECT_EQ(win["architectures"][0], "MistralForCausalLM");
+  EXPECT_EQ(win["sliding_window"], 16);
+
+  const std::string dir = temp_path("window_mask", "hf");
+  fs::create_directories(dir);
+  core::write_file_atomic(dir + "/config.json", win.dump(2));
+  const md::LlamaConfig back = tr::read_hf_config(dir);
+  EXPECT_EQ(back.sliding_window, 16);
+  EXPECT_EQ(tr::hf_config(back), win);
+  // transformers' Llama ignores sliding_window: so do we.
+  nlohmann::json llama = win;
+  llama["model_type"] = "llama";
+  core::write_file_atomic(dir + "/config.json", llama.dump(2));
+  EXPECT_EQ(tr::read_hf_config(dir).sliding_window, 0);
+  // Mistral's null window is none; a negative one is refused by name.
+  nlohmann::json null_w = win;
+  null_w["sliding_window"] = nullptr;
+  core::write_file_atomic(dir + "/config.json", null_w.dump(2));
+  EXPECT_EQ(tr::read_hf_config(dir).sliding_window, 0);
+  nlohmann::json neg = win;
+  neg["sliding_window"] = -3;
+  core::write_file_atomic(dir + "/config.json", neg.dump(2));
+  const std::string e = error_of([&] { tr::read_hf_config(dir); });
+  EXPECT_NE(e.find("sliding_window must be >= 0"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+}  // namespace
