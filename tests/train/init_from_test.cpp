@@ -5,7 +5,8 @@
 //    unchanged in fp32, so its final parameters are what was loaded);
 // 2. BF16 in two shards with an index (as HF ships large models): the loaded parameters are the
 //    checkpoint's rounded to bf16;
-// 3. refusals name the file and the value: another model_type (than llama or mistral), rope_scaling, a missing or extra
+// 3. refusals name the file and the value: another model_type (than llama or mistral), an
+//    incomplete rope_scaling, a missing or extra
 //    tensor, a wrong shape, a model flag that contradicts config.json, --init-from with --resume.
 #include <gtest/gtest.h>
 

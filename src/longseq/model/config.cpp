@@ -29,6 +29,13 @@ void LlamaConfig::validate() const {
   core::require(sliding_window >= 0, "model", "sliding_window must be >= 0 (0: none), got ",
                 sliding_window);
   core::require(vocab <= (int64_t{1} << 31) - 1, "model", "vocab ", vocab, " exceeds int32");
+  core::require(max_position_embeddings >= 0, "model", "max_position_embeddings must be >= 0, got ",
+                max_position_embeddings);
+  rope_scaling.validate(head_dim, max_position_embeddings);
+}
+
+RopeFrequencies LlamaConfig::rope(int64_t seq_len) const {
+  return rope_frequencies(rope_scaling, rope_theta, head_dim, max_position_embeddings, seq_len);
 }
 
 std::string LlamaConfig::describe() const {
@@ -36,7 +43,9 @@ std::string LlamaConfig::describe() const {
                    " head_dim=", head_dim, " intermediate=", intermediate, " vocab=", vocab,
                    " rope_theta=", rope_theta, " norm_eps=", norm_eps,
                    " tied_embeddings=", tied_embeddings ? "true" : "false",
-                   sliding_window > 0 ? " sliding_window=" + std::to_string(sliding_window) : "");
+                   sliding_window > 0 ? " sliding_window=" + std::to_string(sliding_window) : "",
+                   max_position_embeddings > 0 ? core::cat(" max_position_embeddings=", max_position_embeddings) : "",
+                   rope_scaling.enabled() ? " rope_scaling=" + rope_scaling.describe() : "");
 }
 
 namespace {

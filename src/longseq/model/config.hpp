@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "longseq/model/rope_scaling.hpp"
+
 namespace longseq::model {
 
 struct LlamaConfig {
@@ -37,6 +39,11 @@ struct LlamaConfig {
   int64_t intermediate = 688;
   int64_t vocab = 256;
   double rope_theta = 10000.0;
+  /// Hugging Face's max_position_embeddings: the context the model is meant for; read by dynamic
+  /// and yarn RoPE scaling. 0 = not set (the trainer sets it to its sequence length).
+  int64_t max_position_embeddings = 0;
+  /// Hugging Face's rope_scaling (rope_scaling.hpp); none by default.
+  RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   bool tied_embeddings = true;
   /// > 0: the attention is a sliding window of this many tokens (a token sees itself and the
@@ -50,8 +57,12 @@ struct LlamaConfig {
 
   /// Throws core::Error("[model] ...") naming the values: non-positive sizes, heads not divisible
   /// by kv_heads, hidden != heads * head_dim, odd head_dim (RoPE pairs halves), theta <= 0,
-  /// eps <= 0, sliding_window < 0.
+  /// eps <= 0, sliding_window < 0, negative max_position_embeddings, rope_scaling values
+  /// (RopeScaling::validate).
   void validate() const;
+  /// The RoPE frequencies of a forward over a sequence of `seq_len` tokens (dynamic scaling
+  /// depends on it; 0 = max_position_embeddings).
+  RopeFrequencies rope(int64_t seq_len) const;
   /// "layers=4 hidden=256 heads=4 kv_heads=4 head_dim=64 intermediate=688 vocab=256 ..."
   std::string describe() const;
 };

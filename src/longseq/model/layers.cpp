@@ -102,24 +102,24 @@ void linear_backward(const float* dout, const float* in, const float* weight, in
 
 // ---- RoPE --------------------------------------------------------------------------------------
 
-RopeTable::RopeTable(const int64_t* pos, int64_t t, int64_t d, double theta) : t_(t), d_(d) {
-  LONGSEQ_CHECK(d % 2 == 0);
-  const int64_t half = d / 2;
+RopeTable::RopeTable(const int64_t* pos, int64_t t, int64_t d, double theta)
+    : RopeTable(pos, t, rope_frequencies(RopeScaling{}, theta, d, 0, 0)) {}
+
+RopeTable::RopeTable(const int64_t* pos, int64_t t, const RopeFrequencies& f)
+    : t_(t), d_(2 * static_cast<int64_t>(f.inv_freq.size())) {
+  const int64_t half = d_ / 2;
   cos_.assign(static_cast<size_t>(t * half), 1.0f);
   sin_.assign(static_cast<size_t>(t * half), 0.0f);
   pad_.assign(static_cast<size_t>(t), 0);
-  std::vector<double> inv(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
   for (int64_t r = 0; r < t; ++r) {
     if (pos[r] < 0) {
       pad_[r] = 1;
       continue;
     }
     for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(pos[r]) * inv[i];
-      cos_[r * half + i] = static_cast<float>(std::cos(a));
-      sin_[r * half + i] = static_cast<float>(std::sin(a));
+      const double a = static_cast<double>(pos[r]) * f.inv_freq[i];
+      cos_[r * half + i] = static_cast<float>(std::cos(a) * f.attention_factor);
+      sin_[r * half + i] = static_cast<float>(std::sin(a) * f.attention_factor);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "longseq/core/dtype.hpp"
+#include "longseq/model/rope_scaling.hpp"
 
 namespace longseq::model {
 
@@ -58,10 +59,15 @@ void linear_backward(const float* dout, const float* in, const float* weight, in
 
 /// cos/sin of every (token, frequency) of one rank's tokens, computed once per step in fp64 and
 /// shared by every layer (kernels/ref/rope.hpp convention: rotate_half, inv_freq = theta^(-2i/D)).
+/// With RoPE scaling (rope_scaling.hpp) the frequencies are the scaled ones and cos, sin are
+/// multiplied by the attention factor (yarn), as transformers' LlamaRotaryEmbedding does.
 class RopeTable {
  public:
   RopeTable() = default;
+  /// Plain RoPE: inv_freq[i] = theta^(-2i/d).
   RopeTable(const int64_t* pos, int64_t t, int64_t d, double theta);
+  /// Any frequencies: d = 2 * f.inv_freq.size().
+  RopeTable(const int64_t* pos, int64_t t, const RopeFrequencies& f);
   /// x [T, H, D] rotated in place by each token's angles; padding tokens (pos < 0) untouched.
   void forward(float* x, int64_t h, int threads) const;
   /// The transpose (rotation by the negated angles), in place: dx from dout.

@@ -223,7 +223,10 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   const LayerOffsets& lo = layout.layer_offsets();
   StepResult res;
   const AttentionTimes t0 = attn.times();
-  const RopeTable rope(b.pos, dm.l, dm.d, cfg.rope_theta);
+  int64_t seq_len = b.seq_len;
+  if (seq_len == 0)
+    for (int64_t i = 0; i < b.len; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
+  const RopeTable rope(b.pos, dm.l, cfg.rope(seq_len));
 
   Tensor<float> x(Shape{dm.l, dm.c});
   const int emb = layout.embedding_unit();

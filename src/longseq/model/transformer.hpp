@@ -72,6 +72,9 @@ struct StepBatch {
   const int32_t* labels = nullptr;  ///< next token or kIgnoreIndex
   const int64_t* pos = nullptr;     ///< global positions, -1 = padding
   int64_t len = 0;                  ///< L
+  /// N, the whole sequence's length (every rank the same): the sequence length of dynamic RoPE
+  /// scaling (rope_scaling.hpp). 0: this rank's largest position + 1 (right on one rank only).
+  int64_t seq_len = 0;
 };
 
 struct ModelOptions {

@@ -54,6 +54,9 @@ nlohmann::json hf_config(const model::LlamaConfig& c) {
           {"hidden_act", "silu"},
           {"torch_dtype", "float32"}};
   if (window) j["sliding_window"] = c.sliding_window;
+  // Written only when set, so that checkpoints from before RoPE scaling still resume.
+  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
+  if (c.rope_scaling.enabled()) j["rope_scaling"] = c.rope_scaling.to_json();
   return j;
 }
 
@@ -137,9 +140,6 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   core::require(act == "silu", "train", path, ": hidden_act '", act, "' (the model is SwiGLU: silu)");
   for (const char* k : {"attention_bias", "mlp_bias"})
     core::require(!j.value(k, false), "train", path, ": ", k, " true is not supported (LLaMA has none)");
-  core::require(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "train", path,
-                ": rope_scaling ", j.contains("rope_scaling") ? j["rope_scaling"].dump() : "",
-                " is not supported (plain RoPE only)");
   auto need = [&](const char* k) -> const nlohmann::json& {
     core::require(j.contains(k) && j[k].is_number(), "train", path, ": ", k, " missing or not a number");
     return j[k];
@@ -163,10 +163,20 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
     // Only Mistral applies it (transformers' LlamaAttention ignores the key); null: no window.
     if (type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null())
       c.sliding_window = j["sliding_window"].get<int64_t>();
+    // Hugging Face's LlamaConfig default when the key is absent.
+    c.max_position_embeddings =
+        j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null()
+            ? j["max_position_embeddings"].get<int64_t>()
+            : 2048;
   } catch (const nlohmann::json::exception& e) {
     core::fail("train", path, ": a field has the wrong type: ", e.what());
   }
-  c.validate();
+  try {
+    c.rope_scaling = model::RopeScaling::from_json(j.value("rope_scaling", nlohmann::json()));
+    c.validate();
+  } catch (const core::Error& e) {
+    core::fail("train", path, ": ", e.what());
+  }
   return c;
 }
 

@@ -37,9 +37,11 @@ nlohmann::json hf_config(const model::LlamaConfig& c);
 // fp32 master weights exactly); a checkpoint of this trainer (DIR/checkpoint) is such a directory.
 
 /// The model config of DIR/config.json. Refused, naming the file and the value: another
-/// model_type than "llama" or "mistral" (whose sliding_window is read), hidden_act other than "silu", attention or MLP biases, rope_scaling
-/// (LLaMA-3.1 style scaled RoPE; the model has plain RoPE only), a missing size. head_dim defaults to
-/// hidden_size / num_attention_heads, num_key_value_heads to num_attention_heads, as in HF.
+/// model_type than "llama" or "mistral" (whose sliding_window is read), hidden_act other than
+/// "silu", attention or MLP biases, a rope_scaling that model/rope_scaling.hpp refuses, a missing
+/// size. head_dim defaults to hidden_size / num_attention_heads, num_key_value_heads to
+/// num_attention_heads, max_position_embeddings to 2048, as in HF; rope_theta and rope_scaling
+/// are read as HF does.
 model::LlamaConfig read_hf_config(const std::string& dir);
 
 /// Loads DIR's weights into the parameter shards (every rank reads the files; moments untouched).

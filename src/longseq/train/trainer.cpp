@@ -224,8 +224,10 @@ void TrainConfig::validate() const {
                 " and --resume ", resume, " exclude each other (resume continues a run of ours)");
   if (!init_from.empty()) {
     // The model must be the one the weights are for: compare field by field, naming the first
-    // that differs (the CLI copies the config, so this catches explicit overrides).
-    const nlohmann::json want = hf_config(read_hf_config(init_from)), have = hf_config(model);
+    // that differs (the CLI copies the config, so this catches explicit overrides). The RoPE
+    // fields may differ: extending a model's context means changing them (rope_scaling.hpp).
+    nlohmann::json want = hf_config(read_hf_config(init_from)), have = hf_config(model);
+    for (const char* k : {"rope_theta", "rope_scaling", "max_position_embeddings"}) want.erase(k);
     for (auto it = want.begin(); it != want.end(); ++it)
       core::require(have[it.key()] == it.value(), "train", "--init-from ", init_from, ": ",
                     it.key(), " is ", it.value().dump(), " there, ", have[it.key()].dump(),
@@ -422,6 +424,7 @@ TrainSummary train(const TrainConfig& cfg) {
       b.labels = rt.labels.data();
       b.pos = rt.pos.data();
       b.len = static_cast<int64_t>(rt.pos.size());
+      b.seq_len = cfg.seq;
       const model::StepResult res =
           model::forward_backward(layout, state, *attn, b, 1.0 / static_cast<double>(std::max<int64_t>(count, 1)), mo);
       double loss = res.loss_sum;
