@@ -96,7 +96,7 @@ TEST(RopeScalingTrain, ConfigJsonCarriesHuggingFaceKeysAndInitFromReadsThem) {
   }
 }
 
-TEST(RopeScalingTrain, HuggingFaceDefaultsWhenKeysAreAbsent) {
+TEST(RopeScalingTrain, AbsentOrNullKeysMeanPlainRopeAndBadValuesAreNamed) {
   const std::string root = temp_path("rope_ckpt", "defaults");
   fs::remove_all(root);
   tr::TrainConfig c = tiny_config();
@@ -109,7 +109,10 @@ TEST(RopeScalingTrain, HuggingFaceDefaultsWhenKeysAreAbsent) {
   cj["rope_scaling"] = nullptr;
   longseq::core::write_file_atomic(dir + "/config.json", cj.dump());
   const lm::LlamaConfig m = tr::read_hf_config(dir);
-  EXPECT_EQ(m.max_position_embeddings, 2048);  // LlamaConfig's default
+  EXPECT_EQ(m.max_position_embeddings, 0);  // unset, and so not written back
+  json without = cj;
+  without.erase("rope_scaling");  // null: plain RoPE, written as no key
+  EXPECT_EQ(tr::hf_config(m), without);
   EXPECT_FALSE(m.rope_scaling.enabled());
   cj["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 0.5}};
   longseq::core::write_file_atomic(dir + "/config.json", cj.dump());

@@ -40,7 +40,7 @@ struct LlamaConfig {
   int64_t vocab = 256;
   double rope_theta = 10000.0;
   /// Hugging Face's max_position_embeddings: the context the model is meant for; read by dynamic
-  /// and yarn RoPE scaling. 0 = not set (the trainer sets it to its sequence length).
+  /// and yarn RoPE scaling (which then need it > 0). 0 = not set: config.json omits the key.
   int64_t max_position_embeddings = 0;
   /// Hugging Face's rope_scaling (rope_scaling.hpp); none by default.
   RopeScaling rope_scaling;

@@ -163,11 +163,10 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
     // Only Mistral applies it (transformers' LlamaAttention ignores the key); null: no window.
     if (type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null())
       c.sliding_window = j["sliding_window"].get<int64_t>();
-    // Hugging Face's LlamaConfig default when the key is absent.
-    c.max_position_embeddings =
-        j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null()
-            ? j["max_position_embeddings"].get<int64_t>()
-            : 2048;
+    // Absent: unset (0), as our own checkpoints write it only when set, so that a config.json
+    // reads back to itself. (transformers would assume 2048; its own files always carry the key.)
+    if (j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null())
+      c.max_position_embeddings = j["max_position_embeddings"].get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     core::fail("train", path, ": a field has the wrong type: ", e.what());
   }

@@ -40,8 +40,8 @@ nlohmann::json hf_config(const model::LlamaConfig& c);
 /// model_type than "llama" or "mistral" (whose sliding_window is read), hidden_act other than
 /// "silu", attention or MLP biases, a rope_scaling that model/rope_scaling.hpp refuses, a missing
 /// size. head_dim defaults to hidden_size / num_attention_heads, num_key_value_heads to
-/// num_attention_heads, max_position_embeddings to 2048, as in HF; rope_theta and rope_scaling
-/// are read as HF does.
+/// num_attention_heads, as in HF; rope_theta, rope_scaling and max_position_embeddings (absent:
+/// 0, unset) are read as HF names them.
 model::LlamaConfig read_hf_config(const std::string& dir);
 
 /// Loads DIR's weights into the parameter shards (every rank reads the files; moments untouched).
