@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libicu-dev
   python3 python3-numpy python3-torch
+  bible-kjv
 )
 
 missing=()
