@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "plan_host.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/plan/planner.hpp"
 
@@ -33,6 +34,10 @@ struct PlanArgs {
   bool json = false;
   int top = 20;
   std::string timeline;
+  // --train: the host trainer's memory (plan_host.hpp)
+  std::string train;
+  int64_t ffn_chunk = -1, data_tokens = -1;
+  bool longest = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -83,8 +88,36 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_flag("--json", a->json, "print the ranking as JSON");
   app.add_option("--top", a->top, "feasible configurations to print in the table (0: all)");
   app.add_option("--timeline", a->timeline, "directory: write the winner's attention timelines (SVG, schedule-based algorithms)");
-  return [a] {
+  app.add_option("--train", a->train,
+                 "PRESET | FILE.json: predict the peak RSS of `longseq train` on this host per "
+                 "checkpoint policy instead (--seq, --gpus = world, --mask, --algo, --balance, "
+                 "--checkpoint, --loss, --memory-limit override; --explain: the breakdown)");
+  app.add_flag("--longest", a->longest, "with --train: the longest N each policy fits in --memory-limit (0: MemTotal)");
+  app.add_option("--ffn-chunk", a->ffn_chunk, "with --train: tokens per blockwise-FFN chunk");
+  app.add_option("--data-tokens", a->data_tokens, "with --train: tokens of the token file (default: read the preset's)");
+  auto* seq_opt = app.get_option("--seq");
+  auto* gpus_opt = app.get_option("--gpus");
+  auto* mask_opt = app.get_option("--mask");
+  auto* balance_opt = app.get_option("--balance");
+  return [a, seq_opt, gpus_opt, mask_opt, balance_opt] {
     using namespace plan;
+    if (!a->train.empty()) {
+      HostPlanArgs h;
+      h.preset = a->train;
+      if (seq_opt->count() > 0) h.seq = parse_count(a->seq, "--seq");
+      if (gpus_opt->count() > 0) h.world = a->gpus;
+      if (mask_opt->count() > 0) h.mask = a->mask;
+      h.algo = a->algo;
+      if (balance_opt->count() > 0) h.balance = a->balance;
+      h.loss = a->loss;
+      h.checkpoints = split_list(a->checkpoint);
+      h.ffn_chunk = a->ffn_chunk;
+      h.data_tokens = a->data_tokens;
+      h.memory_limit_gib = a->memory_limit_gib;
+      h.longest = a->longest;
+      h.explain = a->explain;
+      return plan_host(h);
+    }
     PlanOptions o;
     o.model = load_model(a->model);
     o.seq = parse_count(a->seq, "--seq");

@@ -7,14 +7,22 @@
 //    mask predicate (kernels::Mask semantics) for causal, window, document and block masks.
 // 3. Hugging Face config.json: a windowed model is written as Mistral with sliding_window and
 //    read back; a llama config's sliding_window is ignored, as transformers' LlamaAttention does.
+// 4. 64-bit: a window attention over N = 2^17 tokens (N^2 = 2^34 score elements, past 2^31;
+//    one head of dimension 2 keeps it cheap) through model::make_distributed_attention on 2 ranks
+//    equals a brute-force fp64 windowed attention (forward and backward), with set_mask switching
+//    to document ids between calls.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "longseq/comm/group.hpp"
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/rng.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/train/checkpoint.hpp"
@@ -160,6 +168,131 @@ TEST(HfConfig, SlidingWindowIsWrittenAsMistralAndReadBack) {
   const std::string e = error_of([&] { tr::read_hf_config(dir); });
   EXPECT_NE(e.find("sliding_window must be >= 0"), std::string::npos) << e;
   fs::remove_all(dir);
+}
+
+// Brute-force windowed (and document) attention, one head: o [n, d], lse [n], and the gradients
+// of sum(o * dout).
+struct Brute {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+Brute brute(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+            const std::vector<float>& dout, int64_t n, int64_t d, int64_t w,
+            const std::vector<int32_t>& docs) {
+  Brute b;
+  b.o.assign(n * d, 0);
+  b.lse.assign(n, 0);
+  b.dq.assign(n * d, 0);
+  b.dk.assign(n * d, 0);
+  b.dv.assign(n * d, 0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> s(w), p(w);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t lo = std::max<int64_t>(0, i - w + 1);
+    int64_t cnt = 0;
+    double mx = -1e300;
+    for (int64_t j = lo; j <= i; ++j) {
+      if (!docs.empty() && docs[j] != docs[i]) continue;
+      double dot = 0;
+      for (int64_t x = 0; x < d; ++x) dot += static_cast<double>(q[i * d + x]) * k[j * d + x];
+      s[j - lo] = dot * scale;
+      mx = std::max(mx, s[j - lo]);
+      ++cnt;
+    }
+    double z = 0;
+    for (int64_t j = lo; j <= i; ++j)
+      if (docs.empty() || docs[j] == docs[i]) z += std::exp(s[j - lo] - mx);
+    b.lse[i] = mx + std::log(z);
+    double dsum = 0;  // D = sum_j p_j (dout . v_j)
+    for (int64_t j = lo; j <= i; ++j) {
+      if (!docs.empty() && docs[j] != docs[i]) continue;
+      p[j - lo] = std::exp(s[j - lo] - b.lse[i]);
+      double dv_dot = 0;
+      for (int64_t x = 0; x < d; ++x) {
+        b.o[i * d + x] += p[j - lo] * v[j * d + x];
+        dv_dot += static_cast<double>(dout[i * d + x]) * v[j * d + x];
+      }
+      dsum += p[j - lo] * dv_dot;
+      s[j - lo] = dv_dot;  // reuse: dP_ij
+    }
+    (void)cnt;
+    for (int64_t j = lo; j <= i; ++j) {
+      if (!docs.empty() && docs[j] != docs[i]) continue;
+      const double ds = p[j - lo] * (s[j - lo] - dsum) * scale;
+      for (int64_t x = 0; x < d; ++x) {
+        b.dq[i * d + x] += ds * k[j * d + x];
+        b.dk[j * d + x] += ds * q[i * d + x];
+        b.dv[j * d + x] += p[j - lo] * dout[i * d + x];
+      }
+    }
+  }
+  return b;
+}
+
+TEST(WindowAttention64, PastTwoToThe31ScoreElementsEqualsBruteForce) {
+  const int64_t n = int64_t{1} << 17, d = 2, w = 48;
+  const int world = 2;
+  ASSERT_GT(static_cast<double>(n) * n, 2147483648.0);
+  std::vector<float> q(n * d), k(n * d), v(n * d), dout(n * d);
+  longseq::core::fill_normal(q.data(), q.size(), 11);
+  longseq::core::fill_normal(k.data(), k.size(), 12);
+  longseq::core::fill_normal(v.data(), v.size(), 13);
+  longseq::core::fill_normal(dout.data(), dout.size(), 14);
+  // Documents of uneven lengths for the second call (set_mask).
+  std::vector<int32_t> docs(n);
+  for (int64_t i = 0, doc = 0; i < n; ++i) {
+    if (i > 0 && i % 40000 == 7) ++doc;
+    docs[i] = static_cast<int32_t>(doc);
+  }
+  const md::TrainMask tm = md::TrainMask::parse("window:" + std::to_string(w), n);
+  for (const char* balance : {"contiguous", "zigzag"}) {
+    const at::Layout layout(at::parse_balance(balance), n, world);
+    const int64_t l = layout.local_len();
+    std::vector<float> o(n * d), lse(n), dq(n * d), dk(n * d), dv(n * d);
+    std::vector<float> o2(n * d), dq2(n * d);
+    longseq::comm::Options opt;
+    opt.backend = "local";
+    opt.world = world;
+    longseq::comm::run(opt, [&](longseq::comm::Group& g) {
+      const int r = g.rank();
+      auto local = [&](const std::vector<float>& x) {
+        longseq::core::Tensor<float> t(longseq::core::Shape{l, 1, d});
+        layout.shard(x.data(), d, r, t.data());
+        return t;
+      };
+      const auto lq = local(q), lk = local(k), lv = local(v), ldo = local(dout);
+      auto op =
+          md::make_distributed_attention(md::AttentionAlgo::parse("burst"), tm.base, layout, g, 1);
+      const at::AttentionSaved s = op->forward(lq.view(), lk.view(), lv.view());
+      const at::AttentionGrads gr = op->backward(ldo.view(), s);
+      layout.unshard(s.o.data(), d, r, o.data());
+      layout.unshard(s.lse.data(), 1, r, lse.data());
+      layout.unshard(gr.dq.data(), d, r, dq.data());
+      layout.unshard(gr.dk.data(), d, r, dk.data());
+      layout.unshard(gr.dv.data(), d, r, dv.data());
+      op->set_mask(tm.with_documents(docs));
+      const at::AttentionSaved s2 = op->forward(lq.view(), lk.view(), lv.view());
+      const at::AttentionGrads g2 = op->backward(ldo.view(), s2);
+      layout.unshard(s2.o.data(), d, r, o2.data());
+      layout.unshard(g2.dq.data(), d, r, dq2.data());
+    });
+    const Brute b = brute(q, k, v, dout, n, d, w, {});
+    const Brute b2 = brute(q, k, v, dout, n, d, w, docs);
+    auto worst = [](const std::vector<float>& got, const std::vector<double>& want) {
+      double e = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        e = std::max(e, std::fabs(got[i] - want[i]) / (1 + std::fabs(want[i])));
+      return e;
+    };
+    EXPECT_LT(worst(o, b.o), 1e-4) << balance;
+    EXPECT_LT(worst(lse, b.lse), 1e-4) << balance;
+    EXPECT_LT(worst(dq, b.dq), 1e-4) << balance;
+    EXPECT_LT(worst(dk, b.dk), 1e-4) << balance;
+    EXPECT_LT(worst(dv, b.dv), 1e-4) << balance;
+    EXPECT_LT(worst(o2, b2.o), 1e-4) << balance << " with documents";
+    EXPECT_LT(worst(dq2, b2.dq), 1e-4) << balance << " with documents";
+    // The documents change the answer where a window crosses a boundary (the test can fail).
+    EXPECT_GT(worst(o2, b.o), 1e-3) << balance;
+  }
 }
 
 }  // namespace

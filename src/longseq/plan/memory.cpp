@@ -1,6 +1,13 @@
 #include "longseq/plan/memory.hpp"
 
+#include <algorithm>
+#include <cmath>
+
+#include "longseq/attention/hybrid.hpp"
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/kernels/cpu/attention.hpp"
 
 namespace longseq::plan {
 
@@ -77,6 +84,190 @@ MemoryBreakdown memory_model(const MemoryInputs& in) {
   else
     b.lm_head = unfused_logits_bytes(in.local_tokens, m.vocab);
   return b;
+}
+
+// ---- host trainer -------------------------------------------------------------------------------
+
+namespace {
+
+// Measured on this machine (AMD EPYC, Debian 12, oneDNN + OpenBLAS + OpenMPI linked): `longseq
+// train --preset tiny` peaks at 34 MiB, of which 16 MiB are the start-up GEMM measurement's
+// buffers (freed before the first step) and ~1 MiB the model and data: the rest is the binary,
+// its libraries and the runtime.
+constexpr double kBaselineBytes = 18.0 * (1 << 20);
+// A mapping is whole pages.
+double pages(double bytes) { return bytes <= 0 ? 0 : std::ceil(bytes / 4096.0) * 4096.0; }
+
+struct Phase {
+  std::string name;
+  std::vector<std::pair<std::string, double>> items;
+  double total() const {
+    double t = 0;
+    for (const auto& [n, b] : items) t += b;
+    return t;
+  }
+};
+
+}  // namespace
+
+HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
+  const ModelConfig& m = in.model;
+  m.validate();
+  core::require(in.world >= 1 && in.dp >= 1 && in.world % in.dp == 0, "plan", "--dp ", in.dp,
+                " must divide --world ", in.world);
+  const int cp = in.world / in.dp;
+  core::require(in.seq >= 2 * cp, "plan", "--seq ", in.seq, " must be at least 2 tokens per rank");
+  attention::MaskSpec causal;
+  causal.causal = true;
+  const attention::MaskSpec& mask = in.mask ? *in.mask : causal;
+  const attention::Layout layout(attention::parse_balance(in.balance), in.seq, cp);
+  const double l = static_cast<double>(layout.local_len()), n = static_cast<double>(in.seq);
+  const double c = m.hidden, hq = m.heads, hkv = m.kv_heads, d = m.head_dim, f = m.intermediate,
+               v = m.vocab, layers = m.layers;
+  const double e = 4;                // fp32 activations
+  const double ce = in.bf16 ? 2 : 4;  // what the attention kernels and transfers read
+  auto t = [&](double floats) { return pages(floats * e); };
+
+  HostTrainerMemory r;
+  r.ranks = in.world;
+  r.baseline = kBaselineBytes;
+  r.data = pages(4.0 * static_cast<double>(in.data_tokens));
+
+  // ZeRO-3 (train/zero.cpp): unit sizes as model/config.cpp packs them (16-float alignment).
+  auto align = [](double x) { return std::ceil(x / 16) * 16; };
+  const double layer_unit = align(c) + align(hq * d * c) + 2 * align(hkv * d * c) + align(c * hq * d) +
+                            align(c) + 3 * align(f * c);
+  const double emb_unit = align(v * c);
+  const double final_unit = align(c) + (in.tied_embeddings ? 0 : align(v * c));
+  double shard_total = 0, max_unit = std::max({layer_unit, emb_unit, final_unit});
+  auto shard = [&](double unit) { return align(std::ceil(unit / in.world)); };
+  shard_total = layers * shard(layer_unit) + shard(emb_unit) + shard(final_unit);
+  r.state = in.world * (pages(4 * 4 * shard_total) + pages(shard_total));  // 4 fp32 arrays + decay
+
+  // Per-rank token metadata: tokens, labels (int32), positions (int64), RoPE cos/sin [L, D/2].
+  const double docs = in.document_mask || !mask.doc_ids.empty();
+  const double meta = pages(16 * l) + 2 * t(l * d / 2) + pages(l) + (docs ? 3 * pages(4 * n) : 0);
+  // Gathered units in flight: the acquired one, the prefetched one (shard + gather buffer, and its
+  // widened copy) and one full-size gradient with its reduce-scatter part.
+  const double gathered = pages(4 * max_unit) * 3 + pages(4 * shard(max_unit)) * 2;
+
+  // Activations (model/transformer.cpp): [L, C] tensors, q/o [L, Hq, D], k/v [L, Hkv, D], lse
+  // [L, Hq], rstd [L].
+  const double lc = t(l * c), lq = t(l * hq * d), lk = t(l * hkv * d), lse = t(l * hq), row = t(l);
+  const double acts_qkv = lc + row + lq + 2 * lk;          // n1, rstd1, q, k, v
+  const double acts = acts_qkv + lq + lse + 2 * lc + row;  // + o, lse, x1, n2, rstd2
+  const int64_t split = [&] {
+    // model::seq_selective_split: ceil(f L), kept in [0, L].
+    const int64_t s = static_cast<int64_t>(std::ceil(in.seq_selective_fraction * l));
+    return std::clamp<int64_t>(s, 0, layout.local_len());
+  }();
+  double saved_layer = lc;
+  switch (in.checkpoint) {
+    case Checkpoint::none: saved_layer += acts; break;
+    case Checkpoint::full: break;
+    case Checkpoint::selective_pp: saved_layer += lq + lse; break;
+    case Checkpoint::seq_selective: {
+      const double late = l - static_cast<double>(split);
+      if (late > 0) saved_layer += t(late * hq * d) + t(late * hq);
+      break;
+    }
+  }
+  const double ffn = in.ffn_chunk > 0 ? std::min<double>(static_cast<double>(in.ffn_chunk), l) : l;
+  const double mlp_ws = t(3 * std::max(ffn, 1.0) * f);
+
+  // Attention internals (attention/distributed.cpp): the schedule's slots, the per-chunk partials
+  // and kernel workspace, the token table (every rank's positions, and document ids).
+  const auto hybrid = attention::HybridAlgo::parse(in.algo);
+  double chunk = 0;
+  for (const auto& ch : layout.chunks(0)) chunk = std::max(chunk, static_cast<double>(ch.len));
+  const double table = pages(8 * layout.local_len() * static_cast<double>(cp)) + (docs ? pages(4 * n) : 0);
+  const kernels::cpu::AttnDims cd{static_cast<int64_t>(chunk), static_cast<int64_t>(chunk), m.heads, m.kv_heads,
+                             m.head_dim};
+  const double kfwd = t(static_cast<double>(kernels::cpu::attention_forward_workspace_floats(cd, in.threads)));
+  const double kbwd = t(static_cast<double>(kernels::cpu::attention_backward_workspace_floats(cd, in.threads)));
+  const double partial = t(chunk * hq * d) + t(chunk * hq);
+  const double inputs = in.bf16 ? pages(ce * l * (hq + 2 * hkv) * d) : 0;  // rounded q, k, v
+  double fwd_slots = 0, bwd_slots = 0;
+  std::string slot_note;
+  if (hybrid) {
+    hybrid->validate(cp, m.heads, m.kv_heads);
+    // All-to-all staging of q, k, v (and o, dO, gradients in the backward): twice the inputs.
+    fwd_slots = 2 * (lq + 2 * lk);
+    bwd_slots = 2 * (2 * lq + 2 * lk);
+    slot_note = " (hybrid: 2x the re-sharded tensors, approximate)";
+  } else {
+    const attention::Algorithm algo = attention::Algorithm::parse(in.algo);
+    const attention::PairTable pairs(layout, mask);
+    const attention::Topology topo = attention::Topology::blocks(cp, std::max(1, in.nodes / in.dp));
+    int fd = 0, bd = 0, bg = 0;
+    for (int rank = 0; rank < cp; ++rank) {
+      const auto fs = attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::forward);
+      const auto bs = attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::backward);
+      fd = std::max(fd, fs.data_slots);
+      bd = std::max(bd, bs.data_slots);
+      bg = std::max(bg, bs.grad_slots);
+    }
+    const bool bq = algo.backward == attention::Backward::q;
+    fwd_slots = fd * pages(ce * 2 * l * hkv * d);
+    const double bundle = bq ? pages(ce * 2 * l * hq * d + 4 * 2 * l * hq) : pages(ce * 2 * l * hkv * d);
+    const double grad = bq ? lq : 2 * lk;
+    bwd_slots = bd * bundle + bg * grad + (bq ? 0 : 2 * lk);  // + ring's home dK dV
+    slot_note = " (" + std::to_string(fd) + " fwd / " + std::to_string(bd) + "+" + std::to_string(bg) +
+                " bwd slots)";
+  }
+  const double attn_fwd = fwd_slots + partial + kfwd + table + inputs;
+  const double attn_bwd = bwd_slots + lse /*D*/ + lq + 2 * lk /*dq dk dv*/ + kbwd + table +
+                          (in.bf16 ? inputs + pages(ce * l * hq * d) : 0);
+
+  // LM head (model/lm_head.cpp): fused: a token tile of logits, its row statistics; unfused: the
+  // logits of every local token and their statistics.
+  const double tile = in.lm_tile > 0 ? static_cast<double>(in.lm_tile)
+                                     : std::clamp(std::floor((1 << 25) / std::max(v, 1.0)), 16.0, 1024.0);
+  const double lm = in.loss == LossMode::fused ? t(std::min(tile, l) * v) + pages(20 * std::min(tile, l))
+                                               : t(l * v) + pages(20 * l);
+
+  const double saved_all = layers * saved_layer;
+  std::vector<Phase> phases;
+  // Forward of the last block (the earlier layers' saved activations held): the attention call
+  // and the MLP (acts complete, workspace) are the two candidates.
+  const double saved_before = (layers - 1) * saved_layer;
+  phases.push_back({"forward",
+                    {{"saved activations of the earlier layers", saved_before},
+                     {"x and the block's input copy", 2 * lc},
+                     {"block activations (n1 q k v o lse x1 n2)", acts},
+                     {"larger of: attention forward internals" + slot_note + ", MLP workspace",
+                      std::max(attn_fwd, mlp_ws)},
+                     {"token metadata, RoPE tables, document ids", meta},
+                     {"ZeRO-3 gathered units in flight", gathered}}});
+  phases.push_back({"lm head",
+                    {{"saved activations", saved_all},
+                     {"x, final norm output and gradient, dx", 4 * lc + row},
+                     {in.loss == LossMode::fused ? "fused LM head tile" : "unfused logits [L, V]", lm},
+                     {"token metadata, RoPE tables, document ids", meta},
+                     {"ZeRO-3 gathered units in flight", gathered}}});
+  // First block backward: its own saved activations are consumed (none) or recomputed (others).
+  const double recomputed = in.checkpoint == Checkpoint::none ? 0 : acts;
+  phases.push_back({"backward",
+                    {{"saved activations", saved_all},
+                     {"x, dx", 2 * lc},
+                     {"recomputed block activations", recomputed},
+                     {"MLP workspace, dn, dO", mlp_ws + lc + lq},
+                     {"attention backward internals" + slot_note, attn_bwd},
+                     {"token metadata, RoPE tables, document ids", meta},
+                     {"ZeRO-3 gathered units in flight", gathered}}});
+  if (in.save_checkpoint) {
+    const double full = layers * layer_unit + emb_unit + final_unit;
+    phases.push_back({"checkpoint",
+                      {{"parameters and AdamW moments gathered in full", 3 * pages(4 * full)},
+                       {"the writer's file image (per rank share)", 3 * pages(4 * full) / in.world}}});
+  }
+  const Phase* best = &phases[0];
+  for (const Phase& p : phases)
+    if (p.total() > best->total()) best = &p;
+  r.per_rank_peak = best->total();
+  r.phase = best->name;
+  r.items = best->items;
+  return r;
 }
 
 }  // namespace longseq::plan

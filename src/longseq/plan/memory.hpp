@@ -22,10 +22,12 @@
 //                gradient; unfused: the fp32 logits [T, V] kept for the backward (BurstEngine
 //                Figure 8)
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "longseq/attention/mask_spec.hpp"
 #include "longseq/plan/model_config.hpp"
 
 namespace longseq::plan {
@@ -69,5 +71,64 @@ MemoryBreakdown memory_model(const MemoryInputs& in);
 
 /// Bytes of the unfused LM head's fp32 logits for `tokens` tokens (BurstEngine Figure 8).
 double unfused_logits_bytes(int64_t tokens, int64_t vocab);
+
+
+// ---- this host: the peak RSS of `longseq train` ---------------------------------------------------
+//
+// The GPU model above counts what a device holds; the host trainer is one process whose ranks are
+// threads (comm local backend), all in fp32 (bf16 only adds rounded copies), so its peak RSS is
+//   baseline + token file + ranks x (ZeRO-3 state + the largest phase of one rank)
+// because the ranks run the same layer at the same time (their attention exchanges keep them in
+// step). The phases of one rank (model/transformer.cpp, attention/distributed.cpp):
+//   forward    the saved activations of the earlier layers + this block's: x, n1, q, k, v, the
+//              attention output and its internals (data slots of the schedule, the kernel's
+//              per-chunk partials and workspace, token table), then x1, n2 and the MLP workspace
+//   lm head    every layer's saved activations + x, the final norm's output and gradient, the
+//              fused loss's tile (or the unfused logits [L, V])
+//   backward   the first layer backward (the saved activations shrink from there): the saved
+//              activations + x, dx, the recomputed block, dn, dO, and the attention backward's
+//              internals (D, data and gradient slots, dq/dk/dv, the kernel workspace)
+//   checkpoint every unit gathered in full three times (parameters and AdamW moments) + the file
+//              image the writer builds
+// Window and document masks enter through the schedule (empty chunk pairs skipped: fewer data
+// slots) and the document ids (int32 per token, copies held by the loader, the mask and the
+// attention's token table). Assumes mallopt(M_MMAP_THRESHOLD, 1 MiB) as train() sets it: every
+// tensor is its own mapping, returned at free, so RSS follows the live bytes.
+struct HostTrainerInputs {
+  ModelConfig model;
+  bool tied_embeddings = true;
+  int64_t seq = 0;
+  int world = 1;  ///< all ranks (dp x cp)
+  int dp = 1;
+  int nodes = 1;
+  std::string algo = "burst";
+  std::string balance = "zigzag";
+  std::shared_ptr<const attention::MaskSpec> mask;  ///< causal when null
+  bool document_mask = false;  ///< document ids per step (--mask document)
+  Checkpoint checkpoint = Checkpoint::seq_selective;
+  LossMode loss = LossMode::fused;
+  double seq_selective_fraction = 0.5;
+  int64_t ffn_chunk = 1024;
+  int64_t lm_tile = 0;
+  int threads = 1;            ///< per rank
+  bool bf16 = false;          ///< --precision bf16
+  int64_t data_tokens = 0;    ///< tokens of the token file (held as uint32)
+  bool save_checkpoint = true;
+};
+
+struct HostTrainerMemory {
+  double baseline = 0;  ///< the binary, its libraries and the runtime (measured, see memory.cpp)
+  double data = 0;      ///< the token file
+  double state = 0;     ///< ZeRO-3 shards (parameters, gradients, AdamW m and v, decay mask), all ranks
+  double per_rank_peak = 0;  ///< the largest phase of one rank (beyond its state)
+  std::string phase;         ///< which: "forward", "lm head", "backward" or "checkpoint"
+  /// (name, bytes per rank) of the peak phase, in print order.
+  std::vector<std::pair<std::string, double>> items;
+  int ranks = 1;
+  double total() const { return baseline + data + state + ranks * per_rank_peak; }
+};
+
+/// Throws core::Error("[plan] ...") naming the values (world not divisible by dp, unknown algo).
+HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in);
 
 }  // namespace longseq::plan
