@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/plot.hpp"
 
 namespace longseq::plan {
 
@@ -114,54 +115,22 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
 }
 
 std::string timeline_svg(const Timeline& t, const std::string& title) {
-  const int world = static_cast<int>(t.ranks.size());
-  const double width = 1000, left = 70, row = 9, lane = 3 * row + 8, top = 40;
-  const double height = top + world * lane + 40;
-  const double scale = t.makespan > 0 ? width / t.makespan : 1.0;
-  std::string out;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "font-family=\"monospace\" font-size=\"10\">\n",
-                left + width + 20, height);
-  out += buf;
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"16\" font-size=\"12\">%s (makespan %.6g s)</text>\n",
-                left, title.c_str(), t.makespan);
-  out += buf;
-  const char* colors[3] = {"#3b7dd8", "#37a651", "#d8733b"};
-  const char* names[3] = {"compute", "intra-node send", "inter-node send"};
-  for (int i = 0; i < 3; ++i) {
-    std::snprintf(buf, sizeof buf,
-                  "<rect x=\"%.0f\" y=\"22\" width=\"10\" height=\"8\" fill=\"%s\"/><text x=\"%.0f\" "
-                  "y=\"30\">%s</text>\n",
-                  left + i * 160.0, colors[i], left + i * 160.0 + 14, names[i]);
-    out += buf;
-  }
-  out += "<text x=\"" + std::to_string(static_cast<int>(left + 480)) +
-         "\" y=\"30\">grey: idle (no compute)</text>\n";
-  for (int r = 0; r < world; ++r) {
-    const double y = top + r * lane;
-    std::snprintf(buf, sizeof buf, "<text x=\"4\" y=\"%.1f\">rank %d</text>\n", y + 2 * row, r);
-    out += buf;
-    std::snprintf(buf, sizeof buf,
-                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e4e4e4\"/>\n",
-                  left, y, t.ranks[r].finish * scale, row - 1);
-    out += buf;
+  core::plot::Lanes l;
+  l.title = core::cat(title, " (makespan ", t.makespan, " s)");
+  l.rows_per_lane = 3;
+  l.legend = {{"compute", "#3b7dd8"}, {"intra-node send", "#37a651"}, {"inter-node send", "#d8733b"}};
+  l.note = "grey: idle (no compute)";
+  l.end = t.makespan;
+  for (size_t r = 0; r < t.ranks.size(); ++r) {
+    l.lane_names.push_back(core::cat("rank ", r));
+    l.lane_background_end.push_back(t.ranks[r].finish);
     for (const Span& s : t.ranks[r].spans) {
       const int k = static_cast<int>(s.kind);
-      std::snprintf(buf, sizeof buf,
-                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-                    "stroke=\"white\" stroke-width=\"0.3\"><title>step %d %s %.6g..%.6g s</title></rect>\n",
-                    left + s.begin * scale, y + k * row, std::max(0.5, (s.end - s.begin) * scale),
-                    row - 1, colors[k], s.step, names[k], s.begin, s.end);
-      out += buf;
+      l.spans.push_back({static_cast<int>(r), k, s.begin, s.end, k,
+                         core::cat("step ", s.step, " ", l.legend[k].first, " ", s.begin, "..", s.end, " s")});
     }
   }
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.0f\">0 s</text><text x=\"%.0f\" y=\"%.0f\">%.6g s</text>\n",
-                left, height - 12, left + width - 60, height - 12, t.makespan);
-  out += buf;
-  out += "</svg>\n";
-  return out;
+  return core::plot::lanes_svg(l);
 }
 
 }  // namespace longseq::plan
