@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "commands.hpp"
 #include "longseq/attention/distributed.hpp"
+#include "longseq/attention/harness.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
@@ -30,8 +30,8 @@ struct AttentionArgs {
   std::string mask = "full";
   bool causal = false;
   std::string algo = "burst";
-  int world = 1;
-  int nodes = 1;
+  int world = -1;  // -1: not given (local: 1; mpirun: its -np)
+  int nodes = -1;  // -1: not given (local: 1; mpirun: the hosts MPI reports)
   std::string balance = "zigzag";
   double scale = 0;
   std::string link;
@@ -47,7 +47,9 @@ std::vector<int64_t> parse_dims(const std::string& s) {
   std::string tok;
   while (std::getline(ss, tok, ',')) {
     try {
-      out.push_back(std::stoll(tok));
+      size_t used = 0;
+      out.push_back(std::stoll(tok, &used));
+      if (used != tok.size()) throw std::invalid_argument(tok);
     } catch (...) {
       core::fail("attention", "--random '", s, "': '", tok, "' is not an integer");
     }
@@ -55,11 +57,6 @@ std::vector<int64_t> parse_dims(const std::string& s) {
   core::require(out.size() == 4 && out[0] > 0 && out[1] > 0 && out[2] > 0 && out[3] > 0, "attention",
                 "--random needs N,Hq,Hkv,D (positive integers), got '", s, "'");
   return out;
-}
-
-core::Tensor<float> read_input(const std::string& path, const char* flag) {
-  core::Tensor<float> t = core::read_npy_f32(path, 3, flag);
-  return t;
 }
 
 }  // namespace
@@ -76,8 +73,11 @@ std::function<int()> add_attention(CLI::App& app) {
                  "full | causal | window:W | document:FILE | blocks:FILE:B, comma-separated to combine");
   app.add_flag("--causal", a->causal, "add causality (e.g. to a block mask)");
   app.add_option("--algo", a->algo, "ring | burst | double-ring | double-ring:ring | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
-  app.add_option("--world", a->world, "ranks (local backend; under mpirun the MPI world size is used)");
-  app.add_option("--nodes", a->nodes, "nodes the ranks are split over (local backend)");
+  app.add_option("--world", a->world, "ranks (local backend; under mpirun, if given, must equal -np)")
+      ->default_str("1, or mpirun's -np");
+  app.add_option("--nodes", a->nodes, "nodes the ranks are split over, evenly (declared; under mpirun the default is "
+                                      "the hosts MPI reports)")
+      ->default_str("1, or mpirun's hosts");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped | block-striped");
   app.add_option("--scale", a->scale, "softmax scale (0 = 1/sqrt(D))");
   app.add_option("--link", a->link, "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
@@ -88,148 +88,131 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--out", a->out, "output directory (o.npy, lse.npy, dq/dk/dv.npy, stats.json)");
   return [a] {
     using namespace attention;
+    // ---- flags that need no input (every process checks the same, so every process fails alike)
+    core::require(a->world == -1 || a->world >= 1, "attention", "--world ", a->world, " must be at least 1");
+    core::require(a->nodes == -1 || a->nodes >= 1, "attention", "--nodes ", a->nodes, " must be at least 1");
+    core::require(a->threads >= 1, "attention", "--threads ", a->threads, " must be at least 1");
+    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '", a->precision,
+                  "' is not f32 or bf16");
+    core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
+
     // ---- inputs (global order)
-    core::Tensor<float> q, k, v, dout;
-    bool backward = false;
+    GlobalInputs in;
     if (!a->random.empty()) {
-      core::require(a->q.empty() && a->k.empty() && a->v.empty(), "attention", "--random replaces --q/--k/--v");
+      core::require(a->q.empty() && a->k.empty() && a->v.empty() && a->dout.empty(), "attention",
+                    "--random replaces --q/--k/--v/--do");
       const auto d = parse_dims(a->random);
-      q = core::Tensor<float>(core::Shape{d[0], d[1], d[3]});
-      k = core::Tensor<float>(core::Shape{d[0], d[2], d[3]});
-      v = core::Tensor<float>(core::Shape{d[0], d[2], d[3]});
-      dout = core::Tensor<float>(core::Shape{d[0], d[1], d[3]});
-      core::fill_normal(q.data(), q.numel(), core::derive_seed(a->seed, 1));
-      core::fill_normal(k.data(), k.numel(), core::derive_seed(a->seed, 2));
-      core::fill_normal(v.data(), v.numel(), core::derive_seed(a->seed, 3));
-      core::fill_normal(dout.data(), dout.numel(), core::derive_seed(a->seed, 4));
-      backward = true;
+      core::require(d[1] % d[2] == 0, "attention", "--random ", a->random, ": query heads ", d[1],
+                    " must be a multiple of key/value heads ", d[2]);
+      in = GlobalInputs::random(d[0], d[1], d[2], d[3], a->seed);
     } else {
       core::require(!a->q.empty() && !a->k.empty() && !a->v.empty(), "attention",
                     "needs --q, --k and --v (or --random N,Hq,Hkv,D)");
-      q = read_input(a->q, "--q");
-      k = read_input(a->k, "--k");
-      v = read_input(a->v, "--v");
-      if (!a->dout.empty()) {
-        dout = read_input(a->dout, "--do");
-        backward = true;
+      in.q = core::read_npy_f32(a->q, 3, "--q");
+      in.k = core::read_npy_f32(a->k, 3, "--k");
+      in.v = core::read_npy_f32(a->v, 3, "--v");
+      if (!a->dout.empty()) in.dout = core::read_npy_f32(a->dout, 3, "--do");
+      // Zero extents would divide by zero further on: refuse them by flag.
+      for (const auto& [flag, t] : {std::pair<const char*, const core::Tensor<float>*>{"--q", &in.q},
+                                    {"--k", &in.k}, {"--v", &in.v}, {"--do", &in.dout}}) {
+        if (t->shape().rank() == 0) continue;  // --do not given
+        core::require(t->dim(0) > 0 && t->dim(1) > 0 && t->dim(2) > 0, "attention", flag, " has shape ",
+                      t->shape().str(), ": every extent must be positive");
       }
+      core::require(in.k.shape() == in.v.shape(), "attention", "--k ", in.k.shape().str(), " and --v ",
+                    in.v.shape().str(), " must have the same shape");
+      core::require(in.k.dim(0) == in.n() && in.k.dim(2) == in.d(), "attention", "--k ", in.k.shape().str(),
+                    " must be [", in.n(), ", Hkv, ", in.d(), "] to match --q ", in.q.shape().str());
+      core::require(in.hq() % in.hkv() == 0, "attention", "query heads ", in.hq(), " (--q ", in.q.shape().str(),
+                    ") must be a multiple of key/value heads ", in.hkv(), " (--k ", in.k.shape().str(), ")");
+      if (in.backward())
+        core::require(in.dout.shape() == in.q.shape(), "attention", "--do ", in.dout.shape().str(),
+                      " must match --q ", in.q.shape().str());
     }
-    const int64_t n = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
-    core::require(k.shape() == v.shape(), "attention", "--k ", k.shape().str(), " and --v ", v.shape().str(),
-                  " must have the same shape");
-    core::require(k.dim(0) == n && k.dim(2) == d, "attention", "--k ", k.shape().str(), " must be [", n, ", Hkv, ",
-                  d, "] to match --q ", q.shape().str());
-    core::require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ", hkv);
-    if (backward)
-      core::require(dout.shape() == q.shape(), "attention", "--do ", dout.shape().str(), " must match --q ",
-                    q.shape().str());
+    in.validate("attention");
+    const int64_t n = in.n(), hq = in.hq(), hkv = in.hkv(), d = in.d();
+    const bool backward = in.backward();
 
     AttentionSpec spec;
     set_algorithm(spec, a->algo);
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
     spec.threads = a->threads;
-    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '", a->precision,
-                  "' is not f32 or bf16");
     spec.precision = core::dtype_from_name(a->precision);
-    core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
     const Balance balance = parse_balance(a->balance);
     if (balance == Balance::block_striped)
       core::require(!spec.mask->block_mask.empty(), "attention", "--balance block-striped needs a blocks:FILE:B mask");
 
     comm::Options cfg;
     cfg.backend = a->backend;
-    cfg.world = a->world;
-    cfg.nodes = a->nodes;
+    cfg.world = a->world == -1 ? 0 : a->world;
+    cfg.nodes = a->nodes == -1 ? 0 : a->nodes;
     cfg.abort_on_failure = true;  // under mpirun a failed rank ends the job instead of leaving peers waiting
     if (!a->link.empty()) cfg.link = comm::LinkModel::parse(a->link);
+    const int world = comm::world_size(cfg);
+    const int nodes_flag = cfg.nodes == 0 ? 1 : cfg.nodes;
+    core::require(world % nodes_flag == 0, "attention", "--nodes ", nodes_flag, " must divide the world of ", world,
+                  " ranks");
+    // Refuse a layout that cannot exist before any rank starts (a clear message, once per process).
+    const Layout check(balance, n, world, spec.mask->block_size);
+    (void)check;
 
-    core::Tensor<float> o(core::Shape{n, hq, d}), lse(core::Shape{n, hq});
-    core::Tensor<float> dq(core::Shape{n, hq, d}), dk(core::Shape{n, hkv, d}), dv(core::Shape{n, hkv, d});
-    nlohmann::json ranks = nlohmann::json::array();
-    std::mutex mu;
+    HarnessRun result;
+    bool have_rank0 = false;
+    int nodes = 1;
     const core::Timer wall;
     comm::run(cfg, [&](comm::Group& g) {
       const Layout layout(balance, n, g.size(), spec.mask->block_size);
-      const int r = g.rank();
-      const int64_t l = layout.local_len();
-      core::Tensor<float> lq(core::Shape{l, hq, d}), lk(core::Shape{l, hkv, d}), lv(core::Shape{l, hkv, d});
-      layout.shard(q.data(), hq * d, r, lq.data());
-      layout.shard(k.data(), hkv * d, r, lk.data());
-      layout.shard(v.data(), hkv * d, r, lv.data());
-      AttentionStats fs, bs;
-      g.reset_stats();
-      AttentionSaved saved = distributed_attention_forward(lq.view(), lk.view(), lv.view(), spec, layout, g, &fs);
-      nlohmann::json fwd = {{"bytes", g.stats().to_json()}, {"compute_s", fs.compute_s}, {"wait_s", fs.wait_s},
-                            {"pairs", fs.pairs}};
-      AttentionGrads grads;
-      nlohmann::json bwd;
-      if (backward) {
-        core::Tensor<float> ld(core::Shape{l, hq, d});
-        layout.shard(dout.data(), hq * d, r, ld.data());
-        g.reset_stats();
-        grads = distributed_attention_backward(ld.view(), saved, spec, layout, g, &bs);
-        bwd = {{"bytes", g.stats().to_json()}, {"compute_s", bs.compute_s}, {"wait_s", bs.wait_s},
-               {"pairs", bs.pairs}};
+      HarnessRun run = run_harness(in, spec, layout, g);
+      if (g.rank() == 0) {  // local backend: the calling thread; MPI: one process of the job
+        result = std::move(run);
+        nodes = g.topology().num_nodes();
+        have_rank0 = true;
       }
-      // Gather every rank's shard to rank 0, which writes global order (works for local and MPI).
-      auto gather = [&](const core::Tensor<float>& local, int64_t row, core::Tensor<float>& global) {
-        std::vector<float> all(static_cast<size_t>(local.numel()) * g.size());
-        g.all_gather(local.data(), all.data(), static_cast<size_t>(local.numel()), core::DType::f32);
-        if (r == 0)
-          for (int src = 0; src < g.size(); ++src) layout.unshard(all.data() + src * local.numel(), row, src, global.data());
-      };
-      gather(saved.o, hq * d, o);
-      gather(saved.lse, hq, lse);
-      if (backward) {
-        gather(grads.dq, hq * d, dq);
-        gather(grads.dk, hkv * d, dk);
-        gather(grads.dv, hkv * d, dv);
-      }
-      // Totals over both passes, flat, for tools that read stats.json.
-      const auto total = [&](const char* dir, const char* link, const char* what) {
-        uint64_t t = fwd["bytes"][dir][link][what].get<uint64_t>();
-        if (backward) t += bwd["bytes"][dir][link][what].get<uint64_t>();
-        return t;
-      };
-      nlohmann::json mine = {{"rank", r},
-                             {"node", g.node()},
-                             {"bytes_sent_intra", total("sent", "intra", "bytes")},
-                             {"bytes_sent_inter", total("sent", "inter", "bytes")},
-                             {"messages_sent_intra", total("sent", "intra", "messages")},
-                             {"messages_sent_inter", total("sent", "inter", "messages")},
-                             {"compute_s", fs.compute_s + bs.compute_s},
-                             {"wait_s", fs.wait_s + bs.wait_s},
-                             {"forward", fwd}};
-      if (backward) mine["backward"] = bwd;
-      std::lock_guard<std::mutex> lock(mu);
-      ranks.push_back(mine);
     });
     const double seconds = wall.elapsed();
-    std::sort(ranks.begin(), ranks.end(), [](const auto& x, const auto& y) { return x["rank"] < y["rank"]; });
-    nlohmann::json stats = {{"algo", algorithm_name(spec)},  {"balance", a->balance},  {"mask", spec.mask->describe()},
-                            {"n", n},                    {"hq", hq},               {"hkv", hkv},
-                            {"d", d},                    {"world", a->world},      {"nodes", a->nodes},
+    if (!have_rank0) return 0;  // another process of the mpirun job writes and prints
+
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankRecord& r : result.ranks) ranks.push_back(r.to_json(backward));
+    nlohmann::json stats = {{"algo", algorithm_name(spec)},
+                            {"balance", a->balance},
+                            {"mask", spec.mask->describe()},
+                            {"n", n},
+                            {"hq", hq},
+                            {"hkv", hkv},
+                            {"d", d},
+                            {"world", world},
+                            {"nodes", nodes},
+                            {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
                             {"precision", a->precision},
-                            {"seconds", seconds},        {"ranks", ranks}};
+                            {"seconds", seconds},
+                            {"visible_pairs", result.work.visible_pairs},
+                            {"forward_flops", result.work.forward_flops},
+                            {"backward_flops", backward ? result.work.backward_flops : 0.0},
+                            {"bytes_sent_intra", result.bytes_sent_intra()},
+                            {"bytes_sent_inter", result.bytes_sent_inter()},
+                            {"ranks", ranks}};
     if (!a->out.empty()) {
       std::filesystem::create_directories(a->out);
-      core::write_npy(a->out + "/o.npy", o);
-      core::write_npy(a->out + "/lse.npy", lse);
+      core::write_npy(a->out + "/o.npy", result.o);
+      core::write_npy(a->out + "/lse.npy", result.lse);
       if (backward) {
-        core::write_npy(a->out + "/dq.npy", dq);
-        core::write_npy(a->out + "/dk.npy", dk);
-        core::write_npy(a->out + "/dv.npy", dv);
+        core::write_npy(a->out + "/dq.npy", result.dq);
+        core::write_npy(a->out + "/dk.npy", result.dk);
+        core::write_npy(a->out + "/dv.npy", result.dv);
       }
-      std::ofstream(a->out + "/stats.json") << stats.dump(2) << "\n";
+      std::ofstream f(a->out + "/stats.json");
+      f << stats.dump(2) << "\n";
+      core::require(static_cast<bool>(f), "attention", "--out: failed writing ", a->out, "/stats.json");
     }
     std::printf("%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
-                algorithm_name(spec).c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
-                static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d), a->world, a->nodes,
-                seconds, backward ? " (forward + backward)" : "");
-    for (const auto& rk : ranks) {
-      std::printf("  rank %d: forward %s", rk["rank"].get<int>(), rk["forward"]["bytes"].dump().c_str());
-      if (backward) std::printf("  backward %s", rk["backward"]["bytes"].dump().c_str());
+                algorithm_name(spec).c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(),
+                static_cast<long long>(n), static_cast<long long>(hq), static_cast<long long>(hkv),
+                static_cast<long long>(d), world, nodes, seconds, backward ? " (forward + backward)" : "");
+    for (const RankRecord& r : result.ranks) {
+      std::printf("  rank %d (node %d): forward %s", r.rank, r.node, r.forward_bytes.to_json().dump().c_str());
+      if (backward) std::printf("  backward %s", r.backward_bytes.to_json().dump().c_str());
       std::printf("\n");
     }
     return 0;

@@ -7,11 +7,18 @@
 
 namespace longseq::cli {
 
+/// Which processes of an mpirun job run a command (main.cpp; without mpirun there is one).
+enum class Ranks {
+  every,  ///< every process: the command starts a comm world and writes only from its rank 0
+  first,  ///< only the launcher's rank 0 (commands without communication: one output, one print)
+};
+
 /// One subcommand: `add` declares its flags on `app` and returns the function that runs it.
 struct Command {
   const char* name;
   const char* summary;
   std::function<std::function<int()>(CLI::App& app)> add;
+  Ranks ranks = Ranks::every;
 };
 
 /// The table of subcommands, in the order `usage()` lists them.

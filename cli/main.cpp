@@ -1,5 +1,10 @@
 // longseq: one binary, one subcommand per job. Subcommands are registered in commands.cpp;
 // usage() lists every subcommand and every flag with its default.
+//
+// Under mpirun every process runs main(): usage and help are printed by the launcher's rank 0
+// only, commands marked Ranks::first run on rank 0 only, and comm::finish_job makes the exit
+// status agree (0 everywhere only once every process succeeded; any failure ends every process
+// non-zero).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -7,6 +12,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 
 namespace {
@@ -40,6 +46,7 @@ int main(int argc, char** argv) {
   app.add_flag("-h,--help", help, "print every command and flag with its default");
   app.require_subcommand(0, 1);
   std::map<std::string, std::function<int()>> runners;
+  std::map<std::string, longseq::cli::Ranks> ranks;
   bool sub_help = false;  // handled before parsing (below); the flag makes CLI11 accept it
   for (const auto& cmd : longseq::cli::commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
@@ -47,34 +54,40 @@ int main(int argc, char** argv) {
     sub->add_flag("-h,--help", sub_help, "print this command's flags with their defaults");
     sub->option_defaults()->always_capture_default();
     runners[cmd.name] = cmd.add(*sub);
+    ranks[cmd.name] = cmd.ranks;
   }
   // --help wins over everything else on the line: CLI11 would otherwise first refuse a missing
   // required flag (`longseq tokenize --help` must list tokenize's flags, not demand --in).
+  namespace comm = longseq::comm;
+  const bool first = comm::launcher_rank() == 0;  // the one process that prints usage under mpirun
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a != "-h" && a != "--help") continue;
     const std::string cmd = argc > 1 && runners.count(argv[1]) ? argv[1] : "";
-    usage(app, cmd);
-    return 0;
+    if (first) usage(app, cmd);
+    return comm::finish_job(0);
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "[cli] %s\n\n", e.what());
-    usage(app);
-    return 2;
+    // Every process parses the same line, so every process ends with status 2.
+    if (first) {
+      std::fprintf(stderr, "[cli] %s\n\n", e.what());
+      usage(app);
+    }
+    return comm::finish_job(2);
   }
   if (help || app.get_subcommands().empty()) {
-    usage(app);
-    return help ? 0 : 2;
+    if (first) usage(app);
+    return comm::finish_job(help ? 0 : 2);
   }
+  const std::string name = app.get_subcommands().front()->get_name();
+  int status = 0;
   try {
-    return runners.at(app.get_subcommands().front()->get_name())();
-  } catch (const longseq::core::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    if (first || ranks.at(name) == longseq::cli::Ranks::every) status = runners.at(name)();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    status = 1;
   }
+  return comm::finish_job(status);
 }

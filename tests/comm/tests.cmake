@@ -28,3 +28,20 @@ if(LONGSEQ_WITH_MPI AND TARGET test_comm)
     endforeach()
   endforeach()
 endif()
+
+# The CLI under mpirun (issue 14): `attention` byte-identical to the local backend for several
+# algorithms and odd lengths, a bad flag non-zero on every process, `train` losses equal to the
+# local backend's (tests/comm/cli_mpirun.sh; a few seconds per world).
+if(LONGSEQ_WITH_MPI AND TARGET longseq)
+  foreach(np 2 3 4)
+    add_test(NAME comm.cli_mpirun_np${np}
+             COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_mpirun.sh $<TARGET_FILE:longseq>
+                     ${PROJECT_SOURCE_DIR}/data/kjv-genesis-exodus.txt ${np}
+                     ${CMAKE_CURRENT_BINARY_DIR}/cli_mpirun_np${np})
+    set_tests_properties(comm.cli_mpirun_np${np} PROPERTIES
+      LABELS "comm;mpi;cli"
+      TIMEOUT 300
+      PROCESSORS 2
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endif()

@@ -71,4 +71,14 @@ void abort_job(int code) {
   std::exit(code);
 }
 
+int finish_job(int status) {
+  if (!launched_by_mpirun() || !mpi_built()) return status;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (status != 0) abort_job(status);
+  mpi_init();
+  mpi_wait_all_processes();
+  return 0;
+}
+
 }  // namespace longseq::comm

@@ -69,4 +69,13 @@ void run_local(const Options& options, const std::function<void(Group&)>& fn);
 /// MPI: MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised; otherwise std::exit(code).
 [[noreturn]] void abort_job(int code);
 
+/// The end of a command-line job, so that every process of an mpirun job agrees on its exit
+/// status. Not under mpirun (or built without MPI): returns `status`. Under mpirun: status 0
+/// waits (MPI_Ibarrier, polled with sleeps so waiting processes leave the cores to the busy ones)
+/// until every process has reached finish_job, then returns 0, so no process reports success
+/// while a peer may still fail; a non-zero status ends the whole job (MPI_Abort when MPI is
+/// initialised; otherwise the process exits with `status`, and mpirun ends the others), so every
+/// process ends non-zero. Call it once, after the command's outputs are written.
+int finish_job(int status);
+
 }  // namespace longseq::comm

@@ -52,6 +52,7 @@ bool mpi_initialized() { return false; }
 void mpi_init() { core::fail("comm", "the MPI backend was not built (LONGSEQ_WITH_MPI=OFF)"); }
 int mpi_world_size() { mpi_init(); return 0; }
 void run_mpi_world(const Options&, const std::function<void(Group&)>&) { mpi_init(); }
+void mpi_wait_all_processes() { mpi_init(); }
 void mpi_abort(int code) { std::exit(code); }
 
 #else
@@ -716,6 +717,19 @@ bool mpi_built() { return true; }
 bool mpi_initialized() { return Runtime::initialized_flag().load(); }
 void mpi_init() { Runtime::get(); }
 int mpi_world_size() { return Runtime::get().size(); }
+
+void mpi_wait_all_processes() {
+  Runtime::get().run_sync([] {
+    MPI_Request req;
+    mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    for (;;) {
+      int flag = 0;
+      mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test (barrier)");
+      if (flag) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+}
 
 void mpi_abort(int code) {
   std::fflush(stdout);

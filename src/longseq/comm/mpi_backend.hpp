@@ -16,6 +16,9 @@ bool mpi_initialized();
 int mpi_world_size();
 /// Runs fn as this process's rank of a fresh world (a dup of MPI_COMM_WORLD).
 void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn);
+/// Returns once every process of MPI_COMM_WORLD has called it (MPI_Ibarrier polled with 1 ms
+/// sleeps on the progress thread, so waiting costs no core). Call with no world running.
+void mpi_wait_all_processes();
 /// MPI_Abort(MPI_COMM_WORLD, code).
 [[noreturn]] void mpi_abort(int code);
 
