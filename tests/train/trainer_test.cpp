@@ -13,7 +13,7 @@
 //    practice bit-identical except seq-selective's recomputed rows), seq-selective at several
 //    fractions and layouts included.
 // 3. Resume equals uninterrupted training bit for bit (parameters and losses), at world 2.
-// 4. Bad configurations are refused with the values named.
+// 4. Bad configurations are refused with the values named (presets: config_test.cpp).
 // 5. The loss falls over a few steps.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -295,38 +295,15 @@ TEST(Trainer, RefusesBadConfigurationsNamingValues) {
   c = tiny();
   c.optim.lr = -1;
   expect(c, "--lr -1");
-}
-
-TEST(Trainer, ShippedPresetFileEqualsTheBuiltInPreset) {
-  const tr::TrainConfig file = tr::preset(std::string(LONGSEQ_SOURCE_DIR) + "/data/presets/main.json");
-  nlohmann::json a = file.to_json(), b = tr::preset("main").to_json();
-  a.erase("preset");
-  b.erase("preset");
-  EXPECT_EQ(a, b);
-  // a file may override and is validated like the CLI
-  const std::string p = testing::TempDir() + "/longseq_preset_" + std::to_string(::getpid()) + ".json";
-  longseq::core::write_file_atomic(p, R"({"base": "tiny", "world": 2, "bogus": 1})");
-  try {
-    tr::preset(p);
-    ADD_FAILURE() << "unknown key accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown preset key 'bogus'"), std::string::npos) << e.what();
-  }
-  longseq::core::write_file_atomic(p, R"({"base": "tiny", "world": 2})");
-  EXPECT_EQ(tr::preset(p).world, 2);
-  EXPECT_EQ(tr::preset(p).model.hidden, 32);
-  std::remove(p.c_str());
-}
-
-TEST(Trainer, UnknownPresetNamesTheChoices) {
-  try {
-    tr::preset("huge");
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--preset 'huge': expected main | small | tiny"),
-              std::string::npos)
-        << e.what();
-  }
+  c = tiny();
+  c.steps = 0;
+  expect(c, "[train] --steps 0 must be >= 1");
+  c = tiny();
+  c.ffn_chunk = -2;
+  expect(c, "[train] --ffn-chunk -2 must be >= 0 (0: all tokens)");
+  c = tiny();
+  c.link = "inter=fast";
+  expect(c, "inter=fast");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::plan {
@@ -131,14 +132,7 @@ std::string hardware_to_json(const Hardware& hw) {
   return j.dump(2) + "\n";
 }
 
-std::string data_dir() {
-  if (const char* env = std::getenv("LONGSEQ_DATA_DIR"); env && *env) return env;
-#ifdef LONGSEQ_DATA_DIR
-  return LONGSEQ_DATA_DIR;
-#else
-  return "data";
-#endif
-}
+std::string data_dir() { return core::data_dir(); }
 
 std::vector<std::string> hardware_names() {
   std::vector<std::string> names;

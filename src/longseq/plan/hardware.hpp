@@ -92,7 +92,7 @@ std::string hardware_to_json(const Hardware& hw);
 Hardware load_hardware(std::string_view name_or_file);
 /// Names of the profiles shipped in data/hardware/, sorted.
 std::vector<std::string> hardware_names();
-/// The repository's data/ directory (compiled in; overridden by the LONGSEQ_DATA_DIR env var).
+/// core::data_dir(): $LONGSEQ_DATA_DIR, an install's share/longseq, or the source tree's data/.
 std::string data_dir();
 
 }  // namespace longseq::plan

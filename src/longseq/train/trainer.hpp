@@ -19,77 +19,21 @@
 // backward 8 FLOPs per pair and head dim; recomputation is not counted, as in PaLM's MFU) and
 // peak = a start-up measurement of single-thread GEMM at the run's precision (kernels/gemm, sgemm
 // or bf16, 1024^3, best of 3) times the hardware threads.
+//
+// The configuration (TrainConfig, presets) is train/config.hpp; train() is built from the units
+// of train/run.hpp (setup, one step, metrics, checkpointing, the loop).
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "longseq/core/dtype.hpp"
-#include "longseq/model/config.hpp"
+#include "longseq/train/config.hpp"
 #include "longseq/train/data.hpp"
-#include "longseq/train/optimizer.hpp"
 
 namespace longseq::train {
 
-struct TrainConfig {
-  std::string preset = "main";
-  model::LlamaConfig model;
-  int64_t steps = 6;
-  int64_t seq = 32768;
-  int world = 4;  ///< total ranks (dp * cp)
-  int dp = 1;     ///< data-parallel replicas
-  int nodes = 1;  ///< declared nodes (local backend)
-  std::string algo = "burst";
-  std::string balance = "zigzag";
-  std::string checkpoint = "seq-selective";
-  std::string loss = "fused";
-  /// "fp32" | "bf16": bf16 runs every matrix product and attention on bf16 operands with fp32
-  /// accumulation, gathers ZeRO-3 parameters in bf16, and keeps fp32 master weights, gradients,
-  /// AdamW moments, norms and the residual stream (model/transformer.hpp).
-  std::string precision = "fp32";
-  /// seq-selective: share of the sequence whose attention is recomputed (model::ModelOptions).
-  double seq_selective_fraction = 0.5;
-  uint64_t seed = 1234;
-  std::string data = "data/kjv-genesis-exodus.txt";
-  std::string out;     ///< empty: no files written
-  std::string resume;  ///< a previous --out directory
-  /// A Hugging Face LLaMA directory (config.json + safetensors) to start from: its weights become
-  /// the initial parameters (AdamW moments zero, step 0); `model` must equal its config.json
-  /// (the CLI takes the model from it). Exclusive with `resume`.
-  std::string init_from;
-  int64_t ffn_chunk = 1024;
-  int64_t lm_tile = 0;  ///< token tile of the fused LM head (0 auto)
-  bool doc_mask = false;
-  int64_t save_every = 0;  ///< 0: at the end only; < 0: never
-  int threads = 0;         ///< compute threads per rank (0: hardware threads / world, >= 1)
-  std::string link = "none";
-  AdamWConfig optim;
-  bool quiet = false;
-  /// Stop after this many steps (0: run all) while the schedule still spans `steps`: an
-  /// interrupted run, to be continued with --resume.
-  int64_t stop_after = 0;
-  /// Tests: keep the final full parameters, and the last step's gradient before clipping (units
-  /// concatenated, unit sizes of config.hpp), in the summary.
-  bool keep_params = false;
-  /// Under mpirun, a failed rank ends the whole job (MPI_Abort) instead of leaving peers stuck in
-  /// compute until the timeout; the CLI sets it, tests (local backend) leave it off.
-  bool abort_on_failure = false;
-
-  int cp() const { return dp > 0 ? world / dp : 0; }
-  /// Throws core::Error("[train] ...") naming the offending values (world not divisible by dp,
-  /// heads vs ulysses, unknown algo/balance/policy/loss, seq too short, ...).
-  void validate() const;
-  nlohmann::json to_json() const;
-};
-
-/// Built-in presets: "main" (the demo: 4 layers, hidden 256, 32K tokens, 4 ranks, burst, zigzag,
-/// fused, seq-selective, ZeRO-3), "tiny" (tests), "small". Throws core::Error listing them when
-/// `name` is unknown. A name ending in .json is read as a file of TrainConfig keys.
-TrainConfig preset(const std::string& name);
-std::vector<std::string> preset_names();
-/// Applies JSON keys (the to_json() names) over `c`; unknown keys are refused by name.
-void apply_json(TrainConfig& c, const nlohmann::json& j);
-
+/// One step's metrics: a row of metrics.json's "steps" (record_json in train/run.hpp writes it;
+/// measure() fills it).
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
@@ -116,7 +60,5 @@ TrainSummary train(const TrainConfig& cfg);
 /// The machine's measured peak at `precision` ("fp32": sgemm, "bf16": bf16 GEMM with fp32
 /// accumulation): single-thread GFLOP/s of a 1024^3 product times hardware threads.
 double measure_peak_gflops(const std::string& precision = "fp32");
-/// "fp32" -> f32, "bf16" -> bf16; throws core::Error naming `s` otherwise.
-core::DType parse_precision(const std::string& s);
 
 }  // namespace longseq::train

@@ -1,0 +1,96 @@
+#pragma once
+// CLI flags from a configuration table (core/options.hpp): one option per CLI-scoped row, its
+// help ending in the value of a reference configuration ("[main: 6]"), and a pass that writes the
+// flags the user gave over a configuration. Values keep their table type, so CLI11 refuses
+// "--steps x" before anything runs.
+#include <CLI/CLI.hpp>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "longseq/core/options.hpp"
+
+namespace longseq::cli {
+
+/// The values given on the command line, one slot per CLI-scoped row (unset: not given).
+class TableFlags {
+ public:
+  /// Declares the flags of `table` on `app`. `shown`/`label`: the configuration whose values
+  /// --help shows as defaults, e.g. the "main" preset (nullptr: none shown).
+  template <class C>
+  static std::shared_ptr<TableFlags> add(CLI::App& app, const std::vector<core::Field<C>>& table,
+                                         const C* shown, const std::string& label) {
+    auto flags = std::make_shared<TableFlags>();
+    for (const auto& f : table) {
+      if (!f.in_cli()) continue;
+      Slot& slot = flags->slots_.emplace_back();
+      slot.key = f.key;
+      std::string help = f.help;
+      if (shown) {
+        const std::string v = core::field_text(f.get(*shown));
+        if (!v.empty() && !std::holds_alternative<bool*>(f.get(*shown)))
+          help += " [" + label + ": " + v + "]";
+      }
+      C probe{};
+      std::visit([&](auto* p) { flags->declare(app, slot, f.flag, help, p); }, f.get(probe));
+    }
+    return flags;
+  }
+
+  /// Writes every given flag over `c` (a boolean flag given sets true).
+  template <class C>
+  void apply(const std::vector<core::Field<C>>& table, C& c) const {
+    for (const Slot& slot : slots_) {
+      const core::Field<C>* f = core::find_field(table, slot.key);
+      std::visit(
+          [&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, bool>) {
+              if (v) *std::get<bool*>(f->get(c)) = true;
+            } else if (v) {
+              *std::get<typename V::value_type*>(f->get(c)) = *v;
+            }
+          },
+          slot.value);
+    }
+  }
+
+  /// Whether the flag of row `key` was given.
+  bool given(const std::string& key) const {
+    for (const Slot& slot : slots_)
+      if (slot.key == key)
+        return std::visit(
+            [](const auto& v) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>)
+                return v;
+              else
+                return v.has_value();
+            },
+            slot.value);
+    return false;
+  }
+
+ private:
+  struct Slot {
+    std::string key;
+    std::variant<bool, std::optional<int>, std::optional<int64_t>, std::optional<uint64_t>,
+                 std::optional<double>, std::optional<std::string>>
+        value;
+  };
+
+  void declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, bool*) {
+    slot.value = false;
+    app.add_flag(flag, std::get<bool>(slot.value), help);
+  }
+  template <class T>
+  void declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, T*) {
+    slot.value = std::optional<T>();
+    app.add_option(flag, std::get<std::optional<T>>(slot.value), help);
+  }
+
+  std::deque<Slot> slots_;  // a deque: CLI11 keeps pointers into the slots
+};
+
+}  // namespace longseq::cli

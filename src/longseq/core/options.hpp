@@ -1,0 +1,145 @@
+#pragma once
+// Configuration tables: every field of a configuration struct is declared once, as a row of a
+// table (JSON key, CLI flag, help, admissible values, where it appears), and the JSON writer,
+// the JSON reader and the range checks are loops over that table (the CLI flags are the same
+// loop in cli/table_flags.hpp). A row reaches its member through a plain function, so rows may
+// name nested members (`c.model.layers`) of any scalar type FieldRef lists.
+//
+// Messages name the component, the field (its flag, or its key when it has no flag) and the
+// value: "[train] --steps 0 must be >= 1", "[train] presets/x.json: unknown key 'bogus'".
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace longseq::core {
+
+/// Where a field appears: on the command line, in JSON (preset files, metrics.json's config), or
+/// both.
+enum class Scope : uint8_t { cli_json, cli, json };
+
+/// A field's admissible values, checked by check_fields(): a numeric interval (bounds open or
+/// closed, with a note for the message), and for strings the parser of the typed value (it
+/// throws core::Error naming the value, e.g. model::parse_checkpoint_policy).
+struct Check {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  const char* note = "";  ///< appended to a range message, e.g. " (0: all tokens)"
+  void (*parse)(const std::string&) = nullptr;
+};
+/// Any value of the type.
+inline Check any() {
+  return {};
+}
+/// value >= lo.
+inline Check at_least(double lo, const char* note = "") {
+  Check c;
+  c.lo = lo;
+  c.note = note;
+  return c;
+}
+/// lo < value < hi.
+inline Check open_interval(double lo, double hi) {
+  Check c;
+  c.lo = lo;
+  c.hi = hi;
+  c.lo_open = c.hi_open = true;
+  return c;
+}
+/// A string that `parse` accepts.
+inline Check parsed_by(void (*parse)(const std::string&)) {
+  Check c;
+  c.parse = parse;
+  return c;
+}
+
+/// The member a row names.
+using FieldRef = std::variant<bool*, int*, int64_t*, uint64_t*, double*, std::string*>;
+
+/// One row of a configuration table over struct C.
+template <class C>
+struct Field {
+  const char* key;   ///< JSON key
+  const char* flag;  ///< CLI flag, e.g. "--kv-heads"
+  const char* help;  ///< one line for --help (the default is appended by the CLI)
+  Scope scope;
+  FieldRef (*ref)(C&);
+  Check check;
+
+  bool in_cli() const { return scope != Scope::json; }
+  bool in_json() const { return scope != Scope::cli; }
+  /// The name messages use: the flag when there is one, else the key.
+  const char* name() const { return in_cli() ? flag : key; }
+  FieldRef get(C& c) const { return ref(c); }
+  /// Read-only access: rows only read through this, so the const_cast never writes.
+  FieldRef get(const C& c) const { return ref(const_cast<C&>(c)); }
+};
+
+/// The value as JSON.
+nlohmann::json field_json(const FieldRef& r);
+/// The value as text ("6", "0.003", "burst", "true").
+std::string field_text(const FieldRef& r);
+/// Sets the member from `v`, refusing a value of the wrong JSON type (an integer field given 1.5
+/// or "6", a negative value for an unsigned field): "[component] where: key 'k' must be ...".
+void set_field(const FieldRef& r, const nlohmann::json& v, std::string_view component,
+               std::string_view where, std::string_view key);
+/// Throws "[component] NAME VALUE must be >= LO" (or in (LO, HI), ...) or what `check.parse`
+/// throws.
+void check_field(const FieldRef& r, const Check& check, std::string_view component,
+                 std::string_view name);
+
+/// Every JSON-scoped field of `c`, by key.
+template <class C>
+nlohmann::json fields_to_json(const std::vector<Field<C>>& table, const C& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : table)
+    if (f.in_json()) j[f.key] = field_json(f.get(c));
+  return j;
+}
+
+/// Sets the fields `j` names. Keys in `ignored` are skipped (derived values a writer adds);
+/// any other key without a JSON-scoped row is refused: "[component] where: unknown key 'k'".
+template <class C>
+void fields_from_json(const std::vector<Field<C>>& table, C& c, const nlohmann::json& j,
+                      std::string_view component, std::string_view where,
+                      const std::vector<std::string>& ignored = {});
+
+/// Runs every row's check over `c`, in table order.
+template <class C>
+void check_fields(const std::vector<Field<C>>& table, const C& c, std::string_view component) {
+  for (const auto& f : table) check_field(f.get(c), f.check, component, f.name());
+}
+
+/// The row whose key is `key`, or nullptr.
+template <class C>
+const Field<C>* find_field(const std::vector<Field<C>>& table, std::string_view key) {
+  for (const auto& f : table)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+[[noreturn]] void fail_unknown_key(std::string_view component, std::string_view where,
+                                   std::string_view key);
+[[noreturn]] void fail_not_object(std::string_view component, std::string_view where);
+
+template <class C>
+void fields_from_json(const std::vector<Field<C>>& table, C& c, const nlohmann::json& j,
+                      std::string_view component, std::string_view where,
+                      const std::vector<std::string>& ignored) {
+  if (!j.is_object()) fail_not_object(component, where);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    bool skip = false;
+    for (const auto& i : ignored) skip = skip || i == k;
+    if (skip) continue;
+    const Field<C>* f = find_field(table, k);
+    if (!f || !f->in_json()) fail_unknown_key(component, where, k);
+    set_field(f->get(c), it.value(), component, where, k);
+  }
+}
+
+}  // namespace longseq::core

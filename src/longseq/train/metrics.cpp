@@ -1,0 +1,99 @@
+// Metrics of the training loop (train/run.hpp): a step's record with MFU (the formula of
+// trainer.hpp), the per-step line, and metrics.json.
+#include <cstdio>
+
+#include "longseq/core/safetensors.hpp"
+#include "longseq/core/timer.hpp"
+#include "longseq/train/run.hpp"
+
+namespace longseq::train {
+
+using nlohmann::json;
+
+namespace {
+
+// (query, key) pairs a causal (optionally document-restricted) mask allows.
+double visible_pairs(int64_t n, const std::vector<int32_t>& docs) {
+  if (docs.empty()) return 0.5 * static_cast<double>(n) * static_cast<double>(n + 1);
+  double p = 0;
+  int64_t run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0 && docs[i] != docs[i - 1]) {
+      p += 0.5 * run * (run + 1.0);
+      run = 0;
+    }
+    ++run;
+  }
+  return p + 0.5 * run * (run + 1.0);
+}
+
+}  // namespace
+
+double step_flops(const RunSetup& s, const std::vector<int32_t>& docs) {
+  const TrainConfig& cfg = s.cfg;
+  const auto& m = cfg.model;
+  const double tokens = static_cast<double>(cfg.seq) * cfg.dp;
+  return 6.0 * static_cast<double>(s.layout.matmul_parameters()) * tokens +
+         12.0 * m.layers * m.heads * m.head_dim * visible_pairs(cfg.seq, docs) * cfg.dp;
+}
+
+StepRecord measure(RankRun& run, const StepResult& res) {
+  const TrainConfig& cfg = run.s.cfg;
+  double per[2] = {res.seconds - res.wait_s, res.wait_s};
+  run.world.all_reduce(per, per, 2, core::DType::f64);
+  double mx[2] = {res.seconds,
+                  static_cast<double>(res.saved_floats_peak) * 4.0 / (1024.0 * 1024.0)};
+  run.world.all_reduce(mx, mx, 2, core::DType::f64, comm::ReduceOp::max);
+  const double slowest = mx[0];
+  StepRecord r;
+  r.step = res.step;
+  r.loss = res.loss;
+  r.lr = res.lr;
+  r.grad_norm = res.grad_norm;
+  r.seconds = slowest;
+  r.tokens_per_sec = static_cast<double>(cfg.seq) * cfg.dp / slowest / cfg.world;
+  r.mfu = step_flops(run.s, res.docs) / (slowest * run.s.peak_gflops * 1e9);
+  r.peak_rss_mib = static_cast<double>(core::peak_rss_bytes()) / (1024.0 * 1024.0);
+  r.compute_s = per[0] / cfg.world;
+  r.comm_wait_s = per[1] / cfg.world;
+  r.saved_activation_mib = mx[1];
+  return r;
+}
+
+void report(RankRun& run, const StepRecord& r) {
+  if (!run.writer) return;
+  const TrainConfig& cfg = run.s.cfg;
+  if (!cfg.quiet) {
+    std::printf(
+        "step %4lld  loss %.4f  lr %.2e  |g| %.3f  %.2fs  %.0f tok/s/rank  mfu %.3f  "
+        "rss %.0f MiB  saved %.0f MiB  compute %.2fs  wait %.2fs\n",
+        static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_sec,
+        r.mfu, r.peak_rss_mib, r.saved_activation_mib, r.compute_s, r.comm_wait_s);
+    std::fflush(stdout);
+  }
+  if (!cfg.out.empty()) write_metrics(cfg.out, run.s.config, run.records);
+}
+
+json record_json(const StepRecord& r) {
+  return {{"step", r.step},
+          {"loss", r.loss},
+          {"lr", r.lr},
+          {"grad_norm", r.grad_norm},
+          {"seconds", r.seconds},
+          {"tokens_per_sec", r.tokens_per_sec},
+          {"mfu", r.mfu},
+          {"peak_rss_mib", r.peak_rss_mib},
+          {"compute_s", r.compute_s},
+          {"comm_wait_s", r.comm_wait_s},
+          {"saved_activation_mib", r.saved_activation_mib}};
+}
+
+void write_metrics(const std::string& out, const json& config,
+                   const std::vector<StepRecord>& steps) {
+  json s = json::array();
+  for (const auto& r : steps) s.push_back(record_json(r));
+  core::write_file_atomic(out + "/metrics.json",
+                          json{{"config", config}, {"steps", s}}.dump(1) + "\n");
+}
+
+}  // namespace longseq::train

@@ -1,0 +1,105 @@
+#pragma once
+// The units train() is made of (trainer.hpp is the contract; this header is how it is built, and
+// where features hook in):
+//
+//   RunSetup(cfg)        setup, once per run: parse + validate, data, layout, model options,
+//                        peak GEMM, the metrics "config" block, the output directory.
+//   RankRun              one rank's state: rank mapping (world rank w trains replica w / cp as
+//                        context rank w % cp), its ZeRO-3 shards, attention operator, records.
+//   restore(run)         checkpointing in: --init-from weights or --resume state -> first step.
+//   step_attention(run)  the attention operator of a step (its mask: causal, + documents).
+//   run_step(run, step)  one optimizer step -> StepResult (loss, norm, lr, this rank's times).
+//   measure(run, res)    metrics: the step's record (slowest rank, MFU, memory); collective.
+//   report(run, rec)     metrics out: the per-step line and metrics.json (writer rank).
+//   save_if_due(run, s)  checkpointing out: --save-every and the last step.
+//   run_rank(setup, w)   the loop over steps on one rank.
+//
+// Every function that takes a RankRun is collective over the run's world unless it says not.
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/mask_spec.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/model/attention_op.hpp"
+#include "longseq/model/transformer.hpp"
+#include "longseq/train/data.hpp"
+#include "longseq/train/trainer.hpp"
+#include "longseq/train/zero.hpp"
+
+namespace longseq::train {
+
+/// What every rank shares, read-only, for the whole run. Not movable (the loader and the shards
+/// refer to its members).
+struct RunSetup {
+  explicit RunSetup(const TrainConfig& cfg);
+  RunSetup(const RunSetup&) = delete;
+  RunSetup& operator=(const RunSetup&) = delete;
+
+  TrainConfig cfg;
+  ParsedConfig parsed;  ///< cfg's strings, typed (parsed once here)
+  TokenFile data;
+  Loader loader;
+  model::ParamLayout layout;
+  attention::Layout seq_layout;  ///< the balance layout of one sequence over the cp ranks
+  int threads = 1;               ///< compute threads per rank
+  model::ModelOptions options;
+  double peak_gflops = 0;
+  nlohmann::json config;  ///< metrics.json's and the checkpoint's "config" block
+  int64_t end = 0;        ///< one past the last step this run takes (--stop-after)
+};
+
+/// One rank's state for the run.
+struct RankRun {
+  RankRun(const RunSetup& setup, comm::Group& world);
+
+  const RunSetup& s;
+  comm::Group& world;
+  int replica;      ///< world rank / cp
+  comm::Group ctx;  ///< the replica's context group
+  bool writer;      ///< world rank 0 prints and writes files
+  ShardedState state;
+  std::shared_ptr<const attention::MaskSpec> base_mask;  ///< causal, over the whole sequence
+  std::unique_ptr<model::AttentionOp> attn;              ///< rebuilt when the mask changes
+  std::vector<StepRecord> records;                       ///< writer: every step so far
+  std::vector<float> final_grads;                        ///< keep_params, writer
+};
+
+/// One step's outcome on this rank, before the metrics reductions.
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0;       ///< mean over the step's tokens on every rank (all-reduced)
+  double grad_norm = 0;  ///< global, before clipping
+  double lr = 0;
+  double seconds = 0;  ///< this rank's wall time of the step
+  double wait_s = 0;   ///< of which waiting on communication (collectives, ZeRO-3, attention)
+  int64_t saved_floats_peak = 0;  ///< activations kept between forward and backward
+  std::vector<int32_t> docs;      ///< --doc-mask: document ids of the sequence (else empty)
+};
+
+/// The first step: 0, or the step a --resume checkpoint stopped at; loads --init-from weights.
+int64_t restore(RankRun& run);
+/// The attention operator for a sequence with document ids `docs` (empty: causal only).
+model::AttentionOp& step_attention(RankRun& run, const std::vector<int32_t>& docs);
+/// Runs optimizer step `step`: forward, backward, loss and norm reductions, clipping, AdamW.
+StepResult run_step(RankRun& run, int64_t step);
+/// The step's record: slowest rank's seconds, mean compute / wait, MFU, peak memory.
+StepRecord measure(RankRun& run, const StepResult& r);
+/// Prints the step's line and rewrites metrics.json (writer only; not collective).
+void report(RankRun& run, const StepRecord& r);
+/// Saves a checkpoint after `step` when --save-every or the end of the run asks for one.
+void save_if_due(RankRun& run, int64_t step);
+/// All units' full parameters (or gradients), concatenated; every rank gets them.
+std::vector<float> gather_all(RankRun& run, bool grads);
+
+/// Model FLOPs of one step (the MFU numerator of trainer.hpp).
+double step_flops(const RunSetup& s, const std::vector<int32_t>& docs);
+/// metrics.json: {"config": config, "steps": [records]}, written atomically.
+void write_metrics(const std::string& out, const nlohmann::json& config,
+                   const std::vector<StepRecord>& steps);
+/// One record as metrics.json writes it.
+nlohmann::json record_json(const StepRecord& r);
+
+}  // namespace longseq::train

@@ -1,0 +1,109 @@
+// One optimizer step (train/run.hpp): the step's tokens and mask, forward and backward, the loss
+// and gradient-norm reductions, clipping and AdamW.
+#include <algorithm>
+
+#include "longseq/core/timer.hpp"
+#include "longseq/train/optimizer.hpp"
+#include "longseq/train/run.hpp"
+
+namespace longseq::train {
+
+model::AttentionOp& step_attention(RankRun& run, const std::vector<int32_t>& docs) {
+  // Causal masks are the same every step: the operator is built once. Document masks change with
+  // the sequence, so --doc-mask rebuilds it each step.
+  if (run.attn && !run.s.cfg.doc_mask) return *run.attn;
+  std::shared_ptr<const attention::MaskSpec> mask = run.base_mask;
+  if (!docs.empty()) {
+    auto m = std::make_shared<attention::MaskSpec>(*run.base_mask);
+    m->doc_ids = docs;
+    mask = m;
+  }
+  run.attn = model::make_distributed_attention(run.s.parsed.algo, mask, run.s.seq_layout, run.ctx,
+                                               run.s.threads, run.s.parsed.precision);
+  return *run.attn;
+}
+
+std::vector<float> gather_all(RankRun& run, bool grads) {
+  const model::ParamLayout& layout = run.s.layout;
+  ShardedState& state = run.state;
+  std::vector<float> all;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> f(static_cast<size_t>(state.shard_size(u) * run.world.size()));
+    run.world.all_gather(grads ? state.grad_shard(u) : state.param_shard(u), f.data(),
+                         static_cast<size_t>(state.shard_size(u)), core::DType::f32);
+    f.resize(static_cast<size_t>(layout.units()[u].size));
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  return all;
+}
+
+namespace {
+
+// Forward and backward over this rank's tokens of the step's sequence; the loss is scaled by the
+// global count of non-ignored tokens (all-reduced first), so gradients are those of the mean.
+model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens& rt,
+                                   model::AttentionOp& attn) {
+  const RunSetup& s = run.s;
+  int64_t count = model::count_targets(rt.labels.data(), static_cast<int64_t>(rt.labels.size()),
+                                       s.cfg.model.vocab);
+  {
+    core::ScopedTimer t(&r.wait_s);
+    run.world.all_reduce(&count, &count, 1, core::DType::i64);
+  }
+  run.state.zero_grads();
+  model::StepBatch b;
+  b.tokens = rt.tokens.data();
+  b.labels = rt.labels.data();
+  b.pos = rt.pos.data();
+  b.len = static_cast<int64_t>(rt.pos.size());
+  b.seq_len = s.cfg.seq;
+  const double scale = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
+  model::StepResult res = model::forward_backward(s.layout, run.state, attn, b, scale, s.options);
+  double loss = res.loss_sum;
+  {
+    core::ScopedTimer t(&r.wait_s);
+    run.world.all_reduce(&loss, &loss, 1, core::DType::f64);
+    r.grad_norm = global_grad_norm(run.state.grads(), run.state.total_shard(), run.world);
+  }
+  r.loss = loss / static_cast<double>(std::max<int64_t>(count, 1));
+  return res;
+}
+
+// Clipping and AdamW; keeps the unclipped gradient of the run's last step for keep_params.
+void update(RankRun& run, StepResult& r) {
+  const TrainConfig& cfg = run.s.cfg;
+  ShardedState& st = run.state;
+  if (cfg.keep_params && r.step + 1 == run.s.end) {
+    std::vector<float> g = gather_all(run, true);
+    if (run.writer) run.final_grads = std::move(g);
+  }
+  clip_gradients(st.grads(), st.total_shard(), r.grad_norm, cfg.optim.grad_clip);
+  r.lr = learning_rate(cfg.optim, r.step, cfg.steps);
+  adamw_step(st.params(), st.grads(), st.exp_avg(), st.exp_avg_sq(), st.decay_mask().data(),
+             st.total_shard(), cfg.optim, r.lr, r.step);
+}
+
+}  // namespace
+
+StepResult run_step(RankRun& run, int64_t step) {
+  const RunSetup& s = run.s;
+  run.world.barrier();
+  core::Timer timer;
+  StepResult r;
+  r.step = step;
+  const double zero0 = run.state.comm_seconds();
+  const int64_t seq = s.loader.sequence_index(step, run.replica, s.cfg.dp);
+  const RankTokens rt =
+      s.loader.rank_tokens(seq, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex);
+  if (s.cfg.doc_mask) r.docs = s.loader.document_ids(seq);
+  model::AttentionOp& attn = step_attention(run, r.docs);
+  const model::AttentionTimes at0 = attn.times();
+  const model::StepResult res = forward_backward(run, r, rt, attn);
+  update(run, r);
+  r.seconds = timer.elapsed();
+  r.wait_s += (run.state.comm_seconds() - zero0) + (attn.times().wait_s - at0.wait_s);
+  r.saved_floats_peak = res.saved_floats_peak;
+  return r;
+}
+
+}  // namespace longseq::train
