@@ -23,6 +23,7 @@ class TableFlags {
   static std::shared_ptr<TableFlags> add(CLI::App& app, const std::vector<core::Field<C>>& table,
                                          const C* shown, const std::string& label) {
     auto flags = std::make_shared<TableFlags>();
+    const auto probe = std::make_unique<C>();  // only its members' types are used
     for (const auto& f : table) {
       if (!f.in_cli()) continue;
       Slot& slot = flags->slots_.emplace_back();
@@ -33,8 +34,7 @@ class TableFlags {
         if (!v.empty() && !std::holds_alternative<bool*>(f.get(*shown)))
           help += " [" + label + ": " + v + "]";
       }
-      C probe{};
-      std::visit([&](auto* p) { flags->declare(app, slot, f.flag, help, p); }, f.get(probe));
+      std::visit([&](auto* p) { flags->declare(app, slot, f.flag, help, p); }, f.get(*probe));
     }
     return flags;
   }

@@ -113,7 +113,8 @@ TEST(TrainConfig, PresetFilesInheritAndOverride) {
   const std::string plain = write_preset("plain", R"({"steps": 3})");
   EXPECT_EQ(tr::preset(plain).model.hidden, tr::preset("main").model.hidden);  // inherits main
   const std::string bare = write_preset("bare", R"({"inherits": "defaults"})");
-  EXPECT_EQ(tr::preset(bare).model.vocab, tr::TrainConfig{}.model.vocab);
+  const tr::TrainConfig defaults;
+  EXPECT_EQ(tr::preset(bare).model.vocab, defaults.model.vocab);
 }
 
 TEST(TrainConfig, PresetFilesRefuseNamingFileKeyAndValue) {
