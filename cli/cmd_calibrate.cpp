@@ -40,6 +40,7 @@
 #include "longseq/kernels/gemm.hpp"
 #include "longseq/plan/attention_cost.hpp"
 #include "longseq/plan/hardware.hpp"
+#include "longseq/plan/memory.hpp"
 
 namespace longseq::cli {
 
@@ -366,6 +367,7 @@ std::function<int()> add_calibrate(CLI::App& app) {
           {"fwd_pairs", {{"full", strided.fwd_work.full}, {"partial", strided.fwd_work.partial}}},
           {"bwd_pairs", {{"full", strided.bwd_work.full}, {"partial", strided.bwd_work.partial}}}}},
         {"load_average_1min", load_average()},
+        {"host", plan::this_host()},  // `plan --hardware` compares it with the machine it runs on
         {"pingpong_local", points_json(local_pts)},
         {"pingpong_mpi", mpi_pts.empty() ? nlohmann::json("not measured") : points_json(mpi_pts)}};
     std::ofstream out(a->out);

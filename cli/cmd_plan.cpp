@@ -116,6 +116,7 @@ std::function<int()> add_plan(CLI::App& app) {
       h.memory_limit_gib = a->memory_limit_gib;
       h.longest = a->longest;
       h.explain = a->explain;
+      h.json = a->json;
       return plan_host(h);
     }
     PlanOptions o;
@@ -124,6 +125,9 @@ std::function<int()> add_plan(CLI::App& app) {
     o.gpus = a->gpus;
     o.gpus_per_node = a->gpus_per_node;
     o.hw = load_hardware(a->hardware);
+    if (o.hw.host_cores > 0)
+      if (const std::string m = host_profile_mismatch(a->hardware); !m.empty())
+        std::fprintf(stderr, "[plan] warning: %s\n", m.c_str());
     core::require(a->memory_limit_gib >= 0, "plan", "--memory-limit ", a->memory_limit_gib, " must be >= 0");
     o.memory_limit_bytes = a->memory_limit_gib * (1 << 30);
     o.mask = attention::MaskSpec::parse(a->mask, false, o.seq);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -89,6 +90,34 @@ int plan_host(const HostPlanArgs& a) {
   std::vector<std::string> policies = a.checkpoints;
   if (policies.empty()) policies = {"none", "full", "selective++", "seq-selective"};
 
+  if (a.json) {
+    nlohmann::json out = {{"preset", a.preset},
+                          {"seq", c.seq},
+                          {"world", c.world},
+                          {"algo", c.algo},
+                          {"balance", c.balance},
+                          {"mask", mask},
+                          {"loss", c.loss},
+                          {"ffn_chunk", c.ffn_chunk},
+                          {"data_tokens", tokens},
+                          {"limit_bytes", limit},
+                          {"policies", nlohmann::json::array()}};
+    for (const std::string& p : policies) {
+      c.checkpoint = p;
+      const plan::HostTrainerMemory r = plan::host_trainer_memory(host_inputs(c, mask, tokens));
+      nlohmann::json items = nlohmann::json::object();
+      for (const auto& [name, bytes] : r.items) items[name] = bytes * r.ranks;
+      out["policies"].push_back({{"checkpoint", p},
+                                 {"predicted_bytes", r.total()},
+                                 {"phase", r.phase},
+                                 {"baseline", r.baseline},
+                                 {"data", r.data},
+                                 {"state", r.state},
+                                 {"ranks_times_items", items}});
+    }
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
   std::printf(
       "plan --train %s: peak RSS of `longseq train` on this host (%d ranks as threads of one "
       "process), %s, N = %lld, algo %s, balance %s, mask %s, loss %s, ffn chunk %lld, "

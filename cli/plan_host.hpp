@@ -19,6 +19,7 @@ struct HostPlanArgs {
   int64_t data_tokens = -1;               ///< >= 0: instead of reading the preset's data file
   double memory_limit_gib = 0;            ///< 0: MemTotal
   bool longest = false, explain = false;
+  bool json = false;  ///< one JSON object instead of the table
 };
 
 /// The inputs of host_trainer_memory for a training config and its --mask text.

@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include "longseq/attention/hybrid.hpp"
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cpu/attention.hpp"
+#include "longseq/plan/hardware.hpp"
 
 namespace longseq::plan {
 
@@ -268,6 +272,46 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   r.phase = best->name;
   r.items = best->items;
   return r;
+}
+
+nlohmann::json this_host() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown";
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
+      break;
+    }
+  return {{"cpu_model", model}, {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}};
+}
+
+std::string host_profile_mismatch(const std::string& name_or_file) {
+  const bool file = name_or_file.size() > 5 && name_or_file.substr(name_or_file.size() - 5) == ".json";
+  const std::string path = file ? name_or_file : data_dir() + "/hardware/" + name_or_file + ".json";
+  std::ifstream in(path);
+  if (!in) return "";  // load_hardware names a missing profile
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception&) {
+    return "";  // load_hardware names a malformed one
+  }
+  const nlohmann::json here = this_host();
+  const std::string where = " (run `longseq calibrate` here: predicted step times may be off by 2x)";
+  if (!j.contains("measurements") || !j["measurements"].is_object() || !j["measurements"].contains("host"))
+    return core::cat("hardware profile ", name_or_file, " does not record the CPU it was measured on; this "
+                     "machine is ", here["cpu_model"].get<std::string>(), " with ", here["cores"].get<int>(),
+                     " cores", where);
+  const nlohmann::json& h = j["measurements"]["host"];
+  const std::string model = h.value("cpu_model", std::string("unknown"));
+  const int cores = h.value("cores", 0);
+  if (model == here["cpu_model"].get<std::string>() && cores == here["cores"].get<int>()) return "";
+  return core::cat("hardware profile ", name_or_file, " was measured on ", model, " with ", cores,
+                   " cores; this machine is ", here["cpu_model"].get<std::string>(), " with ",
+                   here["cores"].get<int>(), " cores", where);
 }
 
 }  // namespace longseq::plan

@@ -23,6 +23,7 @@
 //                Figure 8)
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,5 +131,14 @@ struct HostTrainerMemory {
 
 /// Throws core::Error("[plan] ...") naming the values (world not divisible by dp, unknown algo).
 HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in);
+
+/// This machine as `longseq calibrate` records it in a profile's measurements.host:
+/// {"cpu_model": /proc/cpuinfo's model name, "cores": hardware threads}.
+nlohmann::json this_host();
+/// Empty when the host profile `name_or_file` (data/hardware/NAME.json or a file) was measured on
+/// a CPU of this machine's model with as many cores; otherwise one sentence naming both (or
+/// saying the profile does not record its CPU), for `plan` to print: a profile from another
+/// machine mispredicts step times (the shipped local.json predicted 24.9 s for a 53-62 s step).
+std::string host_profile_mismatch(const std::string& name_or_file);
 
 }  // namespace longseq::plan
