@@ -7,14 +7,9 @@ namespace longseq::cli {
 
 std::function<int()> add_info(CLI::App&) {
   return [] {
-    std::printf("longseq\n  gemm library: %s\n  mpi backend:  %s\n  cuda:         %s\n",
+    std::printf("longseq\n  gemm library: %s\n  mpi backend:  %s\n",
                 kernels::gemm_library(),
 #ifdef LONGSEQ_WITH_MPI
-                "built",
-#else
-                "not built",
-#endif
-#ifdef LONGSEQ_WITH_CUDA
                 "built"
 #else
                 "not built"
