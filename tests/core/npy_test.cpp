@@ -195,3 +195,21 @@ TEST_F(NpyTest, SixDimensionsRoundTrip) {
                      floats({1})),
                  "at most 6");
 }
+
+// issue 20: a shape whose element count overflows int64 wrapped to 0 and was accepted with no
+// data, so `longseq attention` ran on until killed.
+TEST_F(NpyTest, RefusesShapeWhoseElementCountOverflows) {
+  expect_refused(raw("ovf.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536, 4294967296), }", ""),
+                 "overflows the element count");
+  // The byte count overflows even where the element count does not (2^62 floats).
+  expect_refused(raw("ovf2.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2147483648, 2147483648), }", ""),
+                 "overflows");
+  // A huge but representable shape is a size mismatch, named as such.
+  expect_refused(raw("big.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536), }", floats({1})),
+                 "truncated data");
+}
+
+TEST_F(NpyTest, RefusesDimensionsNotSeparatedByCommas) {
+  expect_refused(raw("sep.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1 2), }", floats({1, 2})),
+                 "expected ',' or ')'");
+}

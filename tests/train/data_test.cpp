@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "longseq/core/error.hpp"
@@ -114,6 +115,44 @@ TEST(Loader, SequenceOrderDocumentIdsAndShortFiles) {
   f.eot = -1;
   EXPECT_TRUE(tr::Loader(f, 6).document_ids(0).empty());
   EXPECT_NE(error_of([&] { tr::Loader(f, 13); }).find("holds 12 tokens, fewer than one sequence of --seq 13"),
+            std::string::npos);
+}
+
+// issue 20: `1024 + n * bytes` wrapped around for a count of 2^63 two-byte tokens, so a bare
+// header passed the size check and the reader tried to allocate 2^63 tokens (a std::length_error
+// naming no file).
+TEST(TokenFile, RefusesATokenCountWhoseByteSizeOverflows) {
+  const std::string p = tmp("ovf");
+  tr::write_token_file(p, {}, 257, 256);
+  std::string raw = longseq::core::read_file(p);
+  ASSERT_EQ(raw.size(), 1024u);
+  const uint32_t hi = 0x80000000u;
+  std::memcpy(raw.data() + 12, &hi, 4);  // header[3]: high 32 bits of the count
+  longseq::core::write_file_atomic(p, raw);
+  const std::string m = error_of([&] { tr::read_token_file(p); });
+  EXPECT_NE(m.find("[data] " + p + ": header says 9223372036854775808 tokens of 2 bytes, the file has 0 data bytes"),
+            std::string::npos)
+      << m;
+  std::remove(p.c_str());
+}
+
+// issue 20: a step read from trainer_state.json reached the loader unchecked; a negative one
+// made rank_tokens read before the tokens (heap-use-after-free under ASan).
+TEST(Loader, RefusesNegativeStepsAndSequencesOutOfRange) {
+  tr::TokenFile f;
+  f.tokens.assign(12, 1);
+  f.vocab = 257;
+  f.path = "synthetic";
+  const tr::Loader loader(f, 6);
+  EXPECT_NE(error_of([&] { loader.sequence_index(-2147483648LL, 0, 1); })
+                .find("[data] synthetic: step -2147483648 replica 0 of 1 out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { loader.sequence_index(INT64_MAX / 2, 1, 4); }).find("overflows"),
+            std::string::npos);
+  const at::Layout lay(at::Balance::contiguous, 6, 1);
+  EXPECT_NE(error_of([&] { loader.rank_tokens(-1, lay, 0, -100); }).find("sequence -1 out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { loader.rank_tokens(2, lay, 0, -100); }).find("sequence 2 out of range"),
             std::string::npos);
 }
 

@@ -83,4 +83,108 @@ TEST(SafeTensors, RefusesMalformedFilesAndMismatches) {
   std::remove(p.c_str());
 }
 
+// A safetensors file from a header written by hand and `data_bytes` zero bytes of data.
+void write_raw(const std::string& p, const std::string& header, size_t data_bytes) {
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  out += header + std::string(data_bytes, '\0');
+  lc::write_file_atomic(p, out);
+}
+
+std::string refusal(const std::string& p) {
+  try {
+    lc::read_safetensors(p);
+  } catch (const lc::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// issue 20: each of these was accepted, or refused by a raw JSON exception without the path.
+TEST(SafeTensors, RefusesMalformedHeadersNamingFileAndTensor) {
+  const std::string p = tmp("h.safetensors");
+  struct Case {
+    std::string header;
+    size_t data;
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {R"({"__metadata__": [1, 2], "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4,
+       "__metadata__ is array, expected an object"},
+      {R"({"__metadata__": "pt"})", 0, "__metadata__ is string"},
+      {R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+           "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8, "overlaps 'x'"},
+      {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+           "y": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12,
+       "hole of 4 bytes before tensor 'y'"},
+      {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8,
+       "4 bytes after the last tensor 'x' belong to no tensor"},
+      {R"({"x": {"dtype": "F32", "shape": [65536, 65536, 4294967296], "data_offsets": [0, 0]}})", 0,
+       "tensor 'x': shape [65536,65536,4294967296] overflows the element count"},
+      {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4000000000]}})", 4,
+       "tensor 'x' data_offsets out of range: [0, 4000000000] in 4 data bytes"},
+      {R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4,
+       "tensor 'x': shape entry -1 is not a non-negative integer"},
+      {R"({"x": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4, "shape entry 1.5"},
+      {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 4]}})", 4,
+       "data_offsets entry -4"},
+      {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4,
+       "tensor 'x': data_offsets missing or not [begin, end]"},
+      {R"({"x": 7})", 0, "entry 'x' is number"},
+      {R"({"x": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", 4, "dtype missing or not a string"},
+      {R"({"x": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1, "unsupported dtype 'F8'"},
+      {R"([1, 2])", 0, "header is not a JSON object"},
+  };
+  for (const Case& c : cases) {
+    write_raw(p, c.header, c.data);
+    const std::string m = refusal(p);
+    EXPECT_NE(m.find("[safetensors] " + p + ": "), std::string::npos) << c.header << "\n" << m;
+    EXPECT_NE(m.find(c.what), std::string::npos) << c.header << "\n" << m;
+  }
+  // A header length beyond the limit is refused before anything is parsed.
+  std::string big(8, '\0');
+  big[4] = 0x10;  // 2^36
+  lc::write_file_atomic(p, big + std::string(16, ' '));
+  EXPECT_NE(refusal(p).find("exceeds the file"), std::string::npos);
+  // Zero-size tensors may share an offset with their neighbour.
+  write_raw(p, R"({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(lc::read_safetensors(p).tensors.size(), 2u);
+  std::remove(p.c_str());
+}
+
+// issue 20: a flipped byte inside a tensor of a file longseq wrote was accepted silently.
+TEST(SafeTensors, ChecksumsCatchAFlippedByteNamingTheTensor) {
+  const std::string p = tmp("c.safetensors");
+  std::vector<float> a(16, 1.0f), b(8, 2.0f);
+  lc::write_safetensors(p, {{"first", lc::DType::f32, {16}, a.data()}, {"second", lc::DType::f32, {8}, b.data()}},
+                        {{"format", "pt"}});
+  EXPECT_EQ(lc::verify_checksums(lc::read_safetensors(p)), 2);
+  const std::string raw = lc::read_file(p);
+  // Flip one bit in each byte position of the data section in turn (sampled): always caught.
+  uint64_t n = 0;
+  std::memcpy(&n, raw.data(), 8);
+  for (size_t i = 8 + n; i < raw.size(); i += 7) {
+    std::string bad = raw;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    lc::write_file_atomic(p, bad);
+    const std::string tensor = i < 8 + n + 64 ? "first" : "second";
+    const std::string m = refusal(p);
+    EXPECT_NE(m.find(p + ": tensor '" + tensor + "' fails its CRC-32C check"), std::string::npos)
+        << i << ": " << m;
+  }
+  // A file without checksums (another writer) is read as is.
+  write_raw(p, R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(lc::verify_checksums(lc::read_safetensors(p)), -1);
+  // A tensor added without a checksum, or a checksum of a tensor not there, is refused.
+  write_raw(p, R"({"__metadata__": {"longseq.crc32c": "{\"y\": \"00000000\"}"},
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_NE(refusal(p).find("a checksum names tensor 'y'"), std::string::npos) << refusal(p);
+  write_raw(p, R"({"__metadata__": {"longseq.crc32c": "{}"},
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_NE(refusal(p).find("tensor 'x' has no checksum"), std::string::npos) << refusal(p);
+  std::remove(p.c_str());
+}
+
 }  // namespace

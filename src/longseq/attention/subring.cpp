@@ -80,7 +80,16 @@ Exchange::Exchange(comm::Group& group) : group_(group), rank_(group.rank()) {}
 Exchange::~Exchange() {
   // Never leave a transfer pointing at freed buffers: complete whatever is still posted (an
   // exception between post and wait would otherwise leave the peer writing into freed memory).
-  for (auto& w : waits_) w();
+  // A wait that fails here (RankFailed: the world failed, which is usually why we are unwinding)
+  // must not escape: a throwing destructor during unwinding is std::terminate, and the error
+  // that matters is the one already propagating (run() reports the world's first failure). A
+  // failed request is finished with its buffers either way.
+  for (auto& w : waits_) {
+    try {
+      w();
+    } catch (...) {
+    }
+  }
 }
 
 void Exchange::send(const float* p, int64_t n, int peer, int tag) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 
+#include "longseq/core/checked.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::core {
@@ -126,7 +127,11 @@ class HeaderParser {
       }
       out.push_back(v);
       skip_ws();
-      if (peek() == ',') ++i_;
+      if (peek() == ',')
+        ++i_;
+      else if (peek() != ')')
+        bad(path_, "bad header: expected ',' or ')' after a dimension at offset " + std::to_string(i_) +
+                       " (header: " + s_ + ")");
     }
     if (out.size() > static_cast<size_t>(kMaxDims))
       bad(path_, "shape has " + std::to_string(out.size()) + " dimensions, at most " +
@@ -200,7 +205,14 @@ NpyArray read_npy(const std::string& path) {
   if (!known)
     bad(path, "unsupported dtype '" + descr + "' (supported: <f4, <f8, <i4, <i8, |u1, |b1)");
 
-  const uint64_t want = static_cast<uint64_t>(out.numel()) * dtype_size(out.dtype);
+  // The element and byte counts are checked for overflow: a wrapped product would make a huge
+  // declared shape look like a small (even empty) one and be accepted.
+  int64_t want_bytes = 0;
+  if (!shape_bytes(out.shape, static_cast<int64_t>(dtype_size(out.dtype)), want_bytes))
+    bad(path, "shape " + Shape(out.shape.begin(), out.shape.end()).str() + " of " +
+                  std::string(dtype_name(out.dtype)) + " overflows the element count (header: " +
+                  header + ")");
+  const uint64_t want = static_cast<uint64_t>(want_bytes);
   const uint64_t have = file_size - prefix - header_len;
   if (have < want)
     bad(path, "truncated data: shape " + Shape(out.shape.begin(), out.shape.end()).str() + " of " +

@@ -9,8 +9,15 @@
 // either the old file or the new one, never a torn one.
 //
 // Errors: core::Error("[safetensors] <path>: <what>") for I/O failures, truncated files, malformed
-// headers, out-of-range data offsets, byte counts that disagree with shape and dtype, unknown
-// dtypes, duplicate names.
+// headers (a header over kMaxHeaderBytes, a non-object __metadata__, entries that are not objects,
+// shapes that are not non-negative integers or whose byte count overflows), out-of-range data
+// offsets, byte counts that disagree with shape and dtype, tensors that overlap or leave holes in
+// the data section (the format requires them to tile it exactly), unknown dtypes, duplicate names.
+//
+// Checksums: write_safetensors records the CRC-32C of every tensor's bytes in __metadata__ under
+// kChecksumKey (a JSON object {"name": "8 hex digits"} as a string, since metadata values are
+// strings); read_safetensors verifies them when present, so a flipped byte in a file longseq wrote
+// is refused naming the file and the tensor. Files without the key (other writers) are read as is.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -46,11 +53,27 @@ struct SafeTensorsFile {
   std::string path;
 };
 
+/// The __metadata__ key holding the per-tensor CRC-32C checksums.
+inline constexpr const char* kChecksumKey = "longseq.crc32c";
+/// The largest header read (the reference implementation's limit): a corrupted length cannot
+/// make the reader parse gigabytes of tensor bytes as JSON.
+inline constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+
 /// Writes atomically (see above). Tensors are laid out in the given order, 8-byte aligned header.
 void write_safetensors(const std::string& path, const std::vector<SafeTensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 SafeTensorsFile read_safetensors(const std::string& path);
+/// Parses a whole file's bytes (`path` only names it in messages); what read_safetensors does
+/// after reading. Used by the fuzz harness.
+SafeTensorsFile parse_safetensors(const std::string& bytes, const std::string& path);
+/// Verifies the kChecksumKey checksums of `f` (read_safetensors already did): returns how many
+/// tensors were checked, -1 when the file records none; throws core::Error naming the file and
+/// the first tensor whose bytes do not match, or a tensor without a checksum.
+int verify_checksums(const SafeTensorsFile& f);
+/// fsync of a directory, so that renames and creations inside it are durable (best effort: a
+/// filesystem that refuses directory descriptors is skipped).
+void fsync_dir(const std::string& dir);
 
 /// Writes `text` to `path` atomically (tmp, fsync, rename, fsync directory).
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -1,6 +1,7 @@
 #include "longseq/train/checkpoint.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/checksum.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 
@@ -32,7 +34,46 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
+// The JSON files of a checkpoint and their CRC-32C, recorded in checksums.json (the tensors carry
+// their own inside the safetensors files).
+constexpr const char* kJsonFiles[] = {"config.json", "trainer_state.json"};
+
+void verify_json_checksums(const std::string& ck) {
+  const std::string path = ck + "/checksums.json";
+  if (!fs::exists(path)) return;  // a checkpoint written before checksums were recorded
+  const nlohmann::json j = read_json(path);
+  core::require(j.is_object() && j.contains("crc32c") && j["crc32c"].is_object(), "train", path,
+                ": expected {\"crc32c\": {file: checksum}}");
+  for (auto it = j["crc32c"].begin(); it != j["crc32c"].end(); ++it) {
+    uint32_t want = 0;
+    core::require(it->is_string() && core::parse_crc32c_hex(it->get<std::string>(), want), "train",
+                  path, ": checksum of ", it.key(), " is ", it->dump(), ", expected 8 hex digits");
+    core::require(std::find(std::begin(kJsonFiles), std::end(kJsonFiles), it.key()) != std::end(kJsonFiles),
+                  "train", path, ": names unknown file '", it.key(), "'");
+    const std::string text = core::read_file(ck + "/" + it.key());
+    const uint32_t have = core::crc32c(text.data(), text.size());
+    core::require(have == want, "train", ck, "/", it.key(), ": fails its CRC-32C check (",
+                  core::crc32c_hex(have), " read, ", core::crc32c_hex(want),
+                  " written in checksums.json): the file was changed or corrupted after saving");
+  }
+}
+
 }  // namespace
+
+int64_t validate_trainer_state(const nlohmann::json& ts, const std::string& path) {
+  core::require(ts.is_object(), "train", path, ": expected a JSON object, got ", ts.type_name());
+  core::require(ts.contains("step") && ts["step"].is_number_integer(), "train", path,
+                ": step missing or not an integer (", ts.value("step", nlohmann::json()).dump(), ")");
+  const nlohmann::json& st = ts["step"];
+  const bool in_range = st.is_number_unsigned() ? st.get<uint64_t>() <= uint64_t{kMaxStep}
+                                                : st.get<int64_t>() >= 0 && st.get<int64_t>() <= kMaxStep;
+  core::require(in_range, "train", path, ": step ", st.dump(), " out of range [0, ", kMaxStep, "]");
+  core::require(ts.contains("seed") && ts["seed"].is_number_integer() &&
+                    (ts["seed"].is_number_unsigned() || ts["seed"].get<int64_t>() >= 0),
+                "train", path, ": seed missing or not a non-negative integer (",
+                ts.value("seed", nlohmann::json()).dump(), ")");
+  return st.get<int64_t>();
+}
 
 nlohmann::json hf_config(const model::LlamaConfig& c) {
   // A sliding window is written as Mistral: the same weights, names and blocks as LLaMA, and the
@@ -83,16 +124,27 @@ void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann
     }
   core::write_safetensors(tmp + "/model.safetensors", model_t, {{"format", "pt"}});
   core::write_safetensors(tmp + "/optimizer.safetensors", opt_t, {{"format", "pt"}});
-  core::write_file_atomic(tmp + "/config.json", hf_config(layout.config()).dump(2) + "\n");
-  core::write_file_atomic(tmp + "/trainer_state.json", trainer_state.dump(2) + "\n");
+  const std::string texts[] = {hf_config(layout.config()).dump(2) + "\n", trainer_state.dump(2) + "\n"};
+  nlohmann::json sums = nlohmann::json::object();
+  for (int i = 0; i < 2; ++i) {
+    core::write_file_atomic(tmp + "/" + kJsonFiles[i], texts[i]);
+    sums[kJsonFiles[i]] = core::crc32c_hex(core::crc32c(texts[i].data(), texts[i].size()));
+  }
+  core::write_file_atomic(tmp + "/checksums.json", nlohmann::json{{"crc32c", sums}}.dump(2) + "\n");
+  // Every rename is followed by an fsync of DIR, so that after a crash the directory entries are
+  // as durable as the files (which write_file_atomic already fsync'ed): checkpoint/ is either the
+  // old set or the new one, and checkpoint.old/ is only removed once the new one is in place.
   fs::remove_all(old, ec);
   if (fs::exists(cur)) {
     fs::rename(cur, old, ec);
     core::require(!ec, "train", "cannot move ", cur, " to ", old, ": ", ec.message());
+    core::fsync_dir(dir);
   }
   fs::rename(tmp, cur, ec);
   core::require(!ec, "train", "cannot move ", tmp, " to ", cur, ": ", ec.message());
+  core::fsync_dir(dir);
   fs::remove_all(old, ec);
+  core::fsync_dir(dir);
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
@@ -100,10 +152,14 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
   if (!fs::exists(ck + "/trainer_state.json")) ck = dir + "/checkpoint.old";
   core::require(fs::exists(ck + "/trainer_state.json"), "train", "--resume ", dir,
                 ": no checkpoint/trainer_state.json (nor checkpoint.old/) in it");
+  verify_json_checksums(ck);
   const nlohmann::json ts = read_json(ck + "/trainer_state.json");
+  validate_trainer_state(ts, ck + "/trainer_state.json");
   const model::ParamLayout& layout = state.layout();
   const nlohmann::json want = hf_config(layout.config());
   const nlohmann::json have = read_json(ck + "/config.json");
+  core::require(have.is_object(), "train", ck, "/config.json: expected a JSON object, got ",
+                have.type_name());
   for (auto it = want.begin(); it != want.end(); ++it)
     core::require(have.contains(it.key()) && have[it.key()] == it.value(), "train", "--resume ", ck,
                   ": model ", it.key(), " is ", have.value(it.key(), nlohmann::json()).dump(),
@@ -133,6 +189,14 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   core::require(fs::exists(path), "train", "--init-from ", dir, ": no config.json in it");
   const nlohmann::json j = read_json(path);
   core::require(j.is_object(), "train", path, ": not a JSON object");
+  try {
+    return hf_config_fields(j, path);
+  } catch (const nlohmann::json::exception& e) {
+    core::fail("train", path, ": a field has the wrong type: ", e.what());
+  }
+}
+
+model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& path) {
   const std::string type = j.value("model_type", std::string("(missing)"));
   core::require(type == "llama" || type == "mistral", "train", path, ": model_type '", type,
                 "' is not supported (llama, or mistral: LLaMA with a sliding window)");
@@ -140,10 +204,18 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   core::require(act == "silu", "train", path, ": hidden_act '", act, "' (the model is SwiGLU: silu)");
   for (const char* k : {"attention_bias", "mlp_bias"})
     core::require(!j.value(k, false), "train", path, ": ", k, " true is not supported (LLaMA has none)");
+  // Integers only: a float such as 1e300 would be cast to int64 (undefined) by get<int64_t>.
   auto need = [&](const char* k) -> const nlohmann::json& {
-    core::require(j.contains(k) && j[k].is_number(), "train", path, ": ", k, " missing or not a number");
+    core::require(j.contains(k) && j[k].is_number_integer(), "train", path, ": ", k,
+                  " missing or not an integer (", j.value(k, nlohmann::json()).dump(), ")");
     return j[k];
   };
+  for (const char* k : {"num_key_value_heads", "head_dim", "sliding_window", "max_position_embeddings"})
+    core::require(!j.contains(k) || j[k].is_null() || j[k].is_number_integer(), "train", path, ": ", k,
+                  " ", j.value(k, nlohmann::json()).dump(), " is not an integer");
+  for (const char* k : {"rope_theta", "rms_norm_eps"})
+    core::require(!j.contains(k) || j[k].is_number(), "train", path, ": ", k, " ", j.value(k, nlohmann::json()).dump(),
+                  " is not a number");
   model::LlamaConfig c;
   try {
     c.hidden = need("hidden_size").get<int64_t>();
@@ -170,6 +242,23 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     core::fail("train", path, ": a field has the wrong type: ", e.what());
   }
+  // Sizes beyond these are corrupt files, not models (and would overflow products of sizes).
+  const std::pair<const char*, int64_t> bounds[] = {
+      {"hidden_size", c.hidden},     {"intermediate_size", c.intermediate}, {"head_dim", c.head_dim},
+      {"num_hidden_layers", c.layers}, {"num_attention_heads", c.heads},   {"num_key_value_heads", c.kv_heads}};
+  for (const auto& [k, v] : bounds)
+    core::require(v >= 1 && v <= kMaxConfigDim, "train", path, ": ", k, " ", v, " out of range [1, ",
+                  kMaxConfigDim, "]");
+  core::require(c.sliding_window <= kMaxStep, "train", path, ": sliding_window ", c.sliding_window,
+                " out of range (at most ", kMaxStep, ")");
+  core::require(c.max_position_embeddings <= kMaxStep, "train", path, ": max_position_embeddings ",
+                c.max_position_embeddings, " out of range (at most ", kMaxStep, ")");
+  core::require(c.vocab >= 1 && c.vocab <= (int64_t{1} << 31) - 1, "train", path, ": vocab_size ",
+                c.vocab, " out of range [1, 2^31 - 1]");
+  core::require(std::isfinite(c.rope_theta) && c.rope_theta > 0, "train", path, ": rope_theta ",
+                c.rope_theta, " must be a positive finite number");
+  core::require(std::isfinite(c.norm_eps) && c.norm_eps > 0, "train", path, ": rms_norm_eps ",
+                c.norm_eps, " must be a positive finite number");
   try {
     c.rope_scaling = model::RopeScaling::from_json(j.value("rope_scaling", nlohmann::json()));
     c.validate();

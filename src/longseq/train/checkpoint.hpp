@@ -4,6 +4,8 @@
 //   optimizer.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //   config.json            the Hugging Face LlamaConfig of the model
 //   trainer_state.json     step (next to run), seed, data position, RNG note, train config
+//   checksums.json         CRC-32C of config.json and trainer_state.json (the tensors' own are in
+//                          the safetensors __metadata__, core/safetensors.hpp)
 // The set is written into DIR/checkpoint.tmp/ (each file fsync'ed), then the old checkpoint is
 // renamed to checkpoint.old, the new one into place, and the old one removed: a crash leaves a
 // complete checkpoint in checkpoint/ or checkpoint.old/ (resume looks in that order).
@@ -23,9 +25,22 @@ void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann
                      bool writer);
 
 /// Reads DIR/checkpoint (or checkpoint.old) into the state (every rank reads the files) and
-/// returns trainer_state.json. Throws core::Error("[train] ...") naming the file and the mismatch
-/// (missing tensor, other shape, other model config).
+/// returns trainer_state.json, validated (validate_trainer_state). Throws core::Error("[train] ...")
+/// naming the file and the mismatch (missing tensor, other shape, other model config, a checksum
+/// that fails: tensors are checked by read_safetensors, config.json and trainer_state.json against
+/// checksums.json).
 nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
+
+/// The largest step a trainer_state.json may hold (2^40: far beyond any run, small enough that
+/// step * dp and the schedule's arithmetic cannot overflow).
+inline constexpr int64_t kMaxStep = int64_t{1} << 40;
+/// The largest size (hidden, heads, layers, ...) a config.json may declare.
+inline constexpr int64_t kMaxConfigDim = int64_t{1} << 20;
+
+/// Checks the fields of trainer_state.json the trainer uses before it uses them: an object, "step"
+/// an integer in [0, kMaxStep], "seed" a non-negative integer. Returns the step; throws
+/// core::Error("[train] <path>: <field> <value> ...") otherwise.
+int64_t validate_trainer_state(const nlohmann::json& ts, const std::string& path);
 
 /// The Hugging Face config.json of a model config: LlamaForCausalLM, or MistralForCausalLM with
 /// `sliding_window` when the model has one (the architecture of transformers that applies it).
@@ -43,6 +58,10 @@ nlohmann::json hf_config(const model::LlamaConfig& c);
 /// num_attention_heads, as in HF; rope_theta, rope_scaling and max_position_embeddings (absent:
 /// 0, unset) are read as HF names them.
 model::LlamaConfig read_hf_config(const std::string& dir);
+/// The checks of read_hf_config on an already parsed config.json (`path` names it in messages):
+/// also sizes in [1, kMaxConfigDim], finite positive rope_theta and rms_norm_eps. May throw
+/// nlohmann::json exceptions for wrongly typed optional fields (read_hf_config names the file).
+model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& path);
 
 /// Loads DIR's weights into the parameter shards (every rank reads the files; moments untouched).
 /// Every tensor of the layout must be present with its shape (lm_head.weight is not needed when

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "longseq/core/checked.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 
@@ -50,13 +51,16 @@ TokenFile read_token_file(const std::string& path) {
   const uint64_t n = static_cast<uint32_t>(h[2]) | (static_cast<uint64_t>(static_cast<uint32_t>(h[3])) << 32);
   const int bytes = h[4];
   core::require(bytes == 2 || bytes == 4, "data", path, ": ", bytes, " bytes per token (2 or 4)");
-  core::require(all.size() == 1024 + n * bytes, "data", path, ": header says ", n, " tokens of ",
-                bytes, " bytes, the file has ", all.size() - 1024, " data bytes");
+  // Compared by division: 1024 + n * bytes wraps around for a corrupted count near 2^64.
+  const uint64_t data_bytes = all.size() - 1024;
+  core::require(data_bytes % static_cast<uint64_t>(bytes) == 0 && n == data_bytes / static_cast<uint64_t>(bytes),
+                "data", path, ": header says ", n, " tokens of ", bytes, " bytes, the file has ",
+                data_bytes, " data bytes");
   TokenFile f;
   f.path = path;
   f.vocab = static_cast<uint32_t>(h[5]);
   f.eot = h[6];
-  core::require(f.vocab > 0, "data", path, ": vocabulary ", f.vocab);
+  core::require(f.vocab > 0, "data", path, ": vocabulary ", f.vocab, " in the header must be > 0");
   core::require(f.eot >= -1 && f.eot < f.vocab, "data", path, ": end-of-text id ", f.eot,
                 " outside the vocabulary ", f.vocab);
   f.tokens.resize(n);
@@ -104,12 +108,21 @@ Loader::Loader(const TokenFile& file, int64_t seq_len) : file_(file), n_(seq_len
 }
 
 int64_t Loader::sequence_index(int64_t step, int replica, int replicas) const {
-  return (step * replicas + replica) % num_seqs_;
+  // A step read from a file (trainer_state.json) reaches here: a negative one would index before
+  // the tokens (issue 20: heap-use-after-free at --resume with step -2147483648).
+  core::require(step >= 0 && replicas >= 1 && replica >= 0 && replica < replicas, "data", file_.path,
+                ": step ", step, " replica ", replica, " of ", replicas, " out of range");
+  int64_t k = 0;
+  core::require(core::checked_mul(step, replicas, k) && k <= INT64_MAX - replica, "data", file_.path,
+                ": step ", step, " times ", replicas, " replicas overflows");
+  return (k + replica) % num_seqs_;
 }
 
 RankTokens Loader::rank_tokens(int64_t seq, const attention::Layout& layout, int rank,
                                int32_t ignore_index) const {
   LONGSEQ_CHECK(layout.global_len() == n_);
+  core::require(seq >= 0 && seq < num_seqs_, "data", file_.path, ": sequence ", seq,
+                " out of range (the file holds ", num_seqs_, " of ", n_, " tokens)");
   RankTokens r;
   r.pos = layout.positions(rank);
   const size_t l = r.pos.size();
@@ -127,6 +140,8 @@ RankTokens Loader::rank_tokens(int64_t seq, const attention::Layout& layout, int
 
 std::vector<int32_t> Loader::document_ids(int64_t seq) const {
   if (file_.eot < 0) return {};
+  core::require(seq >= 0 && seq < num_seqs_, "data", file_.path, ": sequence ", seq,
+                " out of range (the file holds ", num_seqs_, ")");
   std::vector<int32_t> d(static_cast<size_t>(n_));
   const uint32_t* base = file_.tokens.data() + seq * n_;
   int32_t doc = 0;

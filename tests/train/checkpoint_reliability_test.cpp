@@ -1,0 +1,163 @@
+// Checkpoints as untrusted input (issue 20): a trainer_state.json whose step is out of range, a
+// config.json of the wrong shape, and flipped bytes in any file of a checkpoint are refused at
+// --resume and --init-from, naming the file, the field or tensor, and the value.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "longseq/core/checksum.hpp"
+#include "longseq/core/safetensors.hpp"
+#include "longseq/train/checkpoint.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace tr = longseq::train;
+namespace core = longseq::core;
+using longseq::testing::error_of;
+using longseq::testing::refusal;
+using longseq::testing::temp_path;
+using longseq::testing::tiny_config;
+
+// A pristine one-step checkpoint, copied afresh for each mutation.
+const std::string& pristine() {
+  static const std::string root = [] {
+    const std::string r = temp_path("ckrel", "src");
+    fs::remove_all(r);
+    tr::TrainConfig c = tiny_config();
+    c.out = r;
+    c.save_every = 0;
+    tr::train(c);
+    return r;
+  }();
+  return root;
+}
+
+std::string fresh_copy(const std::string& name) {
+  const std::string dst = temp_path("ckrel", name);
+  fs::remove_all(dst);
+  fs::copy(pristine(), dst, fs::copy_options::recursive);
+  return dst;
+}
+
+tr::TrainConfig resume_from(const std::string& dir) {
+  tr::TrainConfig c = tiny_config();
+  c.steps = 2;
+  c.resume = dir;
+  return c;
+}
+
+TEST(CheckpointReliability, RecordsChecksumsAndResumes) {
+  const std::string d = fresh_copy("ok");
+  const std::string ck = d + "/checkpoint";
+  ASSERT_TRUE(fs::exists(ck + "/checksums.json"));
+  const auto sums = nlohmann::json::parse(core::read_file(ck + "/checksums.json"));
+  const std::string ts = core::read_file(ck + "/trainer_state.json");
+  EXPECT_EQ(sums["crc32c"]["trainer_state.json"],
+            core::crc32c_hex(core::crc32c(ts.data(), ts.size())));
+  EXPECT_GT(core::verify_checksums(core::read_safetensors(ck + "/model.safetensors")), 0);
+  EXPECT_GT(core::verify_checksums(core::read_safetensors(ck + "/optimizer.safetensors")), 0);
+  EXPECT_EQ(refusal(resume_from(d)), "no error");
+  fs::remove_all(d);
+}
+
+// issue 20: "step": -2147483648 made --resume read freed memory in Loader::rank_tokens.
+TEST(CheckpointReliability, RefusesTrainerStateOutOfRangeNamingFileFieldAndValue) {
+  struct Case {
+    nlohmann::json step;
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {-2147483648LL, "step -2147483648 out of range [0, 1099511627776]"},
+      {-1, "step -1 out of range"},
+      {uint64_t{1} << 63, "step 9223372036854775808 out of range"},
+      {1.5, "step missing or not an integer (1.5)"},
+      {"3", "step missing or not an integer (\"3\")"},
+  };
+  for (const Case& c : cases) {
+    const std::string d = fresh_copy("step");
+    const std::string p = d + "/checkpoint/trainer_state.json";
+    auto ts = nlohmann::json::parse(core::read_file(p));
+    ts["step"] = c.step;
+    core::write_file_atomic(p, ts.dump(2));
+    // The checksum catches the edit first, naming the file ...
+    EXPECT_NE(refusal(resume_from(d)).find(p + ": fails its CRC-32C check"), std::string::npos)
+        << refusal(resume_from(d));
+    // ... and without checksums.json (an older checkpoint) the value itself is refused.
+    fs::remove(d + "/checkpoint/checksums.json");
+    const std::string m = refusal(resume_from(d));
+    EXPECT_NE(m.find("[train] " + p + ": " + c.what), std::string::npos) << m;
+    fs::remove_all(d);
+  }
+  const std::string d = fresh_copy("seed");
+  const std::string p = d + "/checkpoint/trainer_state.json";
+  fs::remove(d + "/checkpoint/checksums.json");
+  core::write_file_atomic(p, R"({"step": 1, "seed": -5})");
+  EXPECT_NE(refusal(resume_from(d)).find(p + ": seed missing or not a non-negative integer (-5)"),
+            std::string::npos);
+  core::write_file_atomic(p, "[1, 2]");
+  EXPECT_NE(refusal(resume_from(d)).find(p + ": expected a JSON object, got array"),
+            std::string::npos);
+  core::write_file_atomic(d + "/checkpoint/config.json", "7");
+  core::write_file_atomic(p, R"({"step": 1, "seed": 1234})");
+  EXPECT_NE(refusal(resume_from(d)).find("config.json: expected a JSON object, got number"),
+            std::string::npos);
+  fs::remove_all(d);
+}
+
+// issue 20: flipped bytes inside the tensors were accepted by --resume and --init-from.
+TEST(CheckpointReliability, AFlippedByteInAnyTensorFileIsCaughtAtResumeAndInitFrom) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string d = fresh_copy("flip");
+    const std::string p = d + "/checkpoint/" + file;
+    std::string raw = core::read_file(p);
+    raw[raw.size() - 3] = static_cast<char>(raw[raw.size() - 3] ^ 0x40);  // inside the last tensor
+    core::write_file_atomic(p, raw);
+    const std::string m = refusal(resume_from(d));
+    EXPECT_NE(m.find("[safetensors] " + p + ": tensor '"), std::string::npos) << m;
+    EXPECT_NE(m.find("fails its CRC-32C check"), std::string::npos) << m;
+    if (std::string(file) == "model.safetensors") {
+      tr::TrainConfig c = tiny_config();
+      c.init_from = d + "/checkpoint";
+      const std::string mi = refusal(c);
+      EXPECT_NE(mi.find("[safetensors] " + p + ": tensor '"), std::string::npos) << mi;
+      EXPECT_NE(mi.find("fails its CRC-32C check"), std::string::npos) << mi;
+    }
+    fs::remove_all(d);
+  }
+}
+
+TEST(CheckpointReliability, RefusesConfigJsonValuesOutOfRange) {
+  const std::string d = fresh_copy("cfg");
+  const std::string p = d + "/checkpoint/config.json";
+  const auto good = nlohmann::json::parse(core::read_file(p));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {"hidden_size", 1e300, "hidden_size missing or not an integer (1e+300)"},
+      {"hidden_size", int64_t{1} << 40, "hidden_size 1099511627776 out of range [1, 1048576]"},
+      {"num_hidden_layers", 0, "num_hidden_layers 0 out of range"},
+      {"num_key_value_heads", "two", "num_key_value_heads \"two\" is not an integer"},
+      {"vocab_size", int64_t{1} << 33, "vocab_size 8589934592 out of range"},
+      {"rope_theta", "big", "rope_theta \"big\" is not a number"},
+      {"rms_norm_eps", -1.0, "rms_norm_eps -1 must be a positive finite number"},
+      {"tie_word_embeddings", 3, "a field has the wrong type"},
+      {"model_type", 5, "a field has the wrong type"},
+  };
+  for (const Case& c : cases) {
+    auto j = good;
+    j[c.key] = c.value;
+    core::write_file_atomic(p, j.dump());
+    const std::string m = error_of([&] { tr::read_hf_config(d + "/checkpoint"); });
+    EXPECT_NE(m.find("[train] " + p + ": " + c.what), std::string::npos) << c.key << ": " << m;
+  }
+  fs::remove_all(d);
+}
+
+}  // namespace
