@@ -12,6 +12,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libicu-dev
   python3 python3-numpy python3-torch
   bible-kjv
+  iproute2 util-linux
 )
 
 missing=()

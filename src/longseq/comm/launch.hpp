@@ -31,9 +31,9 @@ struct Options {
   /// Ranks. local: number of threads (0 means 1). mpi: 0 = as started by mpirun; any other value
   /// must equal the mpirun world size.
   int world = 0;
-  /// Nodes. local: declared, must divide world (0 means 1). mpi: 0 = real topology from
-  /// MPI_Comm_split_type; M > 0 declares M even nodes instead (to exercise inter-node code
-  /// paths on one machine).
+  /// Nodes. local: declared, must divide world (0 means 1). mpi: 0 = real topology from the
+  /// host names MPI reports (MPI_Get_processor_name: one node per host name); M > 0 declares M
+  /// even nodes instead (to exercise inter-node code paths on one machine).
   int nodes = 0;
   /// Link model (local backend only; ignored, with a note in docs, under MPI).
   LinkModel link;

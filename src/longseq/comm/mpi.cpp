@@ -1,4 +1,5 @@
-// The MPI backend (OpenMPI): one rank per process.
+// The MPI backend (OpenMPI): one rank per process. Built when LONGSEQ_WITH_MPI is on; otherwise
+// CMake compiles mpi_stub.cpp in its place.
 //
 // Progress design (docs/comm.md §progress). OpenMPI 4.1 has no asynchronous progress thread of
 // its own ("OMPI progress: no" in ompi_info): a rendezvous transfer only moves while some thread
@@ -22,10 +23,6 @@
 // (a rank's function returned) and "fail" (first failure, broadcast to every rank).
 #include "longseq/comm/mpi_backend.hpp"
 
-#include <cstdio>
-#include <cstdlib>
-
-#ifdef LONGSEQ_WITH_MPI
 #include <mpi.h>
 
 #include <algorithm>
@@ -33,29 +30,19 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 
 #include "longseq/comm/group_impl.hpp"
-#endif
 
 namespace longseq::comm {
-
-#ifndef LONGSEQ_WITH_MPI
-
-bool mpi_built() { return false; }
-bool mpi_initialized() { return false; }
-void mpi_init() { core::fail("comm", "the MPI backend was not built (LONGSEQ_WITH_MPI=OFF)"); }
-int mpi_world_size() { mpi_init(); return 0; }
-void run_mpi_world(const Options&, const std::function<void(Group&)>&) { mpi_init(); }
-void mpi_wait_all_processes() { mpi_init(); }
-void mpi_abort(int code) { std::exit(code); }
-
-#else
 
 namespace {
 
@@ -696,18 +683,27 @@ class MpiGroupImpl final : public GroupImpl {
   std::shared_ptr<MpiWorld> world_;
 };
 
-/// Progress thread: node of every rank from MPI_Comm_split_type(SHARED). Nodes are named by their
-/// lowest world rank, then renumbered densely by Topology.
+/// Progress thread: node of every rank from the host names MPI reports (MPI_Get_processor_name,
+/// allgathered): ranks with the same name share a node, and nodes are named by their lowest world
+/// rank, then renumbered densely by Topology. Names rather than MPI_COMM_TYPE_SHARED, because the
+/// host is what the links are about (scripts/cluster.sh gives every network namespace its own
+/// hostname; shared memory is not even used between them).
 Topology detect_topology(MPI_Comm comm, int rank, int size) {
-  MPI_Comm local;
-  mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
-  int leader = rank;
-  mpi_check(MPI_Bcast(&leader, 1, MPI_INT, 0, local), "MPI_Bcast (node leader)");
-  MPI_Comm_free(&local);
+  (void)rank;
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME + 1, '\0');
+  int len = 0;
+  mpi_check(MPI_Get_processor_name(mine.data(), &len), "MPI_Get_processor_name");
+  const size_t width = mine.size();
+  std::vector<char> all(width * static_cast<size_t>(size));
+  mpi_check(MPI_Allgather(mine.data(), static_cast<int>(width), MPI_CHAR, all.data(),
+                          static_cast<int>(width), MPI_CHAR, comm),
+            "MPI_Allgather (host names)");
+  std::map<std::string, int> first_rank;
   std::vector<int> leaders(static_cast<size_t>(size));
-  mpi_check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm),
-            "MPI_Allgather (node leaders)");
+  for (int r = 0; r < size; ++r) {
+    const std::string name(all.data() + static_cast<size_t>(r) * width);
+    leaders[static_cast<size_t>(r)] = first_rank.emplace(name, r).first->second;
+  }
   return Topology(leaders);
 }
 
@@ -802,7 +798,5 @@ void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn
   lk.unlock();
   rt.run_sync([world] { Runtime::get().retire_world(world); });
 }
-
-#endif
 
 }  // namespace longseq::comm
