@@ -12,6 +12,7 @@ const std::vector<Command>& commands() {
        add_train},
       {"tokenize", "text files -> a token file for train --data (byte-level, or BPE from tokenizer.json)", add_tokenize, Ranks::first},
       {"plan", "rank training configurations by predicted step time on a modelled cluster", add_plan, Ranks::first},
+      {"eval", "a checkpoint's loss and perplexity by position over long sequences (distributed)", add_eval},
       {"calibrate", "measure this machine (GEMM, attention kernels, copy bandwidth) into data/hardware/local.json", add_calibrate},
   };
   return table;

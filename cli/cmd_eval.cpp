@@ -1,0 +1,48 @@
+// `longseq eval`: a checkpoint's loss and perplexity over sequences of a token file, overall and
+// by position, with the distributed engine (src/longseq/train/eval.hpp).
+#include <cstdio>
+
+#include "commands.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/train/eval.hpp"
+
+namespace longseq::cli {
+
+std::function<int()> add_eval(CLI::App& app) {
+  auto c = std::make_shared<train::EvalConfig>();
+  app.add_option("--checkpoint", c->checkpoint,
+                 "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory")
+      ->required();
+  app.add_option("--data", c->data, "token file, or .txt tokenized byte-level")->required();
+  app.add_option("--seq", c->seq, "tokens per sequence (N)")->required();
+  app.add_option("--world", c->world, "ranks the sequence is split over");
+  app.add_option("--algo", c->algo,
+                 "ring | burst | double-ring[:ring] | startrail:C | ulysses | usp:U");
+  app.add_option("--balance", c->balance, "contiguous | zigzag | striped");
+  app.add_option("--mask", c->mask, "causal | window:W | document | document:FILE | blocks:FILE:B");
+  app.add_option("--sequences", c->sequences,
+                 "evaluate the first K sequences of the file (0: all)");
+  app.add_option("--buckets", c->buckets, "position buckets of the loss curve (at most N - 1)");
+  app.add_option("--threads", c->threads, "compute threads per rank (0: cores / world)");
+  app.add_option("--precision", c->precision, "fp32 | bf16 matrix products");
+  app.add_option("--out", c->out, "directory: eval.json and loss_by_position.svg")->required();
+  return [c] {
+    const train::EvalResult r = train::evaluate(*c);
+    if (comm::launcher_rank() == 0) {
+      std::printf(
+          "eval: %lld sequences x %lld tokens, world %d, %s, %s: loss %.4f, perplexity %.3f "
+          "(%lld labelled tokens, %.1f s)\n",
+          static_cast<long long>(r.sequences), static_cast<long long>(c->seq), c->world,
+          c->algo.c_str(), c->balance.c_str(), r.loss, r.perplexity,
+          static_cast<long long>(r.tokens), r.seconds);
+      for (const auto& b : r.positions)
+        std::printf("  positions [%7lld, %7lld)  loss %.4f\n", static_cast<long long>(b.start),
+                    static_cast<long long>(b.end), b.loss);
+      std::printf("wrote %s/eval.json and %s/loss_by_position.svg\n", c->out.c_str(),
+                  c->out.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace longseq::cli

@@ -1,0 +1,291 @@
+// Forward-only model, per-token losses, and KV-cache decoding sharded over ranks.
+#include "longseq/model/inference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "longseq/comm/group.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/core/tensor.hpp"
+#include "longseq/model/layers.hpp"
+#include "longseq/model/lm_head.hpp"
+
+namespace longseq::model {
+
+using core::Shape;
+using core::Tensor;
+
+ReplicaParams::ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units)
+    : layout_(layout), units_(std::move(units)) {
+  LONGSEQ_CHECK(static_cast<int>(units_.size()) == layout_.num_units());
+  for (int u = 0; u < layout_.num_units(); ++u)
+    LONGSEQ_CHECK(static_cast<int64_t>(units_[u].size()) >= layout_.units()[u].size);
+}
+
+const float* ReplicaParams::acquire(int unit) {
+  return units_.at(static_cast<size_t>(unit)).data();
+}
+
+float* ReplicaParams::acquire_grad(int unit) {
+  LONGSEQ_CHECK_MSG(false, "inference has no gradients (unit ", unit, ")");
+  return nullptr;
+}
+
+void ReplicaParams::release_grad(int unit) {
+  LONGSEQ_CHECK_MSG(false, "inference has no gradients (unit ", unit, ")");
+}
+
+void KvCache::reset(int64_t l, int64_t h, int64_t dd) {
+  layers = l;
+  hkv = h;
+  d = dd;
+  k.assign(static_cast<size_t>(l), {});
+  v.assign(static_cast<size_t>(l), {});
+  pos.clear();
+}
+
+namespace {
+
+// The LM head's weight: lm_head, or the tied embedding (acquired; the caller releases `unit`).
+const float* head_weight(const ParamLayout& layout, ParamSource& params, int* unit) {
+  if (layout.config().tied_embeddings) {
+    *unit = layout.embedding_unit();
+    return params.acquire(*unit);
+  }
+  *unit = layout.final_unit();
+  return params.acquire(*unit) + layout.lm_head_offset();
+}
+
+}  // namespace
+
+std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                                  const StepBatch& b, const InferenceOptions& opt, KvCache* cache) {
+  const LlamaConfig& cfg = layout.config();
+  const int64_t l = b.len, c = cfg.hidden, hq = cfg.heads, hkv = cfg.kv_heads, d = cfg.head_dim;
+  const int threads = std::max(opt.threads, 1);
+  int64_t seq_len = b.seq_len;
+  if (seq_len == 0)
+    for (int64_t i = 0; i < l; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
+  const RopeTable rope(b.pos, l, cfg.rope(seq_len));
+  const float eps = static_cast<float>(cfg.norm_eps);
+  const LayerOffsets& o = layout.layer_offsets();
+  const MlpDims md{l, c, cfg.intermediate, opt.ffn_chunk, opt.precision};
+  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(md)));
+
+  std::vector<float> x(static_cast<size_t>(l * c));
+  const int emb = layout.embedding_unit();
+  embedding_forward(b.tokens, b.pos, params.acquire(emb), l, c, cfg.vocab, x.data());
+  params.release(emb);
+  if (cache) {
+    if (cache->layers != cfg.layers) cache->reset(cfg.layers, hkv, d);
+    for (int64_t i = 0; i < l; ++i)
+      if (b.pos[i] >= 0) cache->pos.push_back(b.pos[i]);
+  }
+  Tensor<float> n(Shape{l, c}), q(Shape{l, hq, d}), k(Shape{l, hkv, d}), v(Shape{l, hkv, d});
+  std::vector<float> rstd(static_cast<size_t>(l));
+  for (int64_t layer = 0; layer < cfg.layers; ++layer) {
+    const int u = layout.layer_unit(layer);
+    const float* w = params.acquire(u);
+    rmsnorm_forward(x.data(), w + o.attn_norm, l, c, eps, n.data(), rstd.data(), threads);
+    linear_forward(n.data(), w + o.wq, l, c, hq * d, q.data(), false, threads, opt.precision);
+    linear_forward(n.data(), w + o.wk, l, c, hkv * d, k.data(), false, threads, opt.precision);
+    linear_forward(n.data(), w + o.wv, l, c, hkv * d, v.data(), false, threads, opt.precision);
+    rope.forward(q.data(), hq, threads);
+    rope.forward(k.data(), hkv, threads);
+    if (cache) {
+      auto& ck = cache->k[layer];
+      auto& cv = cache->v[layer];
+      const int64_t row = hkv * d;
+      for (int64_t i = 0; i < l; ++i) {
+        if (b.pos[i] < 0) continue;
+        ck.insert(ck.end(), k.data() + i * row, k.data() + (i + 1) * row);
+        cv.insert(cv.end(), v.data() + i * row, v.data() + (i + 1) * row);
+      }
+    }
+    const attention::AttentionSaved att = attn.forward(q.view(), k.view(), v.view());
+    linear_forward(att.o.data(), w + o.wo, l, hq * d, c, x.data(), true, threads, opt.precision);
+    rmsnorm_forward(x.data(), w + o.mlp_norm, l, c, eps, n.data(), rstd.data(), threads);
+    mlp_forward(n.data(), w + o.wgate, w + o.wup, w + o.wdown, md, x.data(), true, ws.data(),
+                threads);
+    params.release(u);
+  }
+  const int fin = layout.final_unit();
+  std::vector<float> h(static_cast<size_t>(l * c));
+  rmsnorm_forward(x.data(), params.acquire(fin) + layout.final_norm_offset(), l, c, eps, h.data(),
+                  rstd.data(), threads);
+  params.release(fin);
+  return h;
+}
+
+std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
+                                 const float* hidden, const int32_t* labels, int64_t l,
+                                 const InferenceOptions& opt) {
+  const LlamaConfig& cfg = layout.config();
+  const int64_t c = cfg.hidden, vocab = cfg.vocab;
+  count_targets(labels, l, vocab);  // refuses labels outside [0, V)
+  int unit = 0;
+  const float* w = head_weight(layout, params, &unit);
+  // Rows per tile: about 2^22 logits (16 MiB) at a time, never [l, V].
+  const int64_t tile =
+      std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(vocab, 1), 1, 256);
+  std::vector<float> logits(static_cast<size_t>(tile * vocab));
+  std::vector<double> loss(static_cast<size_t>(l), std::numeric_limits<double>::quiet_NaN());
+  for (int64_t r0 = 0; r0 < l; r0 += tile) {
+    const int64_t rows = std::min(tile, l - r0);
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) any |= labels[r0 + r] != kIgnoreIndex;
+    if (!any) continue;
+    linear_forward(hidden + r0 * c, w, rows, c, vocab, logits.data(), false,
+                   std::max(opt.threads, 1), opt.precision);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t y = labels[r0 + r];
+      if (y == kIgnoreIndex) continue;
+      const float* z = logits.data() + r * vocab;
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(z[j]));
+      for (int64_t j = 0; j < vocab; ++j) s += std::exp(static_cast<double>(z[j]) - m);
+      loss[r0 + r] = m + std::log(s) - static_cast<double>(z[y]);
+    }
+  }
+  params.release(unit);
+  return loss;
+}
+
+std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,
+                             const InferenceOptions& opt) {
+  const LlamaConfig& cfg = layout.config();
+  int unit = 0;
+  const float* w = head_weight(layout, params, &unit);
+  std::vector<float> z(static_cast<size_t>(cfg.vocab));
+  linear_forward(hidden, w, 1, cfg.hidden, cfg.vocab, z.data(), false, std::max(opt.threads, 1),
+                 opt.precision);
+  params.release(unit);
+  return z;
+}
+
+void attend_partial(const float* q, int64_t hq, const KvCache& cache, int64_t layer, int64_t qpos,
+                    int64_t window, double scale, float* o, float* lse, int threads) {
+  const int64_t hkv = cache.hkv, d = cache.d, row = hkv * d;
+  const int64_t n = static_cast<int64_t>(cache.k[layer].size()) / std::max<int64_t>(row, 1);
+  const int64_t group = hq / hkv;
+  const float* kk = cache.k[layer].data();
+  const float* vv = cache.v[layer].data();
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+  for (int64_t h = 0; h < hq; ++h) {
+    const float* qh = q + h * d;
+    const int64_t g = h / group;
+    std::vector<double> s(static_cast<size_t>(n));
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = cache.pos[i];
+      if (p > qpos || (window > 0 && qpos - p >= window)) {
+        s[i] = -INFINITY;
+        continue;
+      }
+      const float* ki = kk + i * row + g * d;
+      float dot = 0;
+      for (int64_t e = 0; e < d; ++e) dot += qh[e] * ki[e];
+      s[i] = scale * static_cast<double>(dot);
+      m = std::max(m, s[i]);
+    }
+    float* oh = o + h * d;
+    if (m == -INFINITY) {  // no visible key on this shard
+      std::fill(oh, oh + d, 0.0f);
+      lse[h] = -INFINITY;
+      continue;
+    }
+    std::vector<double> acc(static_cast<size_t>(d), 0.0);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (s[i] == -INFINITY) continue;
+      const double pw = std::exp(s[i] - m);
+      sum += pw;
+      const float* vi = vv + i * row + g * d;
+      for (int64_t e = 0; e < d; ++e) acc[e] += pw * static_cast<double>(vi[e]);
+    }
+    for (int64_t e = 0; e < d; ++e) oh[e] = static_cast<float>(acc[e] / sum);
+    lse[h] = static_cast<float>(m + std::log(sum));
+  }
+}
+
+std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
+                               KvCache& cache, int32_t token, int64_t pos, bool keep,
+                               const InferenceOptions& opt) {
+  const LlamaConfig& cfg = layout.config();
+  const int64_t c = cfg.hidden, hq = cfg.heads, hkv = cfg.kv_heads, d = cfg.head_dim;
+  core::require(token >= 0 && token < cfg.vocab, "model", "token ", token,
+                " outside the vocabulary [0, ", cfg.vocab, ")");
+  core::require(pos >= 0, "model", "decode position ", pos, " must be >= 0");
+  if (cache.layers != cfg.layers) cache.reset(cfg.layers, hkv, d);
+  const int threads = std::max(opt.threads, 1);
+  const RopeTable rope(&pos, 1, cfg.rope(pos + 1));
+  const float eps = static_cast<float>(cfg.norm_eps);
+  const LayerOffsets& lo = layout.layer_offsets();
+  const MlpDims md{1, c, cfg.intermediate, opt.ffn_chunk, opt.precision};
+  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(md)));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const int world = group.size();
+
+  std::vector<float> x(static_cast<size_t>(c)), n(static_cast<size_t>(c)),
+      q(static_cast<size_t>(hq * d)), k(static_cast<size_t>(hkv * d)),
+      v(static_cast<size_t>(hkv * d)), o(static_cast<size_t>(hq * d));
+  float rstd = 0;
+  const int emb = layout.embedding_unit();
+  embedding_forward(&token, &pos, params.acquire(emb), 1, c, cfg.vocab, x.data());
+  params.release(emb);
+  if (keep) cache.pos.push_back(pos);
+  // One rank's partial as sent: o [Hq, D] then lse [Hq].
+  const int64_t part = hq * d + hq;
+  std::vector<float> mine(static_cast<size_t>(part)), all(static_cast<size_t>(part * world));
+  for (int64_t layer = 0; layer < cfg.layers; ++layer) {
+    const int u = layout.layer_unit(layer);
+    const float* w = params.acquire(u);
+    rmsnorm_forward(x.data(), w + lo.attn_norm, 1, c, eps, n.data(), &rstd, threads);
+    linear_forward(n.data(), w + lo.wq, 1, c, hq * d, q.data(), false, threads, opt.precision);
+    linear_forward(n.data(), w + lo.wk, 1, c, hkv * d, k.data(), false, threads, opt.precision);
+    linear_forward(n.data(), w + lo.wv, 1, c, hkv * d, v.data(), false, threads, opt.precision);
+    rope.forward(q.data(), hq, 1);
+    rope.forward(k.data(), hkv, 1);
+    if (keep) {
+      cache.k[layer].insert(cache.k[layer].end(), k.begin(), k.end());
+      cache.v[layer].insert(cache.v[layer].end(), v.begin(), v.end());
+    }
+    attend_partial(q.data(), hq, cache, layer, pos, cfg.sliding_window, scale, mine.data(),
+                   mine.data() + hq * d, threads);
+    group.all_gather(mine.data(), all.data(), static_cast<size_t>(part), core::DType::f32);
+    // Merge the partials in rank order (identical on every rank).
+    for (int64_t h = 0; h < hq; ++h) {
+      double m = -INFINITY;
+      for (int r = 0; r < world; ++r)
+        m = std::max(m, static_cast<double>(all[r * part + hq * d + h]));
+      double sum = 0;
+      std::vector<double> acc(static_cast<size_t>(d), 0.0);
+      if (m != -INFINITY)
+        for (int r = 0; r < world; ++r) {
+          const double l = all[r * part + hq * d + h];
+          if (l == -INFINITY) continue;
+          const double wr = std::exp(l - m);
+          sum += wr;
+          for (int64_t e = 0; e < d; ++e)
+            acc[e] += wr * static_cast<double>(all[r * part + h * d + e]);
+        }
+      for (int64_t e = 0; e < d; ++e)
+        o[h * d + e] = sum > 0 ? static_cast<float>(acc[e] / sum) : 0.0f;
+    }
+    linear_forward(o.data(), w + lo.wo, 1, hq * d, c, x.data(), true, threads, opt.precision);
+    rmsnorm_forward(x.data(), w + lo.mlp_norm, 1, c, eps, n.data(), &rstd, threads);
+    mlp_forward(n.data(), w + lo.wgate, w + lo.wup, w + lo.wdown, md, x.data(), true, ws.data(),
+                threads);
+    params.release(u);
+  }
+  const int fin = layout.final_unit();
+  std::vector<float> h(static_cast<size_t>(c));
+  rmsnorm_forward(x.data(), params.acquire(fin) + layout.final_norm_offset(), 1, c, eps, h.data(),
+                  &rstd, threads);
+  params.release(fin);
+  return h;
+}
+
+}  // namespace longseq::model

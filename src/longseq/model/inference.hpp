@@ -1,0 +1,99 @@
+#pragma once
+// Inference: the model's forward without a backward, per-token losses (evaluation), and
+// generation with a KV cache sharded over the ranks of a context-parallel group.
+//
+// Legend: L local tokens (layout order, padding included), C hidden, V vocabulary, Hq/Hkv heads,
+// D head dim, P ranks, n cached tokens of one rank.
+//
+// Prefill: forward_hidden() runs the whole model over a sequence split by a balance layout, with
+// the distributed attention of the AttentionOp (any algorithm); with a KvCache each rank keeps the
+// K (after RoPE) and V of its own tokens, per layer: the cache is sharded exactly as the prompt.
+// Decode: decode_step() runs one new token on every rank (the token-level work, embedding,
+// projections and MLP, is replicated: it is O(C^2) per token, while attention over a long cache is
+// O(n C)); each rank computes the attention partial of the new query over its cache shard
+// (O_r, LSE_r), the partials are all-gathered and merged,
+//   LSE = log sum_r exp(LSE_r),  O = sum_r exp(LSE_r - LSE) O_r     (design.md §2),
+// in rank order on every rank (so every rank gets identical bits). The new token's K, V go to
+// one rank's shard (the caller picks it, e.g. round-robin so that shards stay balanced).
+// Masks: causal always, plus the model's sliding window (LlamaConfig::sliding_window) in decode.
+// RoPE: the model's scaled RoPE at global positions; dynamic scaling uses the N of each forward
+// (prefill: the prompt; a decode step: its position + 1), as transformers does.
+#include <cstdint>
+#include <vector>
+
+#include "longseq/core/dtype.hpp"
+#include "longseq/model/attention_op.hpp"
+#include "longseq/model/config.hpp"
+#include "longseq/model/transformer.hpp"
+
+namespace longseq::comm {
+class Group;
+}
+
+namespace longseq::model {
+
+/// The full parameters on one rank, unit by unit (inference keeps a replica: no optimizer state,
+/// no gathers per forward). Gradients are refused (LONGSEQ_CHECK): inference has no backward.
+class ReplicaParams final : public ParamSource {
+ public:
+  /// `units[u]` holds unit u's layout().units()[u].size floats (or more).
+  ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units);
+  const ParamLayout& layout() const { return layout_; }
+  const float* acquire(int unit) override;
+  void release(int) override {}
+  float* acquire_grad(int unit) override;
+  void release_grad(int unit) override;
+
+ private:
+  ParamLayout layout_;
+  std::vector<std::vector<float>> units_;
+};
+
+struct InferenceOptions {
+  int threads = 1;
+  core::DType precision = core::DType::f32;  ///< of the matrix products (transformer.hpp)
+  int64_t ffn_chunk = 1024;
+};
+
+/// One rank's shard of the KV cache: per layer the keys (after RoPE, times the RoPE attention
+/// factor as the forward computed them) and values of its tokens, in the order they were added.
+struct KvCache {
+  int64_t layers = 0, hkv = 0, d = 0;
+  std::vector<std::vector<float>> k, v;  ///< [layer][n * Hkv * D]
+  std::vector<int64_t> pos;              ///< [n] global positions
+  void reset(int64_t layers, int64_t hkv, int64_t d);
+  int64_t size() const { return static_cast<int64_t>(pos.size()); }
+};
+
+/// The forward over this rank's tokens (batch.labels unused; padding rows have pos -1): the
+/// final-norm hidden states [L, C]. With `cache`, appends this rank's non-padding tokens' K, V of
+/// every layer. Collective over the attention op's group.
+std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                                  const StepBatch& batch, const InferenceOptions& opt,
+                                  KvCache* cache = nullptr);
+
+/// loss[t] = logsumexp(h_t W^T) - (h_t W^T)[labels[t]] in fp64 for t in [0, l) (W: lm_head or
+/// the tied embedding); NaN where labels[t] is kIgnoreIndex. Never holds [l, V]: tiles of rows.
+/// Throws core::Error("[model] ...") naming a label outside [0, V).
+std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
+                                 const float* hidden, const int32_t* labels, int64_t l,
+                                 const InferenceOptions& opt);
+
+/// The logits [V] of one final-norm hidden row.
+std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,
+                             const InferenceOptions& opt);
+
+/// One decode step, on every rank of `group` with the same token and position: the new token's
+/// final-norm hidden state [C] (identical on every rank). Its K, V are appended to `cache` where
+/// `keep` is true (exactly one rank should keep it). Collective over `group`.
+std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
+                               KvCache& cache, int32_t token, int64_t pos, bool keep,
+                               const InferenceOptions& opt);
+
+/// The attention of one query row q [Hq, D] over a cache shard (keys with position <= qpos and,
+/// when window > 0, qpos - position < window): o [Hq, D] and lse [Hq] (natural log; -inf and
+/// o = 0 when no key is visible). `scale` multiplies q.k.
+void attend_partial(const float* q, int64_t hq, const KvCache& cache, int64_t layer, int64_t qpos,
+                    int64_t window, double scale, float* o, float* lse, int threads);
+
+}  // namespace longseq::model

@@ -1,0 +1,75 @@
+#pragma once
+// `longseq eval`: a checkpoint's loss over long sequences of a token file, overall and by
+// position, computed with the distributed engine (any world, algorithm, balance layout, mask).
+//
+// Sequences are those of training (data.hpp): sequence i is tokens [i N, (i + 1) N), the label of
+// position p is token p + 1, the last position has none. Loss = mean over every labelled position
+// of every evaluated sequence; perplexity = exp(loss). Positions are grouped into `buckets`
+// equal-width ranges [start, end) of [0, N) (at most N - 1 of them, so that every bucket holds a
+// labelled position); a bucket's loss is the mean over its labelled positions of every sequence:
+// the standard loss-against-position curve of long-context evaluation.
+//
+// Output (Contract of issue 16): OUT/eval.json = {"loss", "perplexity", "tokens", "positions":
+// [{"start", "end", "loss", "tokens"}, ...], plus the run's settings} and OUT/loss_by_position.svg.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "longseq/model/inference.hpp"
+
+namespace longseq::comm {
+class Group;
+}
+
+namespace longseq::train {
+
+/// DIR if it holds config.json, else DIR/checkpoint (a training --out directory). Throws
+/// core::Error naming DIR when neither holds one.
+std::string resolve_checkpoint(const std::string& dir);
+
+/// The weights of the checkpoint (config.json + safetensors, any Hugging Face LLaMA directory) as
+/// a replica on every rank of `group`: each rank reads its ZeRO shard, then the units are
+/// gathered. Collective.
+model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayout& layout,
+                                  comm::Group& group);
+
+struct EvalConfig {
+  std::string checkpoint;  ///< directory (resolve_checkpoint)
+  std::string data;        ///< token file, or .txt tokenized byte-level
+  int64_t seq = 0;         ///< N
+  int world = 1;
+  std::string algo = "burst";
+  std::string balance = "zigzag";
+  std::string mask = "causal";  ///< the trainer's --mask grammar (model::TrainMask)
+  int64_t sequences = 0;        ///< evaluate the first K sequences (0: all of the file)
+  int64_t buckets = 16;         ///< position buckets (clamped to N - 1)
+  int threads = 0;              ///< per rank; 0: hardware threads / world
+  std::string precision = "fp32";
+  std::string out;  ///< directory for eval.json and loss_by_position.svg (empty: none)
+  /// Throws core::Error("[eval] ...") naming the value.
+  void validate() const;
+};
+
+struct EvalBucket {
+  int64_t start = 0, end = 0;  ///< positions [start, end)
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+struct EvalResult {
+  double loss = 0, perplexity = 0;
+  int64_t tokens = 0, sequences = 0;
+  std::vector<EvalBucket> positions;
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+/// Runs the evaluation (local backend threads, or MPI under mpirun) and, with cfg.out, writes
+/// OUT/eval.json and OUT/loss_by_position.svg. Blocking.
+EvalResult evaluate(const EvalConfig& cfg);
+
+/// The loss-by-position line plot (core/plot).
+std::string loss_by_position_svg(const EvalResult& r, const std::string& title);
+
+}  // namespace longseq::train
