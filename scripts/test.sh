@@ -9,3 +9,4 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 # A 2-host x 2-rank MPI job across network namespaces (prints SKIPPED where they are refused).
 bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
+bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
