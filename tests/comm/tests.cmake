@@ -7,9 +7,8 @@
 # per test below, so `ctest` works in root containers (CI) and as a normal user alike.
 # --oversubscribe lets 4 ranks start on a machine with fewer cores.
 if(LONGSEQ_WITH_MPI AND TARGET test_comm)
-  # The Failure suite runs in processes of its own: once, under parallel ctest load, a world
-  # that followed the failure tests in the same processes lost a message (a 60 s timeout in
-  # PointToPoint.RanksAreDistinctAndSizeIsTheWorld); docs/comm.md lists it as a known issue.
+  # The Failure suite runs in processes of its own (failed worlds keep their communicators until
+  # MPI_Finalize; docs/comm.md "The lost 4-byte message" tells why).
   foreach(np 3 4)
     foreach(part "" "_failure")
       if(part STREQUAL "")

@@ -39,7 +39,11 @@ struct Transfer {
   size_t rbytes = 0;
   bool has_recv = false;
   enum class Copy : uint8_t { waiting, running, done } copy = Copy::waiting;
-  std::string error;          // set at matching on a size mismatch
+  std::string error;          // set at matching on a size mismatch, or when a side is dropped
+  // World rank that dropped its side while unwinding an exception (-1: none). Its peer reports
+  // the world's failure (that exception, recorded once the unwinding reaches run_local_world)
+  // rather than the drop, which is only a consequence of it.
+  int dropped_by = -1;
   Clock::time_point ready_at; // earliest completion (link model); epoch when unmodelled
   bool matched() const { return has_send && has_recv; }
 };
@@ -163,6 +167,12 @@ class LocalWorld {
   /// `lk` holds mu_; it is released during the copy.
   bool progress(Transfer& t, bool is_send, std::unique_lock<std::mutex>& lk) {
     if (t.matched() && t.copy == Transfer::Copy::done && Clock::now() >= t.ready_at) return true;
+    if (t.dropped_by >= 0) {
+      // The dropping rank is unwinding: wait until its failure is recorded (or, should it catch
+      // the exception and return normally, until it has returned; the timeout bounds both).
+      if (failed_) throw RankFailed(failed_rank_, failure_);
+      if (!finished_[static_cast<size_t>(t.dropped_by)]) return false;
+    }
     if (!t.error.empty()) throw core::Error("comm", t.error);
     // The peer is copying our buffer: never unwind (and free it) under its feet.
     if (t.copy == Transfer::Copy::running) return false;
@@ -240,6 +250,7 @@ class LocalWorld {
       t.error = core::cat(is_send ? rank_name(t.src_g, t.src_w) : rank_name(t.dst_g, t.dst_w),
                           " dropped its ", is_send ? "send" : "receive", " (tag ", t.tag,
                           ") before it completed");
+      if (std::uncaught_exceptions() > 0) t.dropped_by = me;
       cv_[static_cast<size_t>(t.src_w)].notify_all();
       cv_[static_cast<size_t>(t.dst_w)].notify_all();
     }

@@ -148,9 +148,14 @@ class Runtime {
     incoming_.push_back({req, std::move(on_done), background, is_recv});
   }
   void add_world(const std::shared_ptr<MpiWorld>& w) { worlds_.push_back(w); }
-  /// Stops matching for `w`, cancels its control receive and frees its communicator (MPI defers
-  /// the release until operations still in flight, e.g. sends of a failed run, complete).
-  void retire_world(const std::shared_ptr<MpiWorld>& w);
+  /// Stops matching for `w` and cancels its control receive. A world that ended well frees its
+  /// communicator. A failed world keeps it until MPI_Finalize: messages of the failed run may
+  /// still be in flight (sends nobody will receive, "fail" notices), and were the communicator
+  /// freed, the next run's MPI_Comm_dup could reuse its context id, so such a late message would
+  /// be matched in the new world -- and, taking the first place in ob1's per-peer sequence,
+  /// leave that world's real message of the same peer unmatched forever (the "4-byte message
+  /// never matched" flake of docs/comm.md).
+  void retire_world(const std::shared_ptr<MpiWorld>& w, bool failed);
   void remove_world(const MpiWorld* w) {
     worlds_.erase(std::remove_if(worlds_.begin(), worlds_.end(),
                                  [&](const auto& p) { return p.get() == w; }),
@@ -227,6 +232,7 @@ class Runtime {
   std::vector<Active> active_, incoming_;
   std::vector<MPI_Request> reqs_;
   std::vector<std::shared_ptr<MpiWorld>> worlds_;
+  std::vector<MPI_Comm> failed_comms_;  // communicators of failed worlds, kept until finalize
 };
 
 /// One run()'s world: a dup of MPI_COMM_WORLD, its failure state and its pending receives.
@@ -346,7 +352,7 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
 
 thread_local bool t_on_progress_thread = false;
 
-void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w) {
+void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w, bool failed) {
   if (w->retired) return;
   w->retired = true;
   w->cancel_probes();
@@ -355,7 +361,11 @@ void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w) {
     MPI_Request copy = w->ctrl_req;
     MPI_Cancel(&copy);  // completes through MPI_Testsome as cancelled; on_ctrl ignores it
   }
-  MPI_Comm_free(&w->comm);
+  if (failed) {
+    failed_comms_.push_back(w->comm);  // never freed: see the declaration
+  } else {
+    MPI_Comm_free(&w->comm);
+  }
 }
 
 void MpiWorld::drop_or_submit(const std::function<void()>& fn) {
@@ -788,7 +798,7 @@ void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn
     const int who = world->failed_rank;
     const std::string why = world->failure;
     lk.unlock();
-    rt.submit([world] { Runtime::get().retire_world(world); });
+    rt.submit([world] { Runtime::get().retire_world(world, true); });
     if (options.abort_on_failure) {
       std::fprintf(stderr, "[comm] rank %d failed: %s\n", who, why.c_str());
       mpi_abort(1);
@@ -796,7 +806,7 @@ void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn
     throw RankFailed(who, why);
   }
   lk.unlock();
-  rt.run_sync([world] { Runtime::get().retire_world(world); });
+  rt.run_sync([world] { Runtime::get().retire_world(world, false); });
 }
 
 }  // namespace longseq::comm
