@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
@@ -84,7 +85,10 @@ void check_relations(const TrainConfig& c, const model::AttentionAlgo& a) {
                 cp, " context ranks need >= ", 2 * cp, ")");
   model::seq_selective_split(c.seq, c.seq_selective_fraction);
   if (a.hybrid) a.hybrid->validate(cp, c.model.heads, c.model.kv_heads);
-  if (a.flat.route == attention::Route::double_ring && cp > 1) {
+  // Under mpirun --nodes 1 means the hosts MPI reports (trainer.cpp comm_options): the double
+  // ring's need of several nodes is then checked against them when the world starts.
+  const bool real_nodes = c.nodes == 1 && comm::launched_by_mpirun();
+  if (a.flat.route == attention::Route::double_ring && cp > 1 && !real_nodes) {
     const int per_node = c.world / c.nodes;
     core::require(c.nodes > 1 && per_node > 1 && per_node <= cp && cp % per_node == 0, "train",
                   "--algo ", c.algo, " needs the ", cp,

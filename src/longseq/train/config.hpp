@@ -48,7 +48,7 @@
   X(int64_t, seq, "--seq", 32768, cli_json, core::any(), "tokens per sequence (N)")                \
   X(int, world, "--world", 4, cli_json, core::at_least(1), "ranks in all (dp x context ranks)")    \
   X(int, dp, "--dp", 1, cli_json, core::any(), "data-parallel replicas (divides --world)")         \
-  X(int, nodes, "--nodes", 1, cli_json, core::any(), "declared nodes (local backend)")             \
+  X(int, nodes, "--nodes", 1, cli_json, core::any(), "declared nodes (mpirun: 1 = real hosts)")    \
   X(std::string, algo, "--algo", "burst", cli_json, core::parsed_by(check_algo),                   \
     "ring | burst | double-ring[:ring] | startrail:C | ulysses | usp:U")                           \
   X(std::string, balance, "--balance", "zigzag", cli_json, core::parsed_by(check_balance),         \

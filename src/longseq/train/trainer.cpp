@@ -206,7 +206,10 @@ comm::Options comm_options(const RunSetup& s) {
   comm::Options opt;
   opt.backend = "any";
   opt.world = s.cfg.world;
-  opt.nodes = s.cfg.nodes;
+  // Under mpirun the default --nodes 1 takes the hosts MPI reports (0: real topology), so a
+  // multi-host job splits its double ring and counts inter-node bytes by the real hosts; any
+  // other value declares that many nodes, as with the local backend.
+  opt.nodes = s.cfg.nodes == 1 && comm::launched_by_mpirun() ? 0 : s.cfg.nodes;
   opt.link = s.parsed.link;
   opt.abort_on_failure = s.cfg.abort_on_failure;
   return opt;
