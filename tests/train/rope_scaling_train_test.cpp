@@ -123,3 +123,57 @@ TEST(RopeScalingTrain, AbsentOrNullKeysMeanPlainRopeAndBadValuesAreNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// The train flags: --rope-scaling (JSON), --rope-theta and --max-position-embeddings reach the
+// checkpoint's config.json; a bad --rope-scaling is refused naming the flag; and the run writes
+// train.svg beside metrics.json.
+TEST(RopeScalingTrain, CliFlagsReachConfigJson) {
+  const std::string out = temp_path("rope_cli", "run");
+  fs::remove_all(out);
+  std::string log;
+  const std::string cmd =
+      std::string(LONGSEQ_CLI) + " train --preset tiny --steps 1 --seq 64 --world 2 --threads 1 " +
+      "--data " + LONGSEQ_SOURCE_DIR + "/data/kjv-genesis-exodus.txt --quiet " +
+      "--rope-theta 50000 --max-position-embeddings 256 " +
+      "--rope-scaling "
+      "'{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":64}' " +
+      "--out " + out;
+  ASSERT_EQ(longseq::testing::run(cmd, log), 0) << log;
+  const json cj = json::parse(longseq::core::read_file(out + "/checkpoint/config.json"));
+  EXPECT_EQ(cj.at("rope_theta"), 50000.0);
+  EXPECT_EQ(cj.at("max_position_embeddings"), 256);
+  EXPECT_EQ(cj.at("rope_scaling").at("rope_type"), "yarn");
+  EXPECT_EQ(cj.at("rope_scaling").at("factor"), 4.0);
+  EXPECT_EQ(cj.at("rope_scaling").at("original_max_position_embeddings"), 64);
+  EXPECT_NE(longseq::core::read_file(out + "/train.svg").find("<polyline"), std::string::npos);
+  // Continuing from it with another scaling (the context-extension recipe) is allowed.
+  const std::string out2 = temp_path("rope_cli", "run2");
+  fs::remove_all(out2);
+  ASSERT_EQ(
+      longseq::testing::run(
+          std::string(LONGSEQ_CLI) + " train --preset tiny --steps 1 --seq 128 --world 1 " +
+              "--threads 1 --quiet --data " + LONGSEQ_SOURCE_DIR +
+              "/data/kjv-genesis-exodus.txt --init-from " + out + "/checkpoint " +
+              "--max-position-embeddings 512 --rope-scaling '{\"type\":\"linear\",\"factor\":2}' " +
+              "--out " + out2,
+          log),
+      0)
+      << log;
+  const json c2 = json::parse(longseq::core::read_file(out2 + "/checkpoint/config.json"));
+  EXPECT_EQ(c2.at("rope_scaling"), json({{"type", "linear"}, {"factor", 2.0}}));
+  EXPECT_EQ(c2.at("rope_theta"), 50000.0);  // kept from the checkpoint
+  EXPECT_EQ(c2.at("max_position_embeddings"), 512);
+  EXPECT_NE(longseq::testing::run(std::string(LONGSEQ_CLI) +
+                                      " train --preset tiny --steps 1 --seq 64 --world 1 " +
+                                      "--rope-scaling '{\"rope_type\":\"su\",\"factor\":2}'",
+                                  log),
+            0);
+  EXPECT_NE(log.find("--rope-scaling"), std::string::npos) << log;
+  EXPECT_NE(log.find("'su' is not supported"), std::string::npos) << log;
+  fs::remove_all(out);
+  fs::remove_all(out2);
+}
+
+}  // namespace

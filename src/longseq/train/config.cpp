@@ -25,6 +25,20 @@ namespace {
 void check_algo(const std::string& s) {
   (void)model::AttentionAlgo::parse(s);
 }
+void check_rope_scaling(const std::string& s) {
+  if (s.empty()) return;
+  json j;
+  try {
+    j = json::parse(s);
+  } catch (const json::exception& e) {
+    core::fail("train", "--rope-scaling '", s, "' is not JSON: ", e.what());
+  }
+  try {
+    (void)model::RopeScaling::from_json(j);
+  } catch (const core::Error& e) {
+    core::fail("train", "--rope-scaling '", s, "': ", e.what());
+  }
+}
 void check_balance(const std::string& s) {
   (void)attention::parse_balance(s);
 }
@@ -107,9 +121,16 @@ const std::vector<core::Field<TrainConfig>>& train_fields() {
   return kFields;
 }
 
+model::LlamaConfig TrainConfig::model_config() const {
+  model::LlamaConfig m = model;
+  if (!rope_scaling.empty())
+    m.rope_scaling = model::RopeScaling::from_json(json::parse(rope_scaling));
+  return m;
+}
+
 ParsedConfig TrainConfig::parse() const {
   core::check_fields(kFields, *this, "train");
-  model.validate();
+  model_config().validate();
   optim.validate();
   ParsedConfig p;
   p.algo = model::AttentionAlgo::parse(algo);

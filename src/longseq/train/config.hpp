@@ -24,6 +24,9 @@
 //  * init_from: a Hugging Face LLaMA directory (config.json + safetensors) whose weights become
 //    the initial parameters (AdamW moments zero, step 0); `model` must equal its config.json
 //    (the CLI takes the model from it). Exclusive with `resume`.
+//  * rope_scaling: a Hugging Face rope_scaling object as JSON text (model/rope_scaling.hpp: linear,
+//    dynamic, yarn, llama3); when given it replaces the model's (the preset's, or --init-from's
+//    config.json), '{"rope_type":"default"}' removes it. TrainConfig::model_config() applies it.
 //  * stop_after: stop after this many steps (0: run all) while the schedule still spans
 //    `steps`: an interrupted run, to be continued with --resume.
 #include <cstdint>
@@ -98,7 +101,13 @@
   N(model.intermediate, "intermediate", "--intermediate", cli_json, core::any(), "MLP size")       \
   N(model.vocab, "vocab", "--vocab", cli_json, core::any(),                                        \
     "vocabulary (>= the token file's, e.g. a BPE's)")                                              \
-  N(model.rope_theta, "rope_theta", "", json, core::any(), "RoPE base")                            \
+  N(model.rope_theta, "rope_theta", "--rope-theta", cli_json, core::open_interval(0, 1e300),       \
+    "RoPE base theta")                                                                             \
+  N(model.max_position_embeddings, "max_position_embeddings", "--max-position-embeddings",         \
+    cli_json, core::at_least(0, " (0: unset)"),                                                    \
+    "the model's context (HF max_position_embeddings; read by dynamic and yarn scaling)")          \
+  X(std::string, rope_scaling, "--rope-scaling", "", cli_json, core::parsed_by(check_rope_scaling),\
+    "HF rope_scaling JSON, e.g. '{\"rope_type\":\"yarn\",\"factor\":16}' (empty: the model's)")   \
   N(model.norm_eps, "norm_eps", "", json, core::any(), "RMSNorm epsilon")                          \
   N(model.tied_embeddings, "tied_embeddings", "", json, core::any(), "LM head shares the embedding")\
   X(bool, doc_mask, "--doc-mask", false, cli_json, core::any(),                                    \
@@ -140,6 +149,8 @@ struct TrainConfig {
   /// loss, seq too short, ...).
   ParsedConfig parse() const;
   void validate() const { (void)parse(); }
+  /// `model` with the --rope-scaling text applied (the model the run trains and saves).
+  model::LlamaConfig model_config() const;
   /// Every JSON-scoped field by key, plus "preset" and the derived "cp".
   nlohmann::json to_json() const;
 };

@@ -64,14 +64,25 @@ void report(RankRun& run, const StepRecord& r) {
   if (!run.writer) return;
   const TrainConfig& cfg = run.s.cfg;
   if (!cfg.quiet) {
+    run.progress.clear();  // the step line takes the progress line's place, which follows it
     std::printf(
         "step %4lld  loss %.4f  lr %.2e  |g| %.3f  %.2fs  %.0f tok/s/rank  mfu %.3f  "
         "rss %.0f MiB  saved %.0f MiB  compute %.2fs  wait %.2fs\n",
         static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_sec,
         r.mfu, r.peak_rss_mib, r.saved_activation_mib, r.compute_s, r.comm_wait_s);
     std::fflush(stdout);
+    run.progress.update(r.step, r.seconds, r.tokens_per_sec * cfg.world);
   }
-  if (!cfg.out.empty()) write_metrics(cfg.out, run.s.config, run.records);
+  if (!cfg.out.empty()) {
+    write_metrics(cfg.out, run.s.config, run.records);
+    std::vector<CurvePoint> curve;
+    for (const StepRecord& x : run.records)
+      curve.push_back({x.step, x.loss, x.tokens_per_sec * cfg.world});
+    core::write_file_atomic(
+        cfg.out + "/train.svg",
+        train_curve_svg(curve, core::cat("longseq train: ", cfg.preset, ", seq ", cfg.seq,
+                                         ", world ", cfg.world, " (tokens/s: all ranks)")));
+  }
 }
 
 json record_json(const StepRecord& r) {

@@ -26,6 +26,7 @@
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/transformer.hpp"
 #include "longseq/train/data.hpp"
+#include "longseq/train/progress.hpp"
 #include "longseq/train/trainer.hpp"
 #include "longseq/train/zero.hpp"
 
@@ -65,6 +66,7 @@ struct RankRun {
   std::unique_ptr<model::AttentionOp> attn;              ///< rebuilt when the mask changes
   std::vector<StepRecord> records;                       ///< writer: every step so far
   std::vector<float> final_grads;                        ///< keep_params, writer
+  Progress progress;  ///< the live progress line: writer, not --quiet, stdout a terminal
 };
 
 /// One step's outcome on this rank, before the metrics reductions.

@@ -111,7 +111,7 @@ RunSetup::RunSetup(const TrainConfig& c)
       parsed(parsed_config(cfg)),
       data(checked_data(cfg)),
       loader(data, cfg.seq),
-      layout(cfg.model),
+      layout(cfg.model_config()),
       seq_layout(parsed.balance, cfg.seq, cfg.cp()),
       threads(threads_per_rank(cfg)),
       options(model_options(cfg, parsed, threads)),
@@ -131,7 +131,8 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
       replica(w.rank() / setup.cfg.cp()),
       ctx(w.split(replica, w.rank())),
       writer(w.rank() == 0),
-      state(setup.layout, w, setup.cfg.seed) {
+      state(setup.layout, w, setup.cfg.seed),
+      progress(setup.end, writer && !setup.cfg.quiet && Progress::stdout_is_terminal()) {
   state.set_gather_dtype(setup.parsed.precision);
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
@@ -193,6 +194,7 @@ void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
     report(run, rec);
     save_if_due(run, step);
   }
+  run.progress.finish();
   std::vector<float> params;
   if (setup.cfg.keep_params) params = gather_all(run, false);
   if (!run.writer) return;

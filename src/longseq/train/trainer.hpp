@@ -2,7 +2,8 @@
 // The training loop: world = dp data-parallel replicas x cp context-parallel ranks, ZeRO-3 over
 // all of them (zero.hpp), distributed attention inside each replica's context group, fused or
 // unfused LM head loss, AdamW with cosine schedule and global clipping, safetensors checkpoints
-// with bit-identical resume, and metrics.json.
+// with bit-identical resume, and metrics.json (plus train.svg: loss and tokens/s by step,
+// train/progress.hpp, and a live progress line when stdout is a terminal).
 //
 // Rank mapping: world rank w trains replica d = w / cp as context rank w % cp; replica d's context
 // group is world.split(d, w). Every rank of a replica reads the same sequence
