@@ -103,6 +103,19 @@ if [ "$NP" = 2 ]; then
   done
 fi
 
+# Commands without communication run on rank 0 only: the same stdout and files as without mpirun.
+if [ "$NP" = 3 ]; then
+  "$LONGSEQ" schedule --algo ring --world 4 >"$WORK/sched.local" 2>&1
+  "${MPIRUN[@]}" "$LONGSEQ" schedule --algo ring --world 4 >"$WORK/sched.mpi" 2>&1 ||
+    fail "mpirun -np $NP schedule: $(tail -2 "$WORK/sched.mpi")"
+  cmp -s "$WORK/sched.local" "$WORK/sched.mpi" || fail "mpirun -np $NP schedule: output differs from a plain run (printed more than once?)"
+  "$LONGSEQ" tokenize --in "$DATA" --out "$WORK/tok.local" >"$WORK/tok.local.log" 2>&1
+  "${MPIRUN[@]}" "$LONGSEQ" tokenize --in "$DATA" --out "$WORK/tok.mpi" >"$WORK/tok.mpi.log" 2>&1 ||
+    fail "mpirun -np $NP tokenize: $(tail -2 "$WORK/tok.mpi.log")"
+  cmp -s "$WORK/tok.local" "$WORK/tok.mpi" || fail "mpirun -np $NP tokenize: token file differs from a plain run's"
+  [ "$(grep -c tokens "$WORK/tok.mpi.log")" = 1 ] || fail "mpirun -np $NP tokenize: summary not printed exactly once"
+fi
+
 # train: 2 steps under mpirun, same losses as the local backend.
 targs=(train --preset tiny --data "$DATA" --quiet --steps 2 --seq 61 --world "$NP" --algo ring)
 if ! "$LONGSEQ" "${targs[@]}" --out "$WORK/t.local" >"$WORK/t.local.log" 2>&1; then
