@@ -14,6 +14,11 @@
 //   comm_bench                                       # 4 local threads, no link model
 //   comm_bench --world 4 --nodes 2 --link "inter=10us,10GB/s"
 //   mpirun -np 4 comm_bench                          # MPI (backend any picks it)
+//   mpirun -np 4 comm_bench --raw-mpi                # + plain MPI_Sendrecv / MPI_Allgather /
+//                                                    #   MPI_Send+Recv of the same sizes, same run
+// With --raw-mpi the JSON also holds "raw_mpi" (the same points measured with plain MPI calls on
+// MPI_COMM_WORLD from the main thread, after our world has ended) and "vs_raw" (our busBw / raw
+// busBw per op and size: the comm layer's overhead over MPI itself).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -29,6 +34,10 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/timer.hpp"
+
+#ifdef LONGSEQ_BENCH_RAW_MPI
+#include <mpi.h>
+#endif
 
 namespace {
 
@@ -60,6 +69,94 @@ std::pair<int, double> time_it(comm::Group& g, double target, int max_iters, F&&
   return {iters, mean};
 }
 
+#ifdef LONGSEQ_BENCH_RAW_MPI
+/// time_it with plain MPI on MPI_COMM_WORLD.
+template <class F>
+std::pair<int, double> time_raw(double target, int max_iters, F&& body) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  core::Timer t;
+  body();
+  double once = t.elapsed();
+  MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const int iters = std::clamp(static_cast<int>(target / std::max(once, 1e-7)), 3, max_iters);
+  MPI_Barrier(MPI_COMM_WORLD);
+  t.restart();
+  for (int i = 0; i < iters; ++i) body();
+  double mean = t.elapsed() / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return {iters, mean};
+}
+
+/// The same points as the comm layer's, with MPI_Sendrecv, MPI_Send/MPI_Recv and MPI_Allgather.
+std::vector<Point> raw_mpi(const std::vector<std::string>& ops, size_t min_bytes, size_t max_bytes,
+                           int step, double seconds, int max_iters) {
+  int p = 1, r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  std::vector<Point> points;
+  for (const std::string& op : ops) {
+    if (op == "pingpong" && p < 2) continue;
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
+      Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
+      const int n = static_cast<int>(bytes);
+      if (op == "sendrecv") {
+        std::vector<std::byte> s(bytes), d(bytes);
+        auto [it, t] = time_raw(seconds, max_iters, [&] {
+          MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE, (r + p - 1) % p, 0,
+                       MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        });
+        pt.iters = it;
+        pt.seconds = t;
+        pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+      } else if (op == "pingpong") {
+        std::vector<std::byte> b(bytes);
+        auto [it, t] = time_raw(seconds, max_iters, [&] {
+          if (r == 0) {
+            MPI_Send(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          } else if (r == 1) {
+            MPI_Recv(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+          }
+        });
+        pt.iters = it;
+        pt.seconds = t / 2;
+        pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+      } else if (op == "all_gather") {
+        const size_t block = bytes / static_cast<size_t>(p);
+        std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
+        auto [it, t] = time_raw(seconds, max_iters, [&] {
+          MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(), static_cast<int>(block),
+                        MPI_BYTE, MPI_COMM_WORLD);
+        });
+        pt.bytes = block * static_cast<size_t>(p);
+        pt.iters = it;
+        pt.seconds = t;
+        pt.algbw = static_cast<double>(pt.bytes) / t;
+        pt.busbw = pt.algbw * (p - 1) / p;
+      }
+      points.push_back(pt);
+      if (r == 0)
+        std::fprintf(stderr, "raw %-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n", op.c_str(),
+                     pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
+    }
+  }
+  return points;
+}
+#endif
+
+nlohmann::json points_json(const std::vector<Point>& points) {
+  nlohmann::json res = nlohmann::json::array();
+  for (const Point& pt : points)
+    res.push_back({{"op", pt.op},
+                   {"bytes", pt.bytes},
+                   {"iters", pt.iters},
+                   {"time_us", pt.seconds * 1e6},
+                   {"algbw_GBps", pt.algbw / 1e9},
+                   {"busbw_GBps", pt.busbw / 1e9}});
+  return res;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "target seconds per point")->capture_default_str();
   app.add_option("--max-iters", max_iters, "iteration cap per point")->capture_default_str();
   app.add_option("--out", out_path, "write JSON here (default: stdout)");
+  bool raw = false;
+  app.add_flag("--raw-mpi", raw, "also measure plain MPI calls of the same sizes (under mpirun)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -86,6 +185,7 @@ int main(int argc, char** argv) {
     for (std::string s; std::getline(ss, s, ',');) ops.push_back(s);
 
     nlohmann::json report;
+    std::vector<Point> ours;
     comm::run(opt, [&](comm::Group& g) {
       const int p = g.size(), r = g.rank();
       std::vector<Point> points;
@@ -140,14 +240,8 @@ int main(int argc, char** argv) {
       }
       const std::vector<comm::Stats> stats = g.gather_stats();
       if (r == 0) {
-        nlohmann::json res = nlohmann::json::array();
-        for (const Point& pt : points)
-          res.push_back({{"op", pt.op},
-                         {"bytes", pt.bytes},
-                         {"iters", pt.iters},
-                         {"time_us", pt.seconds * 1e6},
-                         {"algbw_GBps", pt.algbw / 1e9},
-                         {"busbw_GBps", pt.busbw / 1e9}});
+        ours = points;
+        const nlohmann::json res = points_json(points);
         report = {{"bench", "comm"},
                   {"backend", std::string(g.backend())},
                   {"world", p},
@@ -157,6 +251,26 @@ int main(int argc, char** argv) {
                   {"stats", comm::stats_to_json(stats)}};
       }
     });
+    if (raw) {
+#ifdef LONGSEQ_BENCH_RAW_MPI
+      core::require(comm::resolve_backend(opt.backend) == comm::Backend::mpi, "bench",
+                    "--raw-mpi needs the MPI backend (run under mpirun)");
+      const std::vector<Point> rp = raw_mpi(ops, min_bytes, max_bytes, step, seconds, max_iters);
+      if (!report.is_null()) {
+        report["raw_mpi"] = points_json(rp);
+        nlohmann::json vs = nlohmann::json::array();
+        for (size_t i = 0; i < rp.size() && i < ours.size(); ++i)
+          vs.push_back({{"op", rp[i].op},
+                        {"bytes", rp[i].bytes},
+                        {"ours_busbw_GBps", ours[i].busbw / 1e9},
+                        {"raw_busbw_GBps", rp[i].busbw / 1e9},
+                        {"ours_over_raw", ours[i].busbw / rp[i].busbw}});
+        report["vs_raw"] = vs;
+      }
+#else
+      core::fail("bench", "--raw-mpi: comm_bench was built without MPI");
+#endif
+    }
     if (!report.is_null()) {
       if (out_path.empty()) {
         std::cout << report.dump(2) << "\n";
