@@ -108,7 +108,8 @@ cmd_up() {
   why=$(check_capable) || die "cannot make namespaces on this machine: $why"
   [ ! -e "$STATE" ] || die "cluster '$NAME' is already up ($STATE exists): run 'down' first"
 
-  trap 'echo "[cluster] up failed: removing what was made" >&2; cmd_down >/dev/null 2>&1' ERR
+  # Any failure from here on (a failing command under set -e, or die) removes what was made.
+  trap 'echo "[cluster] up failed: removing what was made" >&2; cmd_down >/dev/null 2>&1' EXIT
   mkdir -p "$STATE/uts"
   # Persistent UTS namespaces are bind mounts of /proc/<pid>/ns/uts onto files: their directory
   # must be a private mount, as ip netns does for /run/netns.
@@ -169,7 +170,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export LONGSEQ_CLUSTER_HOSTS=$n
 EOF
   echo "rate=${rate:-unshaped} delay=${delay:-none} slots=$slots" >"$STATE/shape"
-  trap - ERR
+  trap - EXIT
   echo "[cluster] $NAME: $n host(s) $(host_name 1)..$(host_name "$n") on $SUBNET.0/24, $slots slot(s) each, link ${rate:-unshaped}${delay:+, delay $delay}"
 }
 
