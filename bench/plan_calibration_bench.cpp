@@ -80,12 +80,6 @@ double process_cpu_s() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 double load_average() {
   double l[1] = {0};
   return getloadavg(l, 1) == 1 ? l[0] : -1;
@@ -128,7 +122,7 @@ Measured measure(const Case& c, double share) {
         vv(sv.data(), core::Shape{l, c.hkv, c.d}), vd(sd.data(), core::Shape{l, c.hq, c.d});
     AttentionStats fs, bs;
     g.barrier();
-    const double cpu0 = thread_cpu_s();
+    const double cpu0 = core::thread_cpu_seconds();
     core::Timer t;
     AttentionSaved saved = distributed_attention_forward(vq, vk, vv, spec, layout, g, &fs);
     g.barrier();
@@ -137,7 +131,7 @@ Measured measure(const Case& c, double share) {
     AttentionGrads grads = distributed_attention_backward(vd, saved, spec, layout, g, &bs);
     g.barrier();
     bwd[r] = t.elapsed();
-    cpu[r] = thread_cpu_s() - cpu0;
+    cpu[r] = core::thread_cpu_seconds() - cpu0;
     comp[r] = fs.compute_s + bs.compute_s;
     wait[r] = fs.wait_s + bs.wait_s;
   });

@@ -45,12 +45,6 @@ TEST(LinkModelParse, ErrorsNameTheText) {
   }
 }
 
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 /// Runs 2 local ranks on `nodes` nodes; rank 0 sends `msgs` messages of `bytes` to rank 1 at once;
 /// returns the wall time from rank 0's first post to rank 1's completion (the model's clock starts
 /// at the send), and rank 1's CPU time spent posting and waiting.
@@ -67,13 +61,13 @@ std::pair<double, double> timed_transfer(const LinkModel& link, int nodes, size_
     g.barrier();
     std::vector<Request> reqs;
     if (g.rank() == 0) t_send = core::now_seconds();
-    const double c0 = thread_cpu_seconds();
+    const double c0 = core::thread_cpu_seconds();
     for (auto& b : bufs)
       reqs.push_back(g.rank() == 0 ? g.isend(1, b, 0) : g.irecv(0, b, 0));
     wait_all(reqs);
     if (g.rank() == 1) {
       t_done = core::now_seconds();
-      cpu = thread_cpu_seconds() - c0;
+      cpu = core::thread_cpu_seconds() - c0;
     }
   });
   return {t_done - t_send.load(), cpu};

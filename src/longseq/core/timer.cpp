@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 namespace longseq::core {
 
@@ -19,6 +20,12 @@ static size_t read_status_kib(const char* key) {
   }
   std::fclose(f);
   return kib * 1024;
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 size_t peak_rss_bytes() { return read_status_kib("VmHWM:"); }

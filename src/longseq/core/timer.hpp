@@ -1,5 +1,7 @@
 #pragma once
-// Wall-clock timing on the steady clock.
+// Time: wall clock on the steady clock (Timer, ScopedTimer), and the calling thread's CPU clock
+// (what a kernel costs on a core of its own when the machine is shared: a descheduled thread's
+// wall time says nothing about the kernel). The one timer module; nothing redefines these.
 #include <chrono>
 #include <cstddef>
 
@@ -10,6 +12,9 @@ inline double now_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
+
+/// CPU seconds the calling thread has run (CLOCK_THREAD_CPUTIME_ID), from an arbitrary origin.
+double thread_cpu_seconds();
 
 /// Starts on construction; elapsed() reads without stopping.
 class Timer {

@@ -58,4 +58,10 @@ int64_t gemm_panel_rows();
 /// Name of the library behind the wrapper: "openblas" or "onednn".
 const char* gemm_library();
 
+/// FLOP/s of one thread on a 1024^3 product at `dt` (f32: gemm_f32; bf16: gemm_bf16, fp32
+/// accumulation): one warm-up, then the best of `repeats` on the thread's CPU clock
+/// (core::thread_cpu_seconds, so other jobs on the machine do not count). The one peak
+/// measurement: the trainer's MFU denominator and `longseq calibrate`'s profile peak.
+double single_thread_gemm_flops(core::DType dt, int repeats = 3);
+
 }  // namespace longseq::kernels

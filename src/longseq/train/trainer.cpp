@@ -38,22 +38,8 @@ TokenFile load_training_data(const std::string& requested) {
 // ---- measurements ------------------------------------------------------------------------------
 
 double measure_peak_gflops(const std::string& precision) {
-  const bool bf = parse_precision(precision) == core::DType::bf16;
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<core::bf16> ab(n * n, core::to_bf16(0.5f)), bb(n * n, core::to_bf16(0.25f));
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    core::Timer t;
-    if (bf)
-      kernels::gemm_bf16(false, false, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(),
-                         n);
-    else
-      kernels::gemm_f32(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, t.elapsed());
-  }
   const double hw = std::max(1u, std::thread::hardware_concurrency());
-  return 2.0 * n * n * n / best * 1e-9 * hw;
+  return kernels::single_thread_gemm_flops(parse_precision(precision)) * 1e-9 * hw;
 }
 
 // ---- setup -------------------------------------------------------------------------------------

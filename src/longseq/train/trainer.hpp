@@ -18,8 +18,9 @@
 // (N_matmul: weights in matrix products, LM head included; tokens: dp * seq; visible_pairs: the
 // (query, key) pairs the mask allows per sequence, N(N+1)/2 causal, times dp; 12 = forward 4 +
 // backward 8 FLOPs per pair and head dim; recomputation is not counted, as in PaLM's MFU) and
-// peak = a start-up measurement of single-thread GEMM at the run's precision (kernels/gemm, sgemm
-// or bf16, 1024^3, best of 3) times the hardware threads.
+// peak = a start-up measurement of single-thread GEMM at the run's precision
+// (kernels::single_thread_gemm_flops: sgemm or bf16, 1024^3, thread CPU time, best of 3 after a
+// warm-up; the same measurement `longseq calibrate` records) times the hardware threads.
 //
 // The configuration (TrainConfig, presets) is train/config.hpp; train() is built from the units
 // of train/run.hpp (setup, one step, metrics, checkpointing, the loop).
@@ -59,7 +60,7 @@ TokenFile load_training_data(const std::string& path);
 TrainSummary train(const TrainConfig& cfg);
 
 /// The machine's measured peak at `precision` ("fp32": sgemm, "bf16": bf16 GEMM with fp32
-/// accumulation): single-thread GFLOP/s of a 1024^3 product times hardware threads.
+/// accumulation): kernels::single_thread_gemm_flops in GFLOP/s times hardware threads.
 double measure_peak_gflops(const std::string& precision = "fp32");
 
 }  // namespace longseq::train

@@ -1,0 +1,79 @@
+#pragma once
+// Measures this machine into a hardware profile (hardware.hpp), for `longseq plan --hardware
+// local` and bench/plan_calibration_bench; `longseq calibrate` (cli/cmd_calibrate.cpp) writes it.
+//
+// Measured, each with the real part that the executor runs:
+//   gemm     kernels::single_thread_gemm_flops (f32 1024^3 on one thread; a rank computes on
+//            --threads threads): the profile's "peak" (gemm_efficiency 1 by definition). The
+//            trainer's MFU peak is the same measurement.
+//   attention  kernels::cpu attention_block_forward / backward, --block x --block, 8 heads, D 128,
+//            full mask, FLOPs counted as 4 and 10 per (q, k) pair and head-dim element (the
+//            planner's convention). Timed twice: alone, and with one copy per core running at once
+//            (every core busy, the regime of a distributed run with world >= cores). The profile's
+//            efficiencies are the all-cores-busy rates over the GEMM peak (a labelled correction).
+//   local link  comm::run(backend "local", world 2): ping-pong of isend/irecv from 1 KiB to 64 MiB
+//            (x4 steps); one-way time = half the round trip. alpha = one-way time of 1 KiB, beta
+//            from the 64 MiB point. Written as intra, inter (one host) and wait_copy (the local
+//            backend copies at the wait: hardware.hpp).
+//   mpi link  the same ping-pong between ranks 0 and 1 through the MPI backend, only when launched
+//            by mpirun (`mpirun -np 2 longseq calibrate`; rank 0 measures the rest and writes the
+//            profile); otherwise the profile says "not measured".
+//   cores    std::thread::hardware_concurrency(): host_cores (ranks beyond it time-share cores).
+// Kernel rates are timed on the thread CPU clock (core::thread_cpu_seconds, best of --repeats),
+// the ping-pong on the wall clock (its waits sleep); the 1-minute load average is recorded next
+// to them.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "longseq/plan/attention_cost.hpp"
+#include "longseq/plan/hardware.hpp"
+
+namespace longseq::plan {
+
+struct CalibrateOptions {
+  int threads = 1;           ///< compute threads per rank (the executor's AttentionSpec::threads)
+  int repeats = 5;           ///< timed repetitions per kernel measurement (best is kept)
+  int64_t block = 1024;      ///< attention block size (tokens) of the kernel measurement
+  double memory_gib = 0;     ///< memory per rank in GiB (0: physical memory / 2)
+  double pingpong_s = 0.05;  ///< target seconds per ping-pong size
+  /// Throws core::Error("[calibrate] --flag value ...") when out of range.
+  void validate() const;
+};
+
+/// One ping-pong size: one-way seconds (half the best round trip).
+struct PingPoint {
+  size_t bytes = 0;
+  int iters = 0;
+  double one_way_s = 0;
+};
+
+/// Attention kernel rates with some ranks computing at once.
+struct AttnRates {
+  double fwd = 0, bwd = 0;      ///< FLOP/s per rank, per computed (q, k) pair x 4 (10) x Hq x D
+  double fwd_s = 0, bwd_s = 0;  ///< slowest rank's best time of one call
+  TileWork fwd_work, bwd_work;
+};
+
+/// Everything measured, and the profile made of it.
+struct Calibration {
+  Hardware hw;
+  int cores = 1, busy = 1;  ///< hardware threads; ranks computing at once in the busy timing
+  double gemm_flops = 0;    ///< one thread
+  AttnRates alone, all, strided;
+  double partial_cost_fwd = 1, partial_cost_bwd = 1;
+  std::vector<PingPoint> local_pts, mpi_pts;
+  Link local;
+  std::string mpi_note;
+};
+
+/// Runs every measurement (minutes on a small machine). Under mpirun every process calls it; only
+/// rank 0 gets a value (the others take part in the MPI ping-pong and get nullopt).
+std::optional<Calibration> calibrate(const CalibrateOptions& options);
+/// The profile as written to a file: hardware_to_json plus a "measurements" object.
+std::string calibration_json(const Calibration& c);
+/// What was measured, a few lines for the terminal.
+std::string calibration_summary(const Calibration& c, int64_t block);
+
+}  // namespace longseq::plan
