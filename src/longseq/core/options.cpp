@@ -98,6 +98,39 @@ void fail_unknown_key(std::string_view component, std::string_view where, std::s
   fail(component, where, ": unknown key '", key, "'");
 }
 
+void fail_missing_key(std::string_view component, std::string_view where, std::string_view key) {
+  fail(component, where, ": missing field '", key, "'");
+}
+
+json::json_pointer key_pointer(std::string_view key) {
+  std::string p = "/";
+  for (char ch : key) p += ch == '.' ? '/' : ch;
+  return json::json_pointer(p);
+}
+
+namespace {
+
+void leaves(const json& j, const std::string& prefix,
+            const std::function<bool(const std::string&)>& is_prefix,
+            std::vector<std::pair<std::string, const json*>>& out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string k = prefix + it.key();
+    if (it.value().is_object() && is_prefix(k))
+      leaves(it.value(), k + ".", is_prefix, out);
+    else
+      out.emplace_back(k, &it.value());
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, const json*>> json_leaves(
+    const json& j, const std::function<bool(const std::string&)>& is_prefix) {
+  std::vector<std::pair<std::string, const json*>> out;
+  leaves(j, "", is_prefix, out);
+  return out;
+}
+
 void fail_not_object(std::string_view component, std::string_view where) {
   fail(component, where, ": expected a JSON object of configuration keys");
 }

@@ -3,11 +3,14 @@
 // table (JSON key, CLI flag, help, admissible values, where it appears), and the JSON writer,
 // the JSON reader and the range checks are loops over that table (the CLI flags are the same
 // loop in cli/table_flags.hpp). A row reaches its member through a plain function, so rows may
-// name nested members (`c.model.layers`) of any scalar type FieldRef lists.
+// name nested members (`c.model.layers`) of any scalar type FieldRef lists. A key with dots
+// ("intra.latency_s") lives in nested JSON objects ({"intra": {"latency_s": ...}}).
 //
 // Messages name the component, the field (its flag, or its key when it has no flag) and the
 // value: "[train] --steps 0 must be >= 1", "[train] presets/x.json: unknown key 'bogus'".
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +37,22 @@ struct Check {
 /// Any value of the type.
 inline Check any() {
   return {};
+}
+/// value > lo.
+inline Check above(double lo) {
+  Check c;
+  c.lo = lo;
+  c.lo_open = true;
+  return c;
+}
+/// lo < value <= hi.
+inline Check above_at_most(double lo, double hi, const char* note = "") {
+  Check c;
+  c.lo = lo;
+  c.hi = hi;
+  c.lo_open = true;
+  c.note = note;
+  return c;
 }
 /// value >= lo.
 inline Check at_least(double lo, const char* note = "") {
@@ -69,6 +88,7 @@ struct Field {
   Scope scope;
   FieldRef (*ref)(C&);
   Check check;
+  bool required = false;  ///< JSON: a source without the key is refused (fields_from_json)
 
   bool in_cli() const { return scope != Scope::json; }
   bool in_json() const { return scope != Scope::cli; }
@@ -92,14 +112,22 @@ void set_field(const FieldRef& r, const nlohmann::json& v, std::string_view comp
 void check_field(const FieldRef& r, const Check& check, std::string_view component,
                  std::string_view name);
 
+/// The JSON pointer of a key: "intra.latency_s" -> /intra/latency_s.
+nlohmann::json::json_pointer key_pointer(std::string_view key);
+
 /// Every JSON-scoped field of `c`, by key.
 template <class C>
 nlohmann::json fields_to_json(const std::vector<Field<C>>& table, const C& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : table)
-    if (f.in_json()) j[f.key] = field_json(f.get(c));
+    if (f.in_json()) j[key_pointer(f.key)] = field_json(f.get(c));
   return j;
 }
+
+/// `j`'s leaves by dotted key ({"a": {"b": 1}} -> "a.b": 1), descending into an object only where
+/// `is_prefix(key)` says rows live below it (other objects are leaves, e.g. a row of JSON type).
+std::vector<std::pair<std::string, const nlohmann::json*>> json_leaves(
+    const nlohmann::json& j, const std::function<bool(const std::string&)>& is_prefix);
 
 /// Sets the fields `j` names. Keys in `ignored` are skipped (derived values a writer adds);
 /// any other key without a JSON-scoped row is refused: "[component] where: unknown key 'k'".
@@ -108,10 +136,13 @@ void fields_from_json(const std::vector<Field<C>>& table, C& c, const nlohmann::
                       std::string_view component, std::string_view where,
                       const std::vector<std::string>& ignored = {});
 
-/// Runs every row's check over `c`, in table order.
+/// Runs every row's check over `c`, in table order. `where` (e.g. "hardware profile x.json: ")
+/// prefixes the field's name in messages.
 template <class C>
-void check_fields(const std::vector<Field<C>>& table, const C& c, std::string_view component) {
-  for (const auto& f : table) check_field(f.get(c), f.check, component, f.name());
+void check_fields(const std::vector<Field<C>>& table, const C& c, std::string_view component,
+                  std::string_view where = "") {
+  for (const auto& f : table)
+    check_field(f.get(c), f.check, component, std::string(where) + f.name());
 }
 
 /// The row whose key is `key`, or nullptr.
@@ -125,21 +156,27 @@ const Field<C>* find_field(const std::vector<Field<C>>& table, std::string_view 
 [[noreturn]] void fail_unknown_key(std::string_view component, std::string_view where,
                                    std::string_view key);
 [[noreturn]] void fail_not_object(std::string_view component, std::string_view where);
+[[noreturn]] void fail_missing_key(std::string_view component, std::string_view where,
+                                   std::string_view key);
 
 template <class C>
 void fields_from_json(const std::vector<Field<C>>& table, C& c, const nlohmann::json& j,
                       std::string_view component, std::string_view where,
                       const std::vector<std::string>& ignored) {
   if (!j.is_object()) fail_not_object(component, where);
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    bool skip = false;
-    for (const auto& i : ignored) skip = skip || i == k;
-    if (skip) continue;
+  auto is_prefix = [&](const std::string& p) {
+    for (const auto& f : table)
+      if (std::string_view(f.key).substr(0, p.size() + 1) == p + ".") return true;
+    return false;
+  };
+  for (const auto& [k, v] : json_leaves(j, is_prefix)) {
+    if (std::find(ignored.begin(), ignored.end(), k) != ignored.end()) continue;
     const Field<C>* f = find_field(table, k);
     if (!f || !f->in_json()) fail_unknown_key(component, where, k);
-    set_field(f->get(c), it.value(), component, where, k);
+    set_field(f->get(c), *v, component, where, k);
   }
+  for (const auto& f : table)
+    if (f.required && !j.contains(key_pointer(f.key))) fail_missing_key(component, where, f.key);
 }
 
 }  // namespace longseq::core

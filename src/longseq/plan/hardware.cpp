@@ -9,6 +9,7 @@
 
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/options.hpp"
 
 namespace longseq::plan {
 
@@ -16,24 +17,71 @@ using nlohmann::json;
 
 namespace {
 
-double number(const json& j, const char* key, std::string_view what, bool positive = true) {
-  core::require(j.contains(key) && j.at(key).is_number(), "plan", "hardware profile ", what,
-                ": missing or non-numeric field '", key, "'");
-  const double v = j.at(key).get<double>();
-  core::require(!positive || v > 0, "plan", "hardware profile ", what, ": field '", key,
-                "' must be > 0, got ", v);
-  return v;
-}
+using core::Scope;
 
-double optional_efficiency(const json& j, const char* key, std::string_view what) {
-  if (!j.contains(key)) return 1.0;
-  const double v = number(j, key, what);
-  core::require(v <= 1.5, "plan", "hardware profile ", what, ": correction '", key,
-                "' = ", v, " is not an efficiency (expected 0 < x <= 1.5)");
-  return v;
-}
+// Every field of a profile, declared once: the reader, the writer and the checks are loops over
+// this table (core/options.hpp). Keys with dots are nested objects of the file.
+#define HW(key, member, check, required, help)                                                  \
+  core::Field<Hardware> {                                                                       \
+    key, "", help, Scope::json, [](Hardware& h) -> core::FieldRef { return &h.member; }, check, \
+        required                                                                                \
+  }
+const std::vector<core::Field<Hardware>> kFields = {
+    HW("name", name, core::any(), false, "profile name (default: the file's)"),
+    HW("description", description, core::any(), false, "one line"),
+    HW("source", source, core::any(), false, "paper section or calibrate run"),
+    HW("gpus_per_node", gpus_per_node, core::at_least(1), true, "ranks per node"),
+    HW("memory_bytes", memory_bytes, core::above(0), true, "device memory per GPU"),
+    HW("peak_flops", peak_flops, core::above(0), true, "dense peak of the training dtype"),
+    HW("dtype_bytes", dtype_bytes, core::at_least(1), true, "bytes per activation element"),
+    HW("intra.latency_s", intra.latency_s, core::at_least(0), true, "intra-node alpha"),
+    HW("intra.bandwidth_Bps", intra.bandwidth_Bps, core::above(0), true,
+       "intra-node beta per rank"),
+    HW("inter.latency_s", inter.latency_s, core::at_least(0), true, "inter-node alpha"),
+    HW("inter.node_bandwidth_Bps", inter_node_bandwidth_Bps, core::above(0), true,
+       "inter-node bandwidth of a node (shared by its ranks)"),
+    HW("corrections.gemm_efficiency", corrections.gemm_efficiency,
+       core::above_at_most(0, 1.5, " (an efficiency)"), false, "achieved / peak, large GEMMs"),
+    HW("corrections.attention_fwd_efficiency", corrections.attention_fwd_efficiency,
+       core::above_at_most(0, 1.5, " (an efficiency)"), false,
+       "achieved / peak, attention forward"),
+    HW("corrections.attention_bwd_efficiency", corrections.attention_bwd_efficiency,
+       core::above_at_most(0, 1.5, " (an efficiency)"), false,
+       "achieved / peak, attention backward"),
+    HW("corrections.collective_efficiency", corrections.collective_efficiency,
+       core::above_at_most(0, 1.5, " (an efficiency)"), false, "achieved / link, ring collectives"),
+    HW("corrections.partial_tile_cost_fwd", corrections.partial_tile_cost_fwd,
+       core::above_at_most(0, 10, " (a relative cost)"), false,
+       "partial / full tile pair, forward"),
+    HW("corrections.partial_tile_cost_bwd", corrections.partial_tile_cost_bwd,
+       core::above_at_most(0, 10, " (a relative cost)"), false,
+       "partial / full tile pair, backward"),
+    HW("corrections.source", corrections.source, core::any(), false,
+       "where the corrections come from"),
+    HW("host_cores", host_cores, core::at_least(0), false, "cores of the one host (0: GPUs)"),
+    HW("kernel_tiles.fwd_q", tiles.fwd_q, core::at_least(0), false, "forward tile rows (0: unset)"),
+    HW("kernel_tiles.fwd_k", tiles.fwd_k, core::at_least(0), false, "forward tile columns"),
+    HW("kernel_tiles.bwd_q", tiles.bwd_q, core::at_least(0), false, "backward tile rows"),
+    HW("kernel_tiles.bwd_k", tiles.bwd_k, core::at_least(0), false, "backward tile columns"),
+    HW("wait_copy.latency_s", wait_copy.latency_s, core::at_least(0), false,
+       "local backend copy alpha"),
+    HW("wait_copy.bandwidth_Bps", wait_copy.bandwidth_Bps, core::at_least(0), false,
+       "local backend copy beta (0: none)"),
+    HW("mpi.measured", mpi_measured, core::any(), false, "whether calibrate measured the MPI link"),
+    HW("mpi.note", mpi_note, core::any(), false, "how, or why not"),
+    HW("mpi.latency_s", mpi.latency_s, core::at_least(0), false, "MPI alpha"),
+    HW("mpi.bandwidth_Bps", mpi.bandwidth_Bps, core::at_least(0), false, "MPI beta"),
+};
+#undef HW
+
+// Written by calibrate or kept for readers, never read back.
+const std::vector<std::string> kIgnored = {"measurements", "intra.note", "inter.note"};
 
 }  // namespace
+
+const std::vector<core::Field<Hardware>>& hardware_fields() {
+  return kFields;
+}
 
 Hardware parse_hardware(const std::string& json_text, std::string_view what) {
   json j;
@@ -42,97 +90,26 @@ Hardware parse_hardware(const std::string& json_text, std::string_view what) {
   } catch (const json::exception& e) {
     core::fail("plan", "hardware profile ", what, " is not valid JSON: ", e.what());
   }
-  core::require(j.is_object(), "plan", "hardware profile ", what, " must be a JSON object");
+  const std::string where = core::cat("hardware profile ", what);
+  core::require(j.is_object(), "plan", where, " must be a JSON object");
   Hardware hw;
-  hw.name = j.value("name", std::string(what));
-  hw.description = j.value("description", std::string());
-  hw.source = j.value("source", std::string());
-  hw.gpus_per_node = static_cast<int>(number(j, "gpus_per_node", what));
-  hw.memory_bytes = number(j, "memory_bytes", what);
-  hw.peak_flops = number(j, "peak_flops", what);
-  hw.dtype_bytes = static_cast<int>(number(j, "dtype_bytes", what));
-  core::require(j.contains("intra") && j.contains("inter"), "plan", "hardware profile ", what,
-                ": needs 'intra' and 'inter' link objects");
-  hw.intra.latency_s = number(j["intra"], "latency_s", what, false);
-  hw.intra.bandwidth_Bps = number(j["intra"], "bandwidth_Bps", what);
-  hw.inter.latency_s = number(j["inter"], "latency_s", what, false);
-  hw.inter_node_bandwidth_Bps = number(j["inter"], "node_bandwidth_Bps", what);
+  hw.name = std::string(what);
+  core::fields_from_json(kFields, hw, j, "plan", where, kIgnored);
+  core::check_fields(kFields, hw, "plan", where + ": ");
   // Every rank of a node sends at once in the ring schedules, so each gets its share of the NICs.
   hw.inter.bandwidth_Bps = hw.inter_node_bandwidth_Bps / hw.gpus_per_node;
-  if (j.contains("corrections")) {
-    const json& c = j["corrections"];
-    hw.corrections.gemm_efficiency = optional_efficiency(c, "gemm_efficiency", what);
-    hw.corrections.attention_fwd_efficiency = optional_efficiency(c, "attention_fwd_efficiency", what);
-    hw.corrections.attention_bwd_efficiency = optional_efficiency(c, "attention_bwd_efficiency", what);
-    hw.corrections.collective_efficiency = optional_efficiency(c, "collective_efficiency", what);
-    for (auto [key, field] : {std::pair{"partial_tile_cost_fwd", &hw.corrections.partial_tile_cost_fwd},
-                              std::pair{"partial_tile_cost_bwd", &hw.corrections.partial_tile_cost_bwd}})
-      if (c.contains(key)) {
-        *field = number(c, key, what);
-        core::require(*field <= 10, "plan", "hardware profile ", what, ": correction '", key, "' = ", *field,
-                      " is not a relative cost (expected 0 < x <= 10)");
-      }
-    hw.corrections.source = c.value("source", std::string());
-  }
-  if (j.contains("kernel_tiles")) {
-    const json& t = j["kernel_tiles"];
-    hw.tiles.fwd_q = static_cast<int64_t>(number(t, "fwd_q", what));
-    hw.tiles.fwd_k = static_cast<int64_t>(number(t, "fwd_k", what));
-    hw.tiles.bwd_q = static_cast<int64_t>(number(t, "bwd_q", what));
-    hw.tiles.bwd_k = static_cast<int64_t>(number(t, "bwd_k", what));
-  }
-  if (j.contains("host_cores")) hw.host_cores = static_cast<int>(number(j, "host_cores", what));
-  if (j.contains("wait_copy")) {
-    hw.wait_copy.latency_s = number(j["wait_copy"], "latency_s", what, false);
-    hw.wait_copy.bandwidth_Bps = number(j["wait_copy"], "bandwidth_Bps", what);
-  }
-  if (j.contains("mpi")) {
-    const json& m = j["mpi"];
-    hw.mpi_measured = m.value("measured", false);
-    hw.mpi_note = m.value("note", std::string());
-    if (hw.mpi_measured) {
-      hw.mpi.latency_s = number(m, "latency_s", what, false);
-      hw.mpi.bandwidth_Bps = number(m, "bandwidth_Bps", what);
-    }
-  }
+  core::require(!hw.mpi_measured || hw.mpi.bandwidth_Bps > 0, "plan", where,
+                ": mpi.measured needs mpi.bandwidth_Bps > 0");
   return hw;
 }
 
 std::string hardware_to_json(const Hardware& hw) {
-  json j;
-  j["name"] = hw.name;
-  j["description"] = hw.description;
-  j["source"] = hw.source;
-  j["gpus_per_node"] = hw.gpus_per_node;
-  j["memory_bytes"] = hw.memory_bytes;
-  j["peak_flops"] = hw.peak_flops;
-  j["dtype_bytes"] = hw.dtype_bytes;
-  j["intra"] = {{"latency_s", hw.intra.latency_s}, {"bandwidth_Bps", hw.intra.bandwidth_Bps}};
-  j["inter"] = {{"latency_s", hw.inter.latency_s},
-                {"node_bandwidth_Bps", hw.inter_node_bandwidth_Bps}};
-  j["corrections"] = {{"gemm_efficiency", hw.corrections.gemm_efficiency},
-                      {"attention_fwd_efficiency", hw.corrections.attention_fwd_efficiency},
-                      {"attention_bwd_efficiency", hw.corrections.attention_bwd_efficiency},
-                      {"collective_efficiency", hw.corrections.collective_efficiency},
-                      {"source", hw.corrections.source}};
-  if (hw.host_cores > 0) j["host_cores"] = hw.host_cores;
-  if (hw.tiles.enabled()) {
-    j["kernel_tiles"] = {{"fwd_q", hw.tiles.fwd_q}, {"fwd_k", hw.tiles.fwd_k}, {"bwd_q", hw.tiles.bwd_q},
-                         {"bwd_k", hw.tiles.bwd_k}};
-    j["corrections"]["partial_tile_cost_fwd"] = hw.corrections.partial_tile_cost_fwd;
-    j["corrections"]["partial_tile_cost_bwd"] = hw.corrections.partial_tile_cost_bwd;
-  }
-  if (hw.wait_copy.bandwidth_Bps > 0)
-    j["wait_copy"] = {{"latency_s", hw.wait_copy.latency_s}, {"bandwidth_Bps", hw.wait_copy.bandwidth_Bps}};
-  if (hw.mpi_measured)
-    j["mpi"] = {{"measured", true}, {"latency_s", hw.mpi.latency_s}, {"bandwidth_Bps", hw.mpi.bandwidth_Bps},
-                {"note", hw.mpi_note}};
-  else if (!hw.mpi_note.empty())
-    j["mpi"] = {{"measured", false}, {"note", hw.mpi_note}};
-  return j.dump(2) + "\n";
+  return core::fields_to_json(kFields, hw).dump(2) + "\n";
 }
 
-std::string data_dir() { return core::data_dir(); }
+std::string data_dir() {
+  return core::data_dir();
+}
 
 std::vector<std::string> hardware_names() {
   std::vector<std::string> names;

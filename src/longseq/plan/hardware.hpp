@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "longseq/core/options.hpp"
+
 namespace longseq::plan {
 
 /// One link class (intra-node or inter-node), as one rank sees it.
@@ -81,6 +83,8 @@ struct Hardware {
   double attention_bwd_flops() const { return peak_flops * corrections.attention_bwd_efficiency; }
 };
 
+/// The profile's fields, one row each (key, check, required): the file format.
+const std::vector<core::Field<Hardware>>& hardware_fields();
 /// Parses a profile from JSON text; throws core::Error("[plan] ...") naming `what` (a file name)
 /// and the missing or bad field.
 Hardware parse_hardware(const std::string& json_text, std::string_view what);
