@@ -129,7 +129,7 @@ std::vector<T> as(const std::vector<float>& x) {
 template <class T>
 Run run_ideal_as(const Inputs& in, const AttentionSpec& spec, Balance bal, int world) {
   const Layout layout(bal, in.n, world, spec.mask->block_size);
-  const Topology topo = Topology::blocks(world, 1);
+  const longseq::comm::Topology topo(world);
   const PairTable pairs(layout, *spec.mask);
   struct Typed {
     std::vector<T> q, k, v, dout;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "longseq/attention/distributed.hpp"
-#include "longseq/attention/hybrid.hpp"
+#include "longseq/attention/ulysses.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
@@ -113,17 +113,18 @@ double median(std::vector<double> v) {
 // (startrail.cpp, ulysses.cpp; the flat ones from docs/attention.md: 2-4 bundle slots).
 double working_set_floats(const std::string& name, const Options& o, int64_t l) {
   const int64_t hq = o.hq, hkv = o.hkv, d = o.d;
-  if (auto h = at::HybridAlgo::parse(name)) {
-    if (h->kind == at::HybridAlgo::Kind::startrail) {
-      const int64_t c = h->startrail.c, g = o.world / (c * c), kv = 2 * c * l * hkv * d;
+  const at::Algorithm h = at::Algorithm::parse(name);
+  if (!h.ring_family()) {
+    if (h.family == at::Algorithm::Family::startrail) {
+      const int64_t c = h.team, g = o.world / (c * c), kv = 2 * c * l * hkv * d;
       return static_cast<double>(c * l * hq * d + kv * (g > 1 ? 3 : 1) + c * l * hq * (d + 1));
     }
-    const int u = h->kind == at::HybridAlgo::Kind::ulysses ? o.world : h->usp.u;
+    const int u = h.family == at::Algorithm::Family::ulysses ? o.world : h.degree;
     const at::HeadSplit hs(hq, hkv, u);
     const int64_t tg = u * l, kv = 2 * tg * hs.kv_per * d, r = o.world / u;
     return static_cast<double>(tg * hs.hq_per * d + kv * (r > 1 ? 3 : 1) + tg * hs.hq_per * (d + 1));
   }
-  const int slots = name.rfind("double-ring", 0) == 0 ? 4 : 2;
+  const int slots = h.route == at::Route::double_ring ? 4 : 2;
   return static_cast<double>(slots * 2 * l * hkv * d + l * hq * (d + 1));
 }
 
@@ -152,11 +153,10 @@ int main(int argc, char** argv) {
     std::printf("%-20s %10s %10s %12s %12s %12s %12s %10s\n", "algo", "fwd s", "bwd s", "fwd intra", "fwd inter",
                 "bwd intra", "bwd inter", "mem MiB");
     for (const std::string& name : o.algos) {
-      const auto hybrid = at::HybridAlgo::parse(name);
       at::AttentionSpec spec;
       spec.mask = mask;
       spec.threads = o.threads;
-      if (!hybrid) spec.algo = at::Algorithm::parse(name);
+      spec.algo = at::Algorithm::parse(name);
       std::vector<double> tf, tb;
       PassResult fwd, bwd;
       for (int rep = 0; rep < o.reps; ++rep) {
@@ -175,16 +175,14 @@ int main(int argc, char** argv) {
           g.barrier();
           g.reset_stats();
           core::Timer t;
-          at::AttentionSaved saved = hybrid ? at::hybrid_forward(*hybrid, vq, vk, vv, spec, layout, g, &sf[r])
-                                            : at::distributed_attention_forward(vq, vk, vv, spec, layout, g, &sf[r]);
+          at::AttentionSaved saved = at::distributed_attention_forward(vq, vk, vv, spec, layout, g, &sf[r]);
           rf[r] = t.elapsed();
           bytes[r][0] = static_cast<int64_t>(g.stats().sent_intra.bytes);
           bytes[r][1] = static_cast<int64_t>(g.stats().sent_inter.bytes);
           g.barrier();
           g.reset_stats();
           t.restart();
-          at::AttentionGrads gr = hybrid ? at::hybrid_backward(*hybrid, vd, saved, spec, layout, g, &sb[r])
-                                         : at::distributed_attention_backward(vd, saved, spec, layout, g, &sb[r]);
+          at::AttentionGrads gr = at::distributed_attention_backward(vd, saved, spec, layout, g, &sb[r]);
           rb[r] = t.elapsed();
           bytes[r][2] = static_cast<int64_t>(g.stats().sent_intra.bytes);
           bytes[r][3] = static_cast<int64_t>(g.stats().sent_inter.bytes);
@@ -209,7 +207,7 @@ int main(int argc, char** argv) {
       }
       fwd.seconds = median(tf);
       bwd.seconds = median(tb);
-      const int c = hybrid && hybrid->kind == at::HybridAlgo::Kind::startrail ? hybrid->startrail.c : 1;
+      const int c = spec.algo.family == at::Algorithm::Family::startrail ? spec.algo.team : 1;
       const double a_floats = static_cast<double>(l * o.hq * o.d);
       const double ws = working_set_floats(name, o, l);
       auto pass_json = [](const PassResult& p) {

@@ -166,13 +166,10 @@ Predicted predict(const Case& c, plan::Hardware hw) {
     p.mask.window = c.window;
   else
     p.mask.causal = true;
-  plan::AttnAlgo a;
-  const int inner = c.world / c.nodes;
-  if (c.algo == "ring") a = plan::AttnAlgo::parse("ring");
-  else if (c.algo == "burst") a = plan::AttnAlgo::parse("burst");
-  else if (c.algo == "double-ring") a = plan::AttnAlgo::parse("double-ring:" + std::to_string(inner));
-  else if (c.algo == "double-ring:ring") a = plan::AttnAlgo::parse("double-ring-kv:" + std::to_string(inner));
-  else core::fail("bench", "no planner name for --algo ", c.algo);
+  // The executor's double ring runs inner rings of one node's ranks: name that size to the planner.
+  attention::Algorithm a = attention::Algorithm::parse(c.algo);
+  core::require(a.ring_family(), "bench", "no planner replay for --algo ", c.algo);
+  if (a.route == attention::Route::double_ring && a.inner == 0) a.inner = c.world / c.nodes;
   if (c.link.enabled()) {
     // The link model delays sends from their post; the local backend still copies at the wait
     // (hw.wait_copy stays as calibrated).

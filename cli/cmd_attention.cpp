@@ -72,7 +72,7 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--mask", a->mask,
                  "full | causal | window:W | document:FILE | blocks:FILE:B, comma-separated to combine");
   app.add_flag("--causal", a->causal, "add causality (e.g. to a block mask)");
-  app.add_option("--algo", a->algo, "ring | burst | double-ring | double-ring:ring | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
+  app.add_option("--algo", a->algo, "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
   app.add_option("--world", a->world, "ranks (local backend; under mpirun, if given, must equal -np)")
       ->default_str("1, or mpirun's -np");
   app.add_option("--nodes", a->nodes, "nodes the ranks are split over, evenly (declared; under mpirun the default is "
@@ -134,7 +134,7 @@ std::function<int()> add_attention(CLI::App& app) {
     const bool backward = in.backward();
 
     AttentionSpec spec;
-    set_algorithm(spec, a->algo);
+    spec.algo = Algorithm::parse(a->algo);
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
     spec.threads = a->threads;
@@ -175,7 +175,7 @@ std::function<int()> add_attention(CLI::App& app) {
 
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankRecord& r : result.ranks) ranks.push_back(r.to_json(backward));
-    nlohmann::json stats = {{"algo", algorithm_name(spec)},
+    nlohmann::json stats = {{"algo", spec.algo.name()},
                             {"balance", a->balance},
                             {"mask", spec.mask->describe()},
                             {"n", n},
@@ -207,7 +207,7 @@ std::function<int()> add_attention(CLI::App& app) {
       core::require(static_cast<bool>(f), "attention", "--out: failed writing ", a->out, "/stats.json");
     }
     std::printf("%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
-                algorithm_name(spec).c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(),
+                spec.algo.name().c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(),
                 static_cast<long long>(n), static_cast<long long>(hq), static_cast<long long>(hkv),
                 static_cast<long long>(d), world, nodes, seconds, backward ? " (forward + backward)" : "");
     for (const RankRecord& r : result.ranks) {

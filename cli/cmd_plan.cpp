@@ -80,7 +80,7 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_option("--memory-limit", a->memory_limit_gib, "per-GPU memory limit in GiB (0: the profile's memory)");
   app.add_option("--mask", a->mask, "full | causal | window:W (window implies causal)");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped");
-  app.add_option("--algo", a->algo, "restrict to these algorithms (comma list: ring, burst, double-ring:I, double-ring-kv:I, startrail:C[:rings], ulysses, usp:U[:ring])");
+  app.add_option("--algo", a->algo, "restrict to these algorithms (comma list of ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring])");
   app.add_option("--checkpoint", a->checkpoint, "restrict checkpoint policies (comma list: none, full, selective++, seq-selective)");
   app.add_option("--loss", a->loss, "restrict loss modes (comma list: fused, unfused)");
   app.add_option("--seq-selective-fraction", a->seq_selective_fraction, "share of local tokens seq-selective recomputes");
@@ -157,7 +157,7 @@ std::function<int()> add_plan(CLI::App& app) {
                     e.config.algo.name().c_str(), std::string(checkpoint_name(e.config.checkpoint)).c_str(),
                     std::string(loss_name(e.config.loss)).c_str(), e.step_seconds, e.tokens_per_sec_per_gpu,
                     100 * e.mfu, gib(e.memory.total()).c_str(), gib(e.comm_bytes_intra).c_str(),
-                    gib(e.comm_bytes_inter).c_str(), e.config.algo.schedule_based() ? "schedule" : "formula");
+                    gib(e.comm_bytes_inter).c_str(), schedule_based(e.config.algo) ? "schedule" : "formula");
       }
       if (feasible > shown) std::printf("     ... %d more feasible (--top 0 lists all)\n", feasible - shown);
       std::printf("\ninfeasible:\n");
@@ -196,7 +196,7 @@ std::function<int()> add_plan(CLI::App& app) {
       std::fprintf(out, "    %-48s %10s GiB\n", "total", gib(best->memory.total()).c_str());
     }
     if (!a->timeline.empty() && best) {
-      if (!best->config.algo.schedule_based()) {
+      if (!schedule_based(best->config.algo)) {
         std::fprintf(stderr, "[plan] --timeline: %s is costed by formula (no schedule yet), no timeline drawn\n",
                      best->config.algo.name().c_str());
       } else {

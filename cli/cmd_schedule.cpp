@@ -23,7 +23,7 @@ struct ScheduleArgs {
 
 std::function<int()> add_schedule(CLI::App& app) {
   auto a = std::make_shared<ScheduleArgs>();
-  app.add_option("--algo", a->algo, "ring | burst | double-ring | double-ring:ring");
+  app.add_option("--algo", a->algo, "ring | burst | double-ring[:I][:burst|:ring]");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped");
   app.add_option("--mask", a->mask, "full | causal | window:W (document/blocks masks need files: use `attention`)");
   app.add_option("--world", a->world, "ranks");
@@ -35,7 +35,7 @@ std::function<int()> add_schedule(CLI::App& app) {
     const Algorithm algo = Algorithm::parse(a->algo);
     const MaskSpec mask = MaskSpec::parse(a->mask, false, a->seq);
     const Layout layout(parse_balance(a->balance), a->seq, a->world, mask.block_size);
-    const Topology topo = Topology::blocks(a->world, a->nodes);
+    const comm::Topology topo = schedule_topology(algo, comm::Topology::declared(a->world, a->nodes));
     const PairTable pairs(layout, mask);
     for (Pass pass : {Pass::forward, Pass::backward}) {
       if (a->pass == "forward" && pass != Pass::forward) continue;

@@ -133,10 +133,10 @@ TEST(DistributedAttention, RefusesImpossibleCombinations) {
   spec.algo = Algorithm::parse("burst");
   spec.mask = c.mask;
   // 4 query heads are not a multiple of 3 kv heads.
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), Topology::blocks(2, 1), 4, 3, 8), core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(2, 1), 4, 3, 8), core::Error);
   spec.algo = Algorithm::parse("double-ring");
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 4), Topology::blocks(4, 1), 4, 2, 8), core::Error);
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), Topology::blocks(4, 2), 4, 2, 8), core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 4), longseq::comm::Topology::declared(4, 1), 4, 2, 8), core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(4, 2), 4, 2, 8), core::Error);
 }
 
 // AttentionSpec::query_rows: the forward of each rank's local rows [0, R) only (sequence-level
@@ -152,7 +152,7 @@ TEST(DistributedAttention, QueryRowsComputesOnlyTheEarliestLocalRows) {
           c.run_reference();
           const Layout layout(bal, c.n, world);
           AttentionSpec spec;
-          set_algorithm(spec, algo);
+          spec.algo = Algorithm::parse(algo);
           spec.mask = c.mask;
           c.run_distributed(spec, layout, 1, false);
           int full_pairs = 0;

@@ -22,7 +22,22 @@ inline attention::Layout make_layout(const std::string& balance, const AttnCase&
   return attention::Layout(b, c.n, c.world, b == attention::Balance::block_striped ? 2 * c.world : 0);
 }
 
-inline void run_hybrid(AttnCase& c, const attention::HybridAlgo& algo, const attention::Layout& layout,
+// startrail:C with the given placement.
+inline attention::Algorithm startrail_algo(int c, attention::TeamPlacement placement) {
+  attention::Algorithm a;
+  a.family = attention::Algorithm::Family::startrail;
+  a.team = c;
+  a.placement = placement;
+  return a;
+}
+
+// The USP options of `a` (ulysses: U = the world).
+inline attention::UspOptions usp_options_of(const attention::Algorithm& a) {
+  return a.family == attention::Algorithm::Family::usp ? attention::UspOptions{a.degree, a.backward}
+                                                        : attention::UspOptions{};
+}
+
+inline void run_hybrid(AttnCase& c, const attention::Algorithm& algo, const attention::Layout& layout,
                        int nodes, bool backward = true, const comm::LinkModel& link = {}) {
   attention::AttentionSpec spec;
   spec.mask = c.mask;

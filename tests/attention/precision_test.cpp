@@ -61,7 +61,7 @@ const Output kOutputs[] = {{"o", &AttnCase::o, &AttnCase::ref_o, kOutF32Tol},
 
 AttentionSpec bf16_spec(const std::string& algo, const AttnCase& c) {
   AttentionSpec spec;
-  set_algorithm(spec, algo);
+  spec.algo = Algorithm::parse(algo);
   spec.mask = c.mask;
   spec.precision = core::DType::bf16;
   return spec;
@@ -170,7 +170,7 @@ TEST(Bf16Attention, RefusesOtherPrecisions) {
     AttentionSpec spec = bf16_spec(algo, c);
     spec.precision = core::DType::f64;
     try {
-      validate(spec, Layout(Balance::zigzag, 40, 2), Topology::blocks(2, 1), 4, 2, 8);
+      validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(2, 1), 4, 2, 8);
       ADD_FAILURE() << algo << ": f64 accepted";
     } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();

@@ -197,7 +197,7 @@ TEST(Schedule, AllPairsOnceEverySendMatchedNoSlotHazard) {
         PairTable pairs(layout, m);
         for (int nodes : {1, 2, 4}) {
           if (world % nodes) continue;
-          Topology topo = Topology::blocks(world, nodes);
+          longseq::comm::Topology topo = longseq::comm::Topology::declared(world, nodes);
           for (const char* a : {"ring", "burst", "double-ring", "double-ring:ring"}) {
             Algorithm algo = Algorithm::parse(a);
             if (algo.route == Route::double_ring && nodes == 1 && world > 1) continue;
@@ -225,7 +225,7 @@ TEST(Schedule, EmptyStepsPostNoTransfer) {
   m.window = 10;
   Layout layout(Balance::contiguous, 8 * 64, world);
   PairTable pairs(layout, m);
-  Topology topo = Topology::blocks(world, 1);
+  longseq::comm::Topology topo = longseq::comm::Topology::declared(world, 1);
   for (int r = 0; r < world; ++r) {
     RankSchedule s = make_schedule(r, topo, layout, pairs, Algorithm::parse("burst"), Pass::forward);
     int sends = 0;
@@ -240,7 +240,7 @@ TEST(Schedule, DoubleRingSendsInterOnlyAcrossNodes) {
   MaskSpec m;
   Layout layout(Balance::zigzag, 100, world);
   PairTable pairs(layout, m);
-  Topology topo = Topology::blocks(world, nodes);
+  longseq::comm::Topology topo = longseq::comm::Topology::declared(world, nodes);
   for (int r = 0; r < world; ++r) {
     RankSchedule s = make_schedule(r, topo, layout, pairs, Algorithm::parse("double-ring"), Pass::forward);
     int intra = 0, inter = 0;
@@ -256,7 +256,7 @@ TEST(Schedule, DoubleRingSendsInterOnlyAcrossNodes) {
 
 TEST(Schedule, RefusesBadInput) {
   EXPECT_THROW(Algorithm::parse("startrail"), longseq::core::Error);
-  EXPECT_THROW(Topology::blocks(6, 4), longseq::core::Error);
+  EXPECT_THROW(longseq::comm::Topology::declared(6, 4), longseq::core::Error);
   EXPECT_THROW(Layout(Balance::block_striped, 100, 3, 16), longseq::core::Error);
   EXPECT_THROW(parse_balance("diagonal"), longseq::core::Error);
 }

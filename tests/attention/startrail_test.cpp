@@ -152,7 +152,7 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
         // Placement: teams on consecutive ranks, or sub-rings on consecutive ranks. With nodes of
         // that size, the collectives (resp. the ring P2P) never leave a node.
         const int block = pl == TeamPlacement::teams ? c : g_len;
-        const Topology topo = Topology::blocks(p, p / block);
+        const longseq::comm::Topology topo = longseq::comm::Topology::declared(p, p / block);
         for (int r = 0; r < p; ++r) {
           if (pl == TeamPlacement::teams) {
             for (int m : cfg.team_ranks(cfg.team_of(r))) ASSERT_TRUE(topo.same_node(r, m));
@@ -206,9 +206,7 @@ TEST(StarTrail, MatchesReferenceEveryLayoutAndMask) {
     for (const std::string& mask : kMasks) {
       AttnCase c(37, run.hq, run.hkv, 16, mask, run.world, ++seed);
       c.run_reference();
-      HybridAlgo a;
-      a.kind = HybridAlgo::Kind::startrail;
-      a.startrail = {run.c, run.placement};
+      const Algorithm a = longseq::testing::startrail_algo(run.c, run.placement);
       const StarTrailConfig cfg(run.world, run.c, run.placement);
       for (const std::string& bal : kBalances) {
         SCOPED_TRACE(a.name() + " P " + std::to_string(run.world) + " " + bal + " " + mask);
@@ -231,9 +229,7 @@ TEST(StarTrail, LargerWorlds) {
   for (const StarRun& run : runs) {
     AttnCase c(70, run.hq, run.hkv, 8, "causal", run.world, 7 + run.world);
     c.run_reference();
-    HybridAlgo a;
-    a.kind = HybridAlgo::Kind::startrail;
-    a.startrail = {run.c, run.placement};
+    const Algorithm a = longseq::testing::startrail_algo(run.c, run.placement);
     SCOPED_TRACE(a.name() + " P " + std::to_string(run.world));
     const Layout layout(Balance::zigzag, c.n, c.world);
     longseq::testing::run_hybrid(c, a, layout, 1);
@@ -247,9 +243,7 @@ TEST(StarTrail, LargerWorlds) {
 TEST(StarTrail, COneMovesRingBytes) {
   AttnCase c(40, 4, 2, 8, "causal", 4, 3);
   c.run_reference();
-  HybridAlgo a;
-  a.kind = HybridAlgo::Kind::startrail;
-  a.startrail = {1, TeamPlacement::teams};
+  const Algorithm a = longseq::testing::startrail_algo(1, TeamPlacement::teams);
   const Layout layout(Balance::zigzag, c.n, c.world);
   longseq::testing::run_hybrid(c, a, layout, 1);
   longseq::testing::expect_matches_reference(c);
@@ -269,9 +263,7 @@ TEST(StarTrail, BytesMatchWallFacerEquations) {
   const int64_t n = 64, h = 4, d = 16, hh = h * d, l = n / p;
   AttnCase cs(n, h, h, d, "causal", p, 21);
   cs.run_reference();
-  HybridAlgo a;
-  a.kind = HybridAlgo::Kind::startrail;
-  a.startrail = {c, TeamPlacement::teams};
+  const Algorithm a = longseq::testing::startrail_algo(c, TeamPlacement::teams);
   const StarTrailConfig cfg(p, c);
   const Layout layout(Balance::zigzag, n, p);
   longseq::testing::run_hybrid(cs, a, layout, cfg.teams());

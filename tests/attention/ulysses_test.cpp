@@ -59,36 +59,16 @@ TEST(HeadSplit, RefusesWithTheNumbers) {
   EXPECT_NE(c.find("usp:3 needs U to divide world 8"), std::string::npos) << c;
 }
 
-TEST(HybridAlgo, ParsesAndRoundTrips) {
-  EXPECT_FALSE(HybridAlgo::parse("ring").has_value());
-  EXPECT_FALSE(HybridAlgo::parse("double-ring:ring").has_value());
-  for (const char* s : {"ulysses", "usp:2:burst", "usp:4:ring", "startrail:2:teams", "startrail:4:rings"}) {
-    const auto a = HybridAlgo::parse(s);
-    ASSERT_TRUE(a.has_value()) << s;
-    EXPECT_EQ(a->name(), s);
-    EXPECT_TRUE(*HybridAlgo::parse(a->name()) == *a);
-  }
-  EXPECT_EQ(HybridAlgo::parse("usp:2")->usp.backward, Backward::q);
-  EXPECT_EQ(HybridAlgo::parse("startrail:2")->startrail.placement, TeamPlacement::teams);
-  for (const char* bad : {"startrail", "startrail:x", "startrail:0", "startrail:2:nodes", "usp", "usp:2:x",
-                          "ulysses:2", "usp:-1"})
-    EXPECT_FALSE(error_of([&] { HybridAlgo::parse(bad); }).empty()) << bad;
-  EXPECT_NE(error_of([] { HybridAlgo::parse("startrail:3")->validate(8, 8, 8); }).find("startrail:3 needs C to divide world 8"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { HybridAlgo::parse("startrail:4")->validate(8, 8, 8); }).find("C*C = 16 to divide world 8"),
-            std::string::npos);
-}
-
 struct UspRun {
   std::string algo;
   int world;
   int64_t hq, hkv;
 };
 
-void check_bytes(const AttnCase& c, const HybridAlgo& a, const Layout& layout) {
+void check_bytes(const AttnCase& c, const Algorithm& a, const Layout& layout) {
   const int64_t l = layout.local_len();
-  const UspVolume f = usp_forward_volume(a.usp, c.world, l, c.hq, c.hkv, c.d);
-  const UspVolume b = usp_backward_volume(a.usp, c.world, l, c.hq, c.hkv, c.d);
+  const UspVolume f = usp_forward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
+  const UspVolume b = usp_backward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
   for (int r = 0; r < c.world; ++r) {
     EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.all_to_all + f.ring)) << "rank " << r;
     EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.all_to_all + b.ring)) << "rank " << r;
@@ -109,7 +89,7 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
     for (const std::string& mask : kMasks) {
       AttnCase c(37, run.hq, run.hkv, 16, mask, run.world, ++seed);
       c.run_reference();
-      const HybridAlgo a = *HybridAlgo::parse(run.algo);
+      const Algorithm a = Algorithm::parse(run.algo);
       for (const std::string& bal : kBalances) {
         SCOPED_TRACE(run.algo + " P " + std::to_string(run.world) + " Hq " + std::to_string(run.hq) + " Hkv " +
                      std::to_string(run.hkv) + " " + bal + " " + mask);
@@ -128,10 +108,10 @@ TEST(Usp, AllToAllStaysInsideNodes) {
   AttnCase c(64, 8, 4, 16, "causal", 8, 5);
   c.run_reference();
   const Layout layout(Balance::zigzag, c.n, c.world);
-  const HybridAlgo a = *HybridAlgo::parse("usp:4");
+  const Algorithm a = Algorithm::parse("usp:4");
   longseq::testing::run_hybrid(c, a, layout, 2);
   longseq::testing::expect_matches_reference(c);
-  const UspVolume f = usp_forward_volume(a.usp, 8, layout.local_len(), 8, 4, 16);
+  const UspVolume f = usp_forward_volume(longseq::testing::usp_options_of(a), 8, layout.local_len(), 8, 4, 16);
   for (int r = 0; r < 8; ++r) {
     EXPECT_EQ(c.fwd_bytes[r].intra, 4 * f.all_to_all);
     EXPECT_EQ(c.fwd_bytes[r].inter, 4 * f.ring);

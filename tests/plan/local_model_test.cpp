@@ -104,7 +104,7 @@ AttnProblem problem(int world, Balance bal) {
 
 TEST(LocalModel, OversubscribedRanksShareTheCores) {
   Hardware hw = local_like();
-  const AttnAlgo ring = AttnAlgo::parse("ring");
+  const attention::Algorithm ring = attention::Algorithm::parse("ring");
   const double own = cost_attention(ring, problem(4, Balance::zigzag), hw).forward.compute_s;
   hw.host_cores = 2;
   EXPECT_DOUBLE_EQ(hw.compute_share(2), 1.0);
@@ -123,9 +123,9 @@ TEST(LocalModel, WaitCopyIsPaidAfterCompute) {
   hw.peak_flops = 1e18;
   hw.intra = hw.inter = {0, 1e18};
   const AttnProblem p = problem(2, Balance::zigzag);
-  const double before = cost_attention(AttnAlgo::parse("ring"), p, hw).forward.seconds;
+  const double before = cost_attention(attention::Algorithm::parse("ring"), p, hw).forward.seconds;
   hw.wait_copy = {1e-3, 1e9};
-  const double after = cost_attention(AttnAlgo::parse("ring"), p, hw).forward.seconds;
+  const double after = cost_attention(attention::Algorithm::parse("ring"), p, hw).forward.seconds;
   // World 2: one hop of K,V = 2 * L * Hkv * D * 4 bytes, L = 2048.
   const double bytes = 2.0 * 2048 * 4 * 64 * 4;
   EXPECT_NEAR(after - before, 1e-3 + bytes / 1e9, 1e-9);
@@ -133,7 +133,7 @@ TEST(LocalModel, WaitCopyIsPaidAfterCompute) {
 
 TEST(LocalModel, TileReplayCostsMaskedWorkOnly) {
   Hardware hw = local_like();
-  const AttnAlgo burst = AttnAlgo::parse("burst");
+  const attention::Algorithm burst = attention::Algorithm::parse("burst");
   AttnProblem full = problem(2, Balance::zigzag);
   full.mask = MaskSpec{};
   const double plain = cost_attention(burst, full, hw).forward.compute_s;

@@ -47,8 +47,8 @@ TEST(PaperValidation, BurstBackwardMovesAQuarterLessThanRing) {
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const int64_t d = 128;
   const AttnProblem p = problem(4096, 8, 8, d, 8, 8, false);
-  const AttentionCost ring = cost_attention(AttnAlgo::parse("ring"), p, hw);
-  const AttentionCost burst = cost_attention(AttnAlgo::parse("burst"), p, hw);
+  const AttentionCost ring = cost_attention(attention::Algorithm::parse("ring"), p, hw);
+  const AttentionCost burst = cost_attention(attention::Algorithm::parse("burst"), p, hw);
   // Per rank, per head: ring (P-1) hops of 4*L*D, burst (P-1) hops of 3*L*D + 2*L.
   const double ratio = total_bytes(burst.backward) / total_bytes(ring.backward);
   EXPECT_NEAR(ratio, (3.0 * d + 2) / (4.0 * d), 1e-12);
@@ -65,8 +65,8 @@ TEST(PaperValidation, BurstBackwardMovesAQuarterLessThanRing) {
 TEST(PaperValidation, RingBackwardWinsUnderGqa) {
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const AttnProblem p = problem(4096, 32, 8, 128, 8, 8, true);
-  const double ring = total_bytes(cost_attention(AttnAlgo::parse("ring"), p, hw).backward);
-  const double burst = total_bytes(cost_attention(AttnAlgo::parse("burst"), p, hw).backward);
+  const double ring = total_bytes(cost_attention(attention::Algorithm::parse("ring"), p, hw).backward);
+  const double burst = total_bytes(cost_attention(attention::Algorithm::parse("burst"), p, hw).backward);
   EXPECT_GT(burst / ring, 2.9);  // (3*32*128 + 2*32) / (4*8*128) = 3.02
   EXPECT_LT(burst / ring, 3.1);
 }
@@ -76,12 +76,12 @@ TEST(PaperValidation, RingBackwardWinsUnderGqa) {
 TEST(PaperValidation, WallFacerLlama30BCommunication) {
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const AttnProblem p = problem(65536, 52, 52, 128, 64, 8, false);
-  const AttentionCost ring = cost_attention(AttnAlgo::parse("ring"), p, hw);
+  const AttentionCost ring = cost_attention(attention::Algorithm::parse("ring"), p, hw);
   // The schedule makes P - 1 = 63 hops; the paper counts P iterations (eq. (5)).
   EXPECT_NEAR(total_bytes(ring.forward) / kGiB, 1.625 * 63 / 64, 1e-9);
   EXPECT_NEAR(total_bytes(ring.forward) * 64 / 63 / kGiB, 1.625, 1e-9);
 
-  const AttentionCost st = cost_attention(AttnAlgo::parse("startrail:4"), p, hw);
+  const AttentionCost st = cost_attention(attention::Algorithm::parse("startrail:4"), p, hw);
   const double coll = st.forward.collective_bytes / kGiB;
   const double p2p = (total_bytes(st.forward) - st.forward.collective_bytes) / kGiB;
   EXPECT_NEAR(p2p, 0.40625, 1e-9);  // eq. (7): 2NH/C elements
@@ -105,7 +105,7 @@ TEST(PaperValidation, StarTrailFormulaMatchesExecutorVolume) {
     const int64_t l = 4096 / 16;
     const auto fv = attention::startrail_forward_volume(cfg, mover, l, 8, 4, 16);
     const auto bv = attention::startrail_backward_volume(cfg, mover, l, 8, 4, 16);
-    const AttentionCost st = cost_attention(AttnAlgo::parse("startrail:" + std::to_string(c)), p, hw);
+    const AttentionCost st = cost_attention(attention::Algorithm::parse("startrail:" + std::to_string(c)), p, hw);
     EXPECT_DOUBLE_EQ(st.forward.collective_bytes, 2.0 * fv.collective) << "C=" << c;
     EXPECT_DOUBLE_EQ(total_bytes(st.forward) - st.forward.collective_bytes, 2.0 * fv.p2p) << "C=" << c;
     EXPECT_DOUBLE_EQ(st.backward.collective_bytes, 2.0 * bv.collective) << "C=" << c;
@@ -120,7 +120,7 @@ TEST(PaperValidation, WallFacerPeakMemoryUnits) {
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const AttnProblem p = problem(65536, 52, 52, 128, 64, 8, false);
   for (const auto& [algo, units] : {std::pair{"ring", 68.0}, std::pair{"startrail:4", 77.0}}) {
-    const AttentionCost ac = cost_attention(AttnAlgo::parse(algo), p, hw);
+    const AttentionCost ac = cost_attention(attention::Algorithm::parse(algo), p, hw);
     MemoryInputs in;
     in.model = m;
     in.world = 64;
@@ -144,7 +144,7 @@ TEST(PaperValidation, BurstEngineTable1CommunicationTimes) {
   const double unit = static_cast<double>(n / g) * h * d * 2;  // P of Table 1, bytes
   const double t_intra = unit / b_intra, t_inter = unit / b_inter;
   auto seconds = [&](const char* algo) {
-    const AttentionCost c = cost_attention(AttnAlgo::parse(algo), p, hw);
+    const AttentionCost c = cost_attention(attention::Algorithm::parse(algo), p, hw);
     return c.forward.seconds + c.backward.seconds;
   };
   // RingAttention: 6 max(N T_intra, N T_inter); every step waits for the inter-node hop.
@@ -156,7 +156,7 @@ TEST(PaperValidation, BurstEngineTable1CommunicationTimes) {
                           2 * ((g - nodes) * t_intra + nodes * t_inter);
   // BurstAttention: 5 max((N-Ninter) T_intra, Ninter T_inter).
   const double burst_table = 5 * std::max((g - nodes) * t_intra, nodes * t_inter);
-  const double dr = seconds("double-ring-kv:8"), burst = seconds("double-ring:8");
+  const double dr = seconds("double-ring:8:ring"), burst = seconds("double-ring:8");
   std::printf("Table 1 (G=16, 2 nodes): ring %.4g s vs %.4g; double-ring %.4g vs %.4g; burst %.4g vs %.4g\n",
               seconds("ring"), ring_table, dr, dr_table, burst, burst_table);
   EXPECT_LT(burst, dr);

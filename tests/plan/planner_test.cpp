@@ -73,7 +73,7 @@ TEST(Planner, BadInputNamesTheFlags) {
   EXPECT_NE(e.find("--gpus-per-node 8"), std::string::npos) << e;
   o = options("llama-7b", "1M", 32, 16, "a800");
   EXPECT_NE(error_of([&] { o.validate(); }).find("--gpus-per-node 16"), std::string::npos);
-  EXPECT_NE(error_of([] { AttnAlgo::parse("startrail:x"); }).find("startrail:x"), std::string::npos);
+  EXPECT_NE(error_of([] { attention::Algorithm::parse("startrail:x"); }).find("startrail:x"), std::string::npos);
 }
 
 TEST(Planner, RanksFeasibleFirstWithReasons) {
@@ -94,7 +94,7 @@ TEST(Planner, RanksFeasibleFirstWithReasons) {
     } else {
       seen_infeasible = true;
       EXPECT_FALSE(e.reason.empty());
-      if (e.config.algo.kind == AttnAlgo::Kind::ulysses)
+      if (e.config.algo.family == attention::Algorithm::Family::ulysses)
         ulysses_reason = e.reason.find("heads 40") != std::string::npos;
     }
   }
@@ -143,7 +143,7 @@ TEST(Simulator, OverlapAndCommBoundLimits) {
   p.d = 8;
   p.world = 4;
   p.gpus_per_node = 4;
-  const ScheduleSet set = make_schedules(attention::Algorithm::parse("burst"), 0, p, attention::Pass::forward);
+  const ScheduleSet set = make_schedules(attention::Algorithm::parse("burst"), p, attention::Pass::forward);
   ReplayModel m;
   m.same_node = [](int, int) { return true; };
   m.intra = {0.0, 1.0};

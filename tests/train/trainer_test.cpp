@@ -82,7 +82,8 @@ TEST(Trainer, DistributedStepEqualsSingleRankForEveryAlgorithm) {
   };
   for (const Case& k : {Case{2, 1, "ring"}, Case{2, 1, "burst"}, Case{4, 1, "ring"},
                         Case{4, 1, "burst"}, Case{4, 2, "double-ring"},
-                        Case{4, 2, "double-ring:ring"}, Case{4, 1, "startrail:2"},
+                        Case{4, 2, "double-ring:ring"}, Case{4, 1, "double-ring:2:ring"},
+                        Case{4, 1, "startrail:2"},
                         Case{2, 1, "ulysses"}, Case{4, 1, "usp:2"}}) {
     tr::TrainConfig c = tiny();
     c.world = k.world;
@@ -269,6 +270,8 @@ TEST(Trainer, RefusesBadConfigurationsNamingValues) {
   c.world = 4;
   c.algo = "double-ring";
   expect(c, "--algo double-ring needs the 4 context ranks");
+  c.algo = "double-ring:3";
+  expect(c, "needs the inner ring size 3 to divide world 4");
   c = tiny();
   c.checkpoint = "some";
   expect(c, "--checkpoint 'some'");

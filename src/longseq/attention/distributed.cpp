@@ -150,14 +150,6 @@ class Transport {
   std::vector<std::pair<int, comm::Request>> pending_;
 };
 
-// The attention view of the group's topology (which ranks share a node).
-Topology group_topology(const comm::Group& g) {
-  Topology t;
-  t.world = g.size();
-  t.node_of = g.topology().nodes();
-  return t;
-}
-
 // Checks that the schedule never waits on something it has not posted (a bug, not user input).
 void check_schedule(const RankSchedule& rs) {
   for (const Xfer& x : rs.xfers) LONGSEQ_CHECK(x.post_step < x.wait_step && x.wait_step < rs.num_steps);
@@ -165,44 +157,37 @@ void check_schedule(const RankSchedule& rs) {
 
 }  // namespace
 
-void set_algorithm(AttentionSpec& spec, std::string_view name) {
-  if (auto h = HybridAlgo::parse(name)) {
-    spec.hybrid = std::make_shared<const HybridAlgo>(*h);
-    return;
-  }
-  spec.hybrid.reset();
-  spec.algo = Algorithm::parse(name);
-}
-
-std::string algorithm_name(const AttentionSpec& spec) { return spec.hybrid ? spec.hybrid->name() : spec.algo.name(); }
-
 void validate_precision(core::DType precision) {
   core::require(precision == core::DType::f32 || precision == core::DType::bf16, "attention",
                 "precision ", core::dtype_name(precision), " is not supported (f32 or bf16)");
 }
 
-void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq, int64_t hkv,
+void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& group_topo, int64_t hq,
+              int64_t hkv,
               int64_t d) {
   using core::require;
   validate_precision(spec.precision);
-  if (spec.hybrid) spec.hybrid->validate(topo.world, hq, hkv);
+  const int world = group_topo.size();
+  spec.algo.validate(world, hq, hkv);
   require(spec.mask != nullptr, "attention", "no mask given");
   require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
           hkv, ", D ", d);
   require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ", hkv);
-  require(topo.world <= (1 << 16), "attention", "world ", topo.world, " exceeds the 65536 ranks the "
+  require(world <= (1 << 16), "attention", "world ", world, " exceeds the 65536 ranks the "
           "message tags can address");
-  require(layout.world() == topo.world, "attention", "layout is for world ", layout.world(),
-          ", the group has ", topo.world, " ranks");
+  require(layout.world() == world, "attention", "layout is for world ", layout.world(),
+          ", the group has ", world, " ranks");
   require(spec.threads >= 1, "attention", "threads must be >= 1, got ", spec.threads);
   spec.mask->validate(layout.global_len());
   if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
     require(spec.mask->block_size % layout.world() == 0, "attention", "block-striped needs block size ",
             spec.mask->block_size, " to be a multiple of world ", layout.world());
-  if (!spec.hybrid && spec.algo.route == Route::double_ring && topo.world > 1)
-    require(topo.nodes() > 1 && topo.nodes() < topo.world, "attention", "--algo ", spec.algo.name(),
-            " needs several nodes with several ranks each; got ", topo.nodes(), " node(s) for world ",
-            topo.world, " (use ring or burst, or set --nodes)");
+  if (spec.algo.ring_family() && spec.algo.route == Route::double_ring && world > 1) {
+    const comm::Topology topo = schedule_topology(spec.algo, group_topo);
+    require(topo.num_nodes() > 1 && topo.num_nodes() < world, "attention", "--algo ", spec.algo.name(),
+            " needs several inner rings of several ranks each; got ", topo.num_nodes(),
+            " inner ring(s) for world ", world, " (use ring or burst, set --nodes, or double-ring:I)");
+  }
 }
 
 namespace {
@@ -212,14 +197,14 @@ namespace {
 template <class T>
 AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const float> v, const AttentionSpec& spec,
                             const Layout& layout, comm::Group& group, AttentionStats* stats) {
-  const Topology topo = group_topology(group);
+  const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
   core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention", "q, k, v must be [L, H, D]");
   core::require(q.dim(0) == dm.l && k.dim(0) == dm.l && v.dim(0) == dm.l, "attention", "rank ", group.rank(),
                 " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0), " q/k/v tokens, the layout gives ", dm.l);
   core::require(k.shape() == v.shape() && k.dim(2) == dm.d, "attention", "k ", k.shape().str(), " and v ",
                 v.shape().str(), " must match and share D with q ", q.shape().str());
-  validate(spec, layout, topo, dm.hq, dm.hkv, dm.d);
+  validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
   const MaskSpec& mask = *spec.mask;
   const kernels::Mask kmask = mask.kernel_mask();
@@ -292,11 +277,11 @@ AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const
 template <class T>
 AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved, const AttentionSpec& spec,
                              const Layout& layout, comm::Group& group, AttentionStats* stats) {
-  const Topology topo = group_topology(group);
+  const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
   core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
                 saved.q.shape().str());
-  validate(spec, layout, topo, dm.hq, dm.hkv, dm.d);
+  validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
   const MaskSpec& mask = *spec.mask;
   const kernels::Mask kmask = mask.kernel_mask();
@@ -417,7 +402,7 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
 AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                                              AttentionStats* stats) {
-  if (spec.hybrid) return hybrid_forward(*spec.hybrid, q, k, v, spec, layout, group, stats);
+  if (!spec.algo.ring_family()) return hybrid_forward(spec.algo, q, k, v, spec, layout, group, stats);
   validate_precision(spec.precision);
   if (spec.precision == core::DType::bf16) return ring_forward<core::bf16>(q, k, v, spec, layout, group, stats);
   return ring_forward<float>(q, k, v, spec, layout, group, stats);
@@ -426,7 +411,7 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
 AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
                                               const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                                               AttentionStats* stats) {
-  if (spec.hybrid) return hybrid_backward(*spec.hybrid, dout, saved, spec, layout, group, stats);
+  if (!spec.algo.ring_family()) return hybrid_backward(spec.algo, dout, saved, spec, layout, group, stats);
   validate_precision(spec.precision);
   if (spec.precision == core::DType::bf16) return ring_backward<core::bf16>(dout, saved, spec, layout, group, stats);
   return ring_backward<float>(dout, saved, spec, layout, group, stats);

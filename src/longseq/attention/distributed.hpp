@@ -25,13 +25,10 @@ class Group;
 
 namespace longseq::attention {
 
-struct HybridAlgo;  // hybrid.hpp: startrail:C, ulysses, usp:U
-
 struct AttentionSpec {
-  /// The ring family (ring, burst, double-ring[:ring]); ignored when `hybrid` is set.
+  /// Any --algo (algorithm.hpp): the ring family runs on the schedules of schedule.hpp,
+  /// StarTrail, Ulysses and USP on hybrid.hpp.
   Algorithm algo;
-  /// StarTrail / Ulysses / USP (hybrid.hpp). A pointer because hybrid.hpp includes this header.
-  std::shared_ptr<const HybridAlgo> hybrid;
   std::shared_ptr<const MaskSpec> mask = std::make_shared<MaskSpec>();
   double scale = 0.0;  ///< 0: 1/sqrt(D)
   int threads = 1;     ///< compute threads of this rank (ranks may share a host's cores)
@@ -73,18 +70,13 @@ struct AttentionGrads {
   core::Tensor<float> dq, dk, dv;
 };
 
-/// Parses any --algo name (ring family or hybrid family) into `spec`; throws core::Error naming it.
-void set_algorithm(AttentionSpec& spec, std::string_view name);
-/// The --algo name of `spec`.
-std::string algorithm_name(const AttentionSpec& spec);
-
 /// Throws core::Error naming the dtype unless `precision` is f32 or bf16 (AttentionSpec::precision).
 void validate_precision(core::DType precision);
 
 /// Checks the precision, shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
 /// the values (e.g. a head count that does not divide, a world that does not match the layout).
-void validate(const AttentionSpec& spec, const Layout& layout, const Topology& topo, int64_t hq,
-              int64_t hkv, int64_t d);
+void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& topo,
+              int64_t hq, int64_t hkv, int64_t d);
 
 AttentionSaved distributed_attention_forward(core::View<const float> q, core::View<const float> k,
                                              core::View<const float> v, const AttentionSpec& spec,

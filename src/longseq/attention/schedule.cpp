@@ -11,36 +11,12 @@ namespace longseq::attention {
 using core::fail;
 using core::require;
 
-Algorithm Algorithm::parse(std::string_view s) {
-  if (s == "ring") return {Route::flat, Backward::kv};
-  if (s == "burst") return {Route::flat, Backward::q};
-  if (s == "double-ring" || s == "double-ring:burst") return {Route::double_ring, Backward::q};
-  if (s == "double-ring:ring") return {Route::double_ring, Backward::kv};
-  fail("attention", "unknown --algo '", s, "' (expected ring, burst, double-ring or double-ring:ring)");
+comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group) {
+  if (algo.route != Route::double_ring || algo.inner == 0) return group;
+  require(group.size() % algo.inner == 0, "attention", "--algo ", algo.name(), " needs the inner ring size ",
+          algo.inner, " to divide the group's ", group.size(), " ranks");
+  return comm::Topology::declared(group.size(), group.size() / algo.inner);
 }
-
-std::string Algorithm::name() const {
-  if (route == Route::flat) return backward == Backward::kv ? "ring" : "burst";
-  return backward == Backward::kv ? "double-ring:ring" : "double-ring";
-}
-
-Topology Topology::blocks(int world, int nodes) {
-  require(world >= 1, "attention", "world must be >= 1, got ", world);
-  require(nodes >= 1 && world % nodes == 0, "attention", "--nodes ", nodes,
-          " must divide --world ", world);
-  Topology t;
-  t.world = world;
-  for (int r = 0; r < world; ++r) t.node_of.push_back(r / (world / nodes));
-  return t;
-}
-
-int Topology::nodes() const {
-  std::vector<int> ids(node_of);
-  std::sort(ids.begin(), ids.end());
-  return static_cast<int>(std::unique(ids.begin(), ids.end()) - ids.begin());
-}
-
-int Topology::ranks_per_node() const { return world / nodes(); }
 
 namespace {
 
@@ -51,25 +27,20 @@ struct Grid {
   std::vector<int> rank_at;      // [node * per + local]
 };
 
-Grid make_grid(const Topology& topo) {
+Grid make_grid(const comm::Topology& topo) {
   Grid g;
-  std::vector<int> ids(topo.node_of);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  g.nodes = static_cast<int>(ids.size());
-  LONGSEQ_CHECK(topo.world % g.nodes == 0);
-  g.per = topo.world / g.nodes;
-  g.node.resize(topo.world);
-  g.local.resize(topo.world);
-  g.rank_at.assign(topo.world, -1);
-  std::vector<int> count(g.nodes, 0);
-  for (int r = 0; r < topo.world; ++r) {
-    const int n = static_cast<int>(std::lower_bound(ids.begin(), ids.end(), topo.node_of[r]) - ids.begin());
-    require(count[n] < g.per, "attention", "the double ring needs the same number of ranks on every node; node ",
-            topo.node_of[r], " has more than ", g.per);
-    g.node[r] = n;
-    g.local[r] = count[n]++;
-    g.rank_at[n * g.per + g.local[r]] = r;
+  const int world = topo.size();
+  g.nodes = topo.num_nodes();
+  require(topo.uniform(), "attention", "the double ring needs the same number of ranks on every node; ",
+          g.nodes, " nodes hold ", world, " ranks unevenly");
+  g.per = world / g.nodes;
+  g.node.resize(world);
+  g.local.resize(world);
+  g.rank_at.assign(world, -1);
+  for (int r = 0; r < world; ++r) {
+    g.node[r] = topo.node(r);
+    g.local[r] = topo.local_rank(r);
+    g.rank_at[g.node[r] * g.per + g.local[r]] = r;
   }
   return g;
 }
@@ -145,12 +116,14 @@ struct Interval {
 
 }  // namespace
 
-RankSchedule make_schedule(int rank, const Topology& topo, const Layout& layout, const PairTable& pairs,
+RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout, const PairTable& pairs,
                            Algorithm algo, Pass pass) {
-  const int world = topo.world;
+  const int world = topo.size();
   require(layout.world() == world, "attention", "layout world ", layout.world(), " != topology world ", world);
   LONGSEQ_CHECK(rank >= 0 && rank < world);
-  const Grid g = make_grid(topo);
+  require(algo.ring_family(), "attention", "--algo ", algo.name(), " has no schedule (ring family only)");
+  // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
+  const Grid g = make_grid(algo.route == Route::flat ? comm::Topology(world) : topo);
   const bool bq = bundle_is_query(algo, pass);
   const bool backward = pass == Pass::backward;
   const int chunks = pairs.chunks_per_rank();

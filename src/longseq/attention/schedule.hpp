@@ -25,38 +25,20 @@
 #include <string_view>
 #include <vector>
 
+#include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
+#include "longseq/comm/topology.hpp"
 
 namespace longseq::attention {
 
-/// Route shape. flat: one ring over all ranks; double_ring: inner rings inside nodes and an outer
-/// ring across nodes, with separate intra and inter buffers.
-enum class Route : uint8_t { flat, double_ring };
-/// Backward variant. kv: K,V,dK,dV circulate (RingAttention). q: Q,dQ,dO,D,LSE circulate and
-/// K,V,dK,dV stay home (BurstAttention, BurstEngine Algorithm 2).
-enum class Backward : uint8_t { kv, q };
-
-struct Algorithm {
-  Route route = Route::flat;
-  Backward backward = Backward::q;
-  /// ring | burst | double-ring (burst backward) | double-ring:ring (KV backward).
-  static Algorithm parse(std::string_view s);
-  std::string name() const;
-};
-
 enum class Pass : uint8_t { forward, backward };
 
-/// Which ranks share a node. Ranks of a node must be equally many; local index = order within it.
-struct Topology {
-  int world = 1;
-  std::vector<int> node_of;  ///< [world]
-  /// `nodes` equal blocks of consecutive ranks; throws core::Error when nodes does not divide world.
-  static Topology blocks(int world, int nodes);
-  int nodes() const;
-  int ranks_per_node() const;
-  bool same_node(int a, int b) const { return node_of[a] == node_of[b]; }
-};
+/// The topology a ring-family schedule runs on: the group's own, except for a double ring with
+/// an explicit inner ring size I (double-ring:I), whose inner rings are blocks of I consecutive
+/// ranks whatever the nodes are. Throws core::Error naming the values when I does not divide the
+/// group size.
+comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group);
 
 enum class Part : uint8_t { data, grad };
 
@@ -110,7 +92,7 @@ struct RankSchedule {
 };
 
 /// The plan of `rank`. Pure: the same arguments give the same schedule on every rank.
-RankSchedule make_schedule(int rank, const Topology& topo, const Layout& layout,
+RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
                            const PairTable& pairs, Algorithm algo, Pass pass);
 
 /// Which side of a (q rank, kv rank) pair the bundle is, for `algo` and `pass`.

@@ -12,9 +12,6 @@
 
 namespace longseq::attention {
 
-std::string_view team_placement_name(TeamPlacement p) {
-  return p == TeamPlacement::teams ? "teams" : "rings";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Configuration generator

@@ -35,8 +35,6 @@
 
 namespace longseq::attention {
 
-enum class TeamPlacement : uint8_t { teams, rings };
-std::string_view team_placement_name(TeamPlacement p);
 
 /// The communication configuration generator (WallFacer §4.3), as pure functions of
 /// (world, C, placement). Value type; every query is O(1) except team_ranks / ring_ranks.

@@ -3,7 +3,8 @@
 //
 // Legend: P ranks, U ranks per Ulysses group (ulysses: U = P), R = P/U groups, L =
 // layout.local_len(), Hq = g * Hkv heads, D head dim. Ulysses group u = ranks u*U .. u*U + U - 1
-// (consecutive, so with Topology::blocks they sit inside a node when U divides the node size);
+// (consecutive, so with comm::Topology::declared they sit inside a node when U divides the node
+// size);
 // member i of every group forms ring i = ranks {u*U + i}.
 //
 // ulysses: an all-to-all turns the sequence-sharded q, k, v [L, H, D] into head-sharded

@@ -7,24 +7,15 @@
 
 namespace longseq::model {
 
-AttentionAlgo AttentionAlgo::parse(const std::string& s) {
-  AttentionAlgo a;
-  a.hybrid = attention::HybridAlgo::parse(s);
-  if (!a.hybrid) a.flat = attention::Algorithm::parse(s);
-  return a;
-}
-
-std::string AttentionAlgo::name() const { return hybrid ? hybrid->name() : flat.name(); }
-
 namespace {
 
 class DistributedAttention final : public AttentionOp {
  public:
-  DistributedAttention(const AttentionAlgo& algo, std::shared_ptr<const attention::MaskSpec> mask,
+  DistributedAttention(const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
                        const attention::Layout& layout, comm::Group& group, int threads,
                        core::DType precision)
-      : algo_(algo), layout_(layout), group_(group) {
-    spec_.algo = algo.flat;
+      : layout_(layout), group_(group) {
+    spec_.algo = algo;
     spec_.mask = std::move(mask);
     spec_.threads = threads;
     spec_.precision = precision;
@@ -47,8 +38,7 @@ class DistributedAttention final : public AttentionOp {
                                      const attention::AttentionSaved& saved) override {
     attention::AttentionStats st;
     attention::AttentionGrads g =
-        algo_.hybrid ? attention::hybrid_backward(*algo_.hybrid, dout, saved, spec_, layout_, group_, &st)
-                     : attention::distributed_attention_backward(dout, saved, spec_, layout_, group_, &st);
+        attention::distributed_attention_backward(dout, saved, spec_, layout_, group_, &st);
     add(st);
     return g;
   }
@@ -66,8 +56,7 @@ class DistributedAttention final : public AttentionOp {
                                         const attention::AttentionSpec& spec) {
     attention::AttentionStats st;
     attention::AttentionSaved s =
-        algo_.hybrid ? attention::hybrid_forward(*algo_.hybrid, q, k, v, spec, layout_, group_, &st)
-                     : attention::distributed_attention_forward(q, k, v, spec, layout_, group_, &st);
+        attention::distributed_attention_forward(q, k, v, spec, layout_, group_, &st);
     add(st);
     return s;
   }
@@ -76,7 +65,6 @@ class DistributedAttention final : public AttentionOp {
     times_.wait_s += st.wait_s;
   }
 
-  AttentionAlgo algo_;
   attention::Layout layout_;
   comm::Group& group_;
   attention::AttentionSpec spec_;
@@ -86,7 +74,7 @@ class DistributedAttention final : public AttentionOp {
 }  // namespace
 
 std::unique_ptr<AttentionOp> make_distributed_attention(
-    const AttentionAlgo& algo, std::shared_ptr<const attention::MaskSpec> mask,
+    const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
     const attention::Layout& layout, comm::Group& group, int threads, core::DType precision) {
   return std::make_unique<DistributedAttention>(algo, std::move(mask), layout, group, threads,
                                                 precision);

@@ -7,12 +7,10 @@
 // q [L, Hq, D], k/v [L, Hkv, D] (contiguous).
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "longseq/attention/distributed.hpp"
-#include "longseq/attention/hybrid.hpp"
 
 namespace longseq::comm {
 class Group;
@@ -75,20 +73,11 @@ struct TrainMask {
 /// n = 2^20, past int32 and exact in a double up to 2^53.
 double visible_pairs(const attention::MaskSpec& mask, int64_t n);
 
-/// The algorithm named by --algo: ring | burst | double-ring[:ring] (one executor) or
-/// startrail:C | ulysses | usp:U (the hybrid family).
-struct AttentionAlgo {
-  std::optional<attention::HybridAlgo> hybrid;
-  attention::Algorithm flat;
-  /// Throws core::Error naming `s` when it is no algorithm.
-  static AttentionAlgo parse(const std::string& s);
-  std::string name() const;
-};
-
-/// Distributed attention over `group` (every rank of it calls with the same arguments). The mask
+/// Distributed attention over `group` with any --algo (attention/algorithm.hpp; every rank of the
+/// group calls with the same arguments). The mask
 /// is over the whole sequence (layout.global_len() tokens). `precision` (f32 | bf16) is
 /// attention::AttentionSpec::precision.
-std::unique_ptr<AttentionOp> make_distributed_attention(const AttentionAlgo& algo,
+std::unique_ptr<AttentionOp> make_distributed_attention(const attention::Algorithm& algo,
                                                         std::shared_ptr<const attention::MaskSpec> mask,
                                                         const attention::Layout& layout,
                                                         comm::Group& group, int threads,

@@ -20,91 +20,36 @@ using attention::PairTable;
 using attention::Pass;
 using attention::RankSchedule;
 using attention::Route;
-using attention::Topology;
 
-// ---------------------------------------------------------------------------------------------
-// Names
-
-std::string AttnAlgo::name() const {
-  switch (kind) {
-    case Kind::ring: return "ring";
-    case Kind::burst: return "burst";
-    case Kind::double_ring: return "double-ring:" + std::to_string(inner);
-    case Kind::double_ring_kv: return "double-ring-kv:" + std::to_string(inner);
-    case Kind::startrail: return "startrail:" + std::to_string(c) + (rings_placement ? ":rings" : "");
-    case Kind::ulysses: return "ulysses";
-    case Kind::usp: return "usp:" + std::to_string(u) + (usp_kv_backward ? ":ring" : "");
-  }
-  return "?";
+bool schedule_based(const Algorithm& a) {
+  return a.family != Algorithm::Family::startrail && a.family != Algorithm::Family::ulysses;
 }
 
-bool AttnAlgo::schedule_based() const { return kind != Kind::startrail && kind != Kind::ulysses; }
+namespace {
 
-AttnAlgo AttnAlgo::parse(const std::string& s) {
-  AttnAlgo a;
-  auto colon = s.find(':');
-  const std::string head = s.substr(0, colon);
-  std::string rest = colon == std::string::npos ? "" : s.substr(colon + 1);
-  auto number = [&](const std::string& t) {
-    core::require(!t.empty() && t.size() < 6 && std::all_of(t.begin(), t.end(), ::isdigit), "plan",
-                  "--algo '", s, "': '", t, "' is not a positive integer");
-    const int v = std::stoi(t);
-    core::require(v >= 1, "plan", "--algo '", s, "': ", v, " must be >= 1");
-    return v;
-  };
-  auto split = [&](std::string& r) {
-    auto c2 = r.find(':');
-    std::string first = r.substr(0, c2);
-    r = c2 == std::string::npos ? "" : r.substr(c2 + 1);
-    return first;
-  };
-  if (head == "ring" && rest.empty()) {
-    a.kind = Kind::ring;
-  } else if (head == "burst" && rest.empty()) {
-    a.kind = Kind::burst;
-  } else if ((head == "double-ring" || head == "double-ring-kv") && !rest.empty()) {
-    a.kind = head == "double-ring" ? Kind::double_ring : Kind::double_ring_kv;
-    a.inner = number(rest);
-  } else if (head == "startrail" && !rest.empty()) {
-    a.kind = Kind::startrail;
-    a.c = number(split(rest));
-    core::require(rest.empty() || rest == "rings" || rest == "teams", "plan", "--algo '", s,
-                  "': placement must be teams or rings");
-    a.rings_placement = rest == "rings";
-  } else if (head == "ulysses" && rest.empty()) {
-    a.kind = Kind::ulysses;
-  } else if (head == "usp" && !rest.empty()) {
-    a.kind = Kind::usp;
-    a.u = number(split(rest));
-    core::require(rest.empty() || rest == "ring" || rest == "burst", "plan", "--algo '", s,
-                  "': usp backward must be burst or ring");
-    a.usp_kv_backward = rest == "ring";
-  } else {
-    core::fail("plan", "unknown --algo '", s,
-               "' (expected ring, burst, double-ring:I, double-ring-kv:I, startrail:C[:rings], "
-               "ulysses, usp:U[:ring])");
-  }
-  return a;
-}
+// The double ring's inner ring size: named (double-ring:I) or the ranks of one node.
+int inner_ring(const Algorithm& a, const AttnProblem& p) { return a.inner > 0 ? a.inner : p.gpus_per_node; }
 
-void validate_algo(const AttnAlgo& a, const AttnProblem& p) {
+}  // namespace
+
+void validate_algo(const Algorithm& a, const AttnProblem& p) {
   const int world = p.world;
-  switch (a.kind) {
-    case AttnAlgo::Kind::ring:
-    case AttnAlgo::Kind::burst: break;
-    case AttnAlgo::Kind::double_ring:
-    case AttnAlgo::Kind::double_ring_kv:
-      core::require(a.inner >= 2 && world % a.inner == 0 && a.inner < world, "plan", a.name(),
-                    ": inner ring size ", a.inner, " must divide world ", world,
-                    " and leave at least two inner rings");
+  switch (a.family) {
+    case Algorithm::Family::ring:
+      if (a.route == Route::double_ring) {
+        const int inner = inner_ring(a, p);
+        core::require(inner >= 2 && world % inner == 0 && inner < world, "plan", a.name(),
+                      ": inner ring size ", inner, " must divide world ", world,
+                      " and leave at least two inner rings");
+      }
       break;
-    case AttnAlgo::Kind::startrail:
-      (void)attention::StarTrailConfig(world, a.c);  // throws "needs C*C = .. to divide world .."
-      core::require(a.c >= 2, "plan", "startrail:1 is the flat ring; use ring or burst");
+    case Algorithm::Family::startrail:
+      a.validate(world, p.hq, p.hkv);  // throws "needs C*C = .. to divide world .."
+      core::require(a.team >= 2, "plan", "startrail:1 is the flat ring; use ring or burst");
       break;
-    case AttnAlgo::Kind::ulysses:
-    case AttnAlgo::Kind::usp: {
-      const int u = a.kind == AttnAlgo::Kind::ulysses ? world : a.u;
+    case Algorithm::Family::ulysses:
+    case Algorithm::Family::usp: {
+      const int u = a.family == Algorithm::Family::ulysses ? world : a.degree;
       core::require(u >= 1 && world % u == 0, "plan", a.name(), ": Ulysses degree ", u,
                     " must divide world ", world);
       core::require(p.hq % u == 0, "plan", a.name(), ": query heads ", p.hq,
@@ -302,11 +247,12 @@ int64_t grad_part_elems(const Algorithm& algo, int64_t l, int64_t hq, int64_t hk
   return algo.backward == Backward::q ? l * hq * d : 2 * l * hkv * d;
 }
 
-ScheduleSet make_schedules(const Algorithm& algo, int inner, const AttnProblem& prob, Pass pass) {
+ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass pass) {
   const int world = prob.world;
   Layout layout(prob.balance, prob.n, world, prob.mask.block_size);
-  Topology topo = algo.route == Route::double_ring ? Topology::blocks(world, world / inner)
-                                                   : Topology::blocks(world, 1);
+  Algorithm sized = algo;
+  if (sized.route == Route::double_ring) sized.inner = inner_ring(algo, prob);
+  const comm::Topology topo = attention::schedule_topology(sized, comm::Topology(world));
   const PairTable pairs(layout, prob.mask);
   ScheduleSet set{topo, layout, {}};
   set.ranks.reserve(world);
@@ -319,7 +265,6 @@ namespace {
 
 struct RingProblem {
   Algorithm algo;
-  int inner = 0;        // double ring
   AttnProblem prob;     // world = ring length, heads per member
   std::function<bool(int, int)> same_node;  // over ring positions
   int host_ranks = 0;   // all ranks of the job (USP: groups x U), for Hardware::compute_share
@@ -327,7 +272,7 @@ struct RingProblem {
 
 PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64_t q_limit,
                      bool keep, double* buffer_bytes) {
-  const ScheduleSet set = make_schedules(rp.algo, rp.inner, rp.prob, pass);
+  const ScheduleSet set = make_schedules(rp.algo, rp.prob, pass);
   const AttnProblem& p = rp.prob;
   const int64_t l = set.layout.local_len();
   const double e = hw.dtype_bytes;
@@ -445,14 +390,14 @@ int64_t total_visible(const AttnProblem& p, int64_t q_limit) {
 // ---------------------------------------------------------------------------------------------
 // USP / Ulysses: all-to-all (formula) + the ring across groups (schedule; world 1 for Ulysses).
 
-AttentionCost cost_usp(const AttnAlgo& a, const AttnProblem& p, const Hardware& hw, double frac,
+AttentionCost cost_usp(const Algorithm& a, const AttnProblem& p, const Hardware& hw, double frac,
                        bool keep) {
-  const int u = a.kind == AttnAlgo::Kind::ulysses ? p.world : a.u;
+  const int u = a.family == Algorithm::Family::ulysses ? p.world : a.degree;
   const int groups = p.world / u;
   const int64_t kv_per = p.hkv % u == 0 ? p.hkv / u : 1;
   const int64_t hq_per = p.hq / u;
   RingProblem rp;
-  rp.algo = Algorithm{Route::flat, a.usp_kv_backward ? Backward::kv : Backward::q};
+  rp.algo = Algorithm{Route::flat, a.backward};
   rp.prob = p;
   rp.prob.world = groups;
   rp.prob.hq = hq_per;
@@ -473,7 +418,7 @@ AttentionCost cost_usp(const AttnAlgo& a, const AttnProblem& p, const Hardware& 
     pc.collective_bytes = in.bytes_intra + in.bytes_inter + out.bytes_intra + out.bytes_inter;
     pc.collective_s = in.seconds + out.seconds;
     pc.seconds += pc.collective_s;  // DeepSpeed-Ulysses does not overlap its all-to-alls
-    pc.model = (a.kind == AttnAlgo::Kind::ulysses ? std::string("formula: DeepSpeed-Ulysses all-to-all")
+    pc.model = (a.family == Algorithm::Family::ulysses ? std::string("formula: DeepSpeed-Ulysses all-to-all")
                                                   : std::string("schedule (ring across groups) + formula: all-to-all")) +
                " inside groups of " + std::to_string(u);
   };
@@ -504,11 +449,9 @@ AttentionCost cost_usp(const AttnAlgo& a, const AttnProblem& p, const Hardware& 
 // StarTrail / WallFacer (formula: WallFacer eq. (6)-(7), StarTrail §3.2; placement from the
 // executor's StarTrailConfig).
 
-AttentionCost cost_startrail(const AttnAlgo& a, const AttnProblem& p, const Hardware& hw,
+AttentionCost cost_startrail(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
                              double frac) {
-  const attention::StarTrailConfig cfg(p.world, a.c,
-                                       a.rings_placement ? attention::TeamPlacement::rings
-                                                         : attention::TeamPlacement::teams);
+  const attention::StarTrailConfig cfg(p.world, a.team, a.placement);
   const int gpn = p.gpus_per_node;
   auto node = [gpn](int r) { return r / gpn; };
   bool team_inter = false, ring_inter = false, init_inter = false, init_moves = false;
@@ -520,13 +463,13 @@ AttentionCost cost_startrail(const AttnAlgo& a, const AttnProblem& p, const Hard
     init_moves = init_moves || t != r;
     init_inter = init_inter || node(t) != node(r);
   }
-  const int64_t c = a.c, g = cfg.ring_len();
+  const int64_t c = a.team, g = cfg.ring_len();
   const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
   const double l = static_cast<double>(layout.local_len()), e = hw.dtype_bytes;
   const double hq = static_cast<double>(p.hq), hkv = static_cast<double>(p.hkv), d = static_cast<double>(p.d);
   const double kv_shard = 2 * c * l * hkv * d * e;  // one team shard of K,V
   const std::string label = std::string("formula: WallFacer eq. (6)-(7) / StarTrail §3.2, placement ") +
-                            (a.rings_placement ? "rings" : "teams") + " from StarTrailConfig";
+                            std::string(attention::team_placement_name(a.placement)) + " from StarTrailConfig";
   // Mask-aware compute, assuming the team shards balance it (labelled; the schedule-based models
   // take it per rank from the schedule instead).
   auto pass = [&](bool fwd, int64_t q_limit) {
@@ -571,21 +514,15 @@ AttentionCost cost_startrail(const AttnAlgo& a, const AttnProblem& p, const Hard
 
 }  // namespace
 
-AttentionCost cost_attention(const AttnAlgo& a, const AttnProblem& p, const Hardware& hw,
+AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
                              double frac, bool keep) {
   validate_algo(a, p);
-  if (a.kind == AttnAlgo::Kind::startrail) return cost_startrail(a, p, hw, frac);
-  if (a.kind == AttnAlgo::Kind::ulysses || a.kind == AttnAlgo::Kind::usp) return cost_usp(a, p, hw, frac, keep);
+  if (a.family == Algorithm::Family::startrail) return cost_startrail(a, p, hw, frac);
+  if (!a.ring_family()) return cost_usp(a, p, hw, frac, keep);
 
   RingProblem rp;
   rp.prob = p;
-  switch (a.kind) {
-    case AttnAlgo::Kind::ring: rp.algo = {Route::flat, Backward::kv}; break;
-    case AttnAlgo::Kind::burst: rp.algo = {Route::flat, Backward::q}; break;
-    case AttnAlgo::Kind::double_ring: rp.algo = {Route::double_ring, Backward::q}; break;
-    default: rp.algo = {Route::double_ring, Backward::kv}; break;
-  }
-  rp.inner = a.inner;
+  rp.algo = a;
   const int gpn = p.gpus_per_node;
   rp.same_node = [gpn](int x, int y) { return x / gpn == y / gpn; };
   AttentionCost c;

@@ -33,24 +33,8 @@
 
 namespace longseq::plan {
 
-/// Which distributed attention, with its parameters. Canonical names (name()/parse()):
-///   ring | burst | double-ring:I | double-ring-kv:I   (I = inner ring size, divides P and P > I)
-///   startrail:C[:rings]   ulysses   usp:U[:ring]
-struct AttnAlgo {
-  enum class Kind : uint8_t { ring, burst, double_ring, double_ring_kv, startrail, ulysses, usp };
-  Kind kind = Kind::burst;
-  int inner = 0;           ///< double ring: ranks per inner ring
-  int c = 1;               ///< startrail team size
-  bool rings_placement = false;  ///< startrail: sub-rings on consecutive ranks (else teams)
-  int u = 1;               ///< usp Ulysses degree (ulysses: P)
-  bool usp_kv_backward = false;  ///< usp: ring (K,V,dK,dV) backward across groups instead of burst
-
-  std::string name() const;
-  /// Throws core::Error naming `s` when malformed.
-  static AttnAlgo parse(const std::string& s);
-  /// True when the cost comes from make_schedule (see the file comment).
-  bool schedule_based() const;
-};
+/// True when the cost of `algo` comes from make_schedule (see the file comment).
+bool schedule_based(const attention::Algorithm& algo);
 
 /// The attention problem of one layer.
 struct AttnProblem {
@@ -93,21 +77,22 @@ struct AttentionCost {
 
 /// Throws core::Error naming the values when `algo` cannot run on the problem (heads, C*C | P,
 /// inner ring size, ...). The reason text is what `longseq plan` lists for infeasible configs.
-void validate_algo(const AttnAlgo& algo, const AttnProblem& prob);
+void validate_algo(const attention::Algorithm& algo, const AttnProblem& prob);
 
 /// Costs `algo` on `prob`. `recompute_fraction` in [0, 1]: the seq-selective share (0: skipped).
 /// `keep_timelines`: keep the simulator timelines in the PassCosts (for SVG output).
-AttentionCost cost_attention(const AttnAlgo& algo, const AttnProblem& prob, const Hardware& hw,
+AttentionCost cost_attention(const attention::Algorithm& algo, const AttnProblem& prob, const Hardware& hw,
                              double recompute_fraction = 0, bool keep_timelines = false);
 
-/// The executor's schedules of a schedule-based algorithm, one per rank, and the topology it uses
-/// (double ring: virtual nodes of `inner` ranks; physical placement is gpus_per_node).
+/// The executor's schedules of a ring-family algorithm, one per rank, and the topology they run
+/// on (attention::schedule_topology: a double ring's inner rings are blocks of algo.inner ranks,
+/// of prob.gpus_per_node when algo.inner is 0; physical placement is gpus_per_node).
 struct ScheduleSet {
-  attention::Topology topo;
+  comm::Topology topo;
   attention::Layout layout;
   std::vector<attention::RankSchedule> ranks;
 };
-ScheduleSet make_schedules(const attention::Algorithm& algo, int inner, const AttnProblem& prob,
+ScheduleSet make_schedules(const attention::Algorithm& algo, const AttnProblem& prob,
                            attention::Pass pass);
 
 /// Visible (q, k) pairs of a query chunk and a key chunk under the mask, counting only query

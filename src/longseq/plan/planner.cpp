@@ -8,6 +8,11 @@
 
 namespace longseq::plan {
 
+using attention::Algorithm;
+using attention::Backward;
+using attention::Route;
+using attention::TeamPlacement;
+
 namespace {
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -72,36 +77,37 @@ AttnProblem attention_problem(const PlanOptions& o) {
   return p;
 }
 
-std::vector<AttnAlgo> candidate_algos(int gpus, int gpn) {
-  std::vector<AttnAlgo> out;
-  using K = AttnAlgo::Kind;
-  out.push_back({K::ring});
-  out.push_back({K::burst});
+std::vector<Algorithm> candidate_algos(int gpus, int gpn) {
+  std::vector<Algorithm> out;
+  using F = Algorithm::Family;
+  out.push_back(Algorithm::parse("ring"));
+  out.push_back(Algorithm::parse("burst"));
   for (int i = 2; i <= std::min(gpn, gpus - 1); ++i)
-    if (gpn % i == 0 && gpus % i == 0) {
-      AttnAlgo a{K::double_ring};
-      a.inner = i;
-      out.push_back(a);
-      a.kind = K::double_ring_kv;
-      out.push_back(a);
-    }
-  for (int c = 2; c * c <= gpus; ++c)
-    if (gpus % (c * c) == 0)
-      for (bool rings : {false, true}) {
-        AttnAlgo a{K::startrail};
-        a.c = c;
-        a.rings_placement = rings;
+    if (gpn % i == 0 && gpus % i == 0)
+      for (Backward b : {Backward::q, Backward::kv}) {
+        Algorithm a{Route::double_ring, b};
+        a.inner = i;
         out.push_back(a);
       }
-  AttnAlgo uly{K::ulysses};
-  uly.u = gpus;
+  for (int c = 2; c * c <= gpus; ++c)
+    if (gpus % (c * c) == 0)
+      for (TeamPlacement pl : {TeamPlacement::teams, TeamPlacement::rings}) {
+        Algorithm a;
+        a.family = F::startrail;
+        a.team = c;
+        a.placement = pl;
+        out.push_back(a);
+      }
+  Algorithm uly = Algorithm::parse("ulysses");
+  uly.degree = gpus;
   out.push_back(uly);
   for (int u = 2; u < gpus && u <= gpn; ++u)
     if (gpus % u == 0 && gpn % u == 0)
-      for (bool kv : {false, true}) {
-        AttnAlgo a{K::usp};
-        a.u = u;
-        a.usp_kv_backward = kv;
+      for (Backward b : {Backward::q, Backward::kv}) {
+        Algorithm a;
+        a.family = F::usp;
+        a.degree = u;
+        a.backward = b;
         out.push_back(a);
       }
   return out;
@@ -222,13 +228,17 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
 
 std::vector<Evaluation> plan(const PlanOptions& o) {
   o.validate();
-  std::vector<AttnAlgo> algos;
+  std::vector<Algorithm> algos;
   if (o.algos.empty())
     algos = candidate_algos(o.gpus, std::min(o.gpus_per_node, o.gpus));
   else
     for (const auto& s : o.algos) {
-      AttnAlgo a = AttnAlgo::parse(s);
-      if (a.kind == AttnAlgo::Kind::ulysses) a.u = o.gpus;
+      Algorithm a = Algorithm::parse(s);
+      // Name what "the ranks of one node" and "the whole world" are here, so the printed
+      // configuration means the same to `train` on any topology.
+      if (a.ring_family() && a.route == Route::double_ring && a.inner == 0)
+        a.inner = std::min(o.gpus_per_node, o.gpus);
+      if (a.family == Algorithm::Family::ulysses) a.degree = o.gpus;
       algos.push_back(a);
     }
   std::vector<Checkpoint> cps = o.checkpoints;
@@ -238,7 +248,7 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
   const AttnProblem prob = attention_problem(o);
 
   std::vector<Evaluation> out;
-  for (const AttnAlgo& a : algos) {
+  for (const Algorithm& a : algos) {
     AttentionCost attn;
     std::string reason;
     try {
@@ -270,13 +280,14 @@ std::string plan_json(const std::vector<Evaluation>& evals) {
   using nlohmann::json;
   json configs = json::array();
   for (const Evaluation& e : evals) {
-    const AttnAlgo& a = e.config.algo;
+    const Algorithm& a = e.config.algo;
+    using F = Algorithm::Family;
     json j;
     j["algo"] = a.name();
-    const bool dr = a.kind == AttnAlgo::Kind::double_ring || a.kind == AttnAlgo::Kind::double_ring_kv;
+    const bool dr = a.ring_family() && a.route == Route::double_ring;
     j["inner_ring"] = dr ? json(a.inner) : json(nullptr);
-    j["team_c"] = a.kind == AttnAlgo::Kind::startrail ? json(a.c) : json(nullptr);
-    j["ulysses"] = a.kind == AttnAlgo::Kind::usp || a.kind == AttnAlgo::Kind::ulysses ? json(a.u) : json(nullptr);
+    j["team_c"] = a.family == F::startrail ? json(a.team) : json(nullptr);
+    j["ulysses"] = a.family == F::usp || a.family == F::ulysses ? json(a.degree) : json(nullptr);
     j["checkpoint"] = std::string(checkpoint_name(e.config.checkpoint));
     j["loss"] = std::string(loss_name(e.config.loss));
     j["feasible"] = e.feasible;
@@ -287,7 +298,7 @@ std::string plan_json(const std::vector<Evaluation>& evals) {
     j["mfu"] = costed ? json(e.mfu) : json(nullptr);
     j["peak_memory_bytes"] = costed ? json(e.memory.total()) : json(nullptr);
     j["comm_bytes"] = {{"intra", e.comm_bytes_intra}, {"inter", e.comm_bytes_inter}};
-    j["cost_model"] = a.schedule_based() ? "schedule" : "formula";
+    j["cost_model"] = schedule_based(a) ? "schedule" : "formula";
     configs.push_back(std::move(j));
   }
   return json{{"configs", configs}}.dump(2) + "\n";

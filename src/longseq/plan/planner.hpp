@@ -45,7 +45,7 @@ struct PlanOptions {
 };
 
 struct PlanConfig {
-  AttnAlgo algo;
+  attention::Algorithm algo;
   Checkpoint checkpoint = Checkpoint::full;
   LossMode loss = LossMode::fused;
 };
@@ -69,7 +69,7 @@ struct Evaluation {
 
 /// The candidate algorithms for P ranks with `gpus_per_node` per node (feasibility is decided
 /// later, with reasons).
-std::vector<AttnAlgo> candidate_algos(int gpus, int gpus_per_node);
+std::vector<attention::Algorithm> candidate_algos(int gpus, int gpus_per_node);
 
 /// Evaluates one configuration given its attention cost (shared by the configs of one algorithm).
 Evaluation evaluate(const PlanOptions& opt, const PlanConfig& cfg, const AttentionCost& attn);

@@ -23,7 +23,7 @@ namespace {
 
 // The string fields' parsers, as the table's checks (each throws naming the value).
 void check_algo(const std::string& s) {
-  (void)model::AttentionAlgo::parse(s);
+  (void)attention::Algorithm::parse(s);
 }
 void check_rope_scaling(const std::string& s) {
   if (s.empty()) return;
@@ -89,7 +89,7 @@ void check_init_from(const TrainConfig& c) {
                   " in this run");
 }
 
-void check_relations(const TrainConfig& c, const model::AttentionAlgo& a) {
+void check_relations(const TrainConfig& c, const attention::Algorithm& a) {
   const int cp = c.cp();
   core::require(c.dp >= 1 && c.world % c.dp == 0, "train", "--dp ", c.dp, " must divide --world ",
                 c.world);
@@ -98,17 +98,19 @@ void check_relations(const TrainConfig& c, const model::AttentionAlgo& a) {
   core::require(c.seq >= 2 * cp, "train", "--seq ", c.seq, " must be at least 2 tokens per rank (",
                 cp, " context ranks need >= ", 2 * cp, ")");
   model::seq_selective_split(c.seq, c.seq_selective_fraction);
-  if (a.hybrid) a.hybrid->validate(cp, c.model.heads, c.model.kv_heads);
+  a.validate(cp, c.model.heads, c.model.kv_heads);
   // Under mpirun --nodes 1 means the hosts MPI reports (trainer.cpp comm_options): the double
   // ring's need of several nodes is then checked against them when the world starts.
   const bool real_nodes = c.nodes == 1 && comm::launched_by_mpirun();
-  if (a.flat.route == attention::Route::double_ring && cp > 1 && !real_nodes) {
+  if (a.ring_family() && a.route == attention::Route::double_ring && a.inner == 0 && cp > 1 &&
+      !real_nodes) {
     const int per_node = c.world / c.nodes;
     core::require(c.nodes > 1 && per_node > 1 && per_node <= cp && cp % per_node == 0, "train",
                   "--algo ", c.algo, " needs the ", cp,
                   " context ranks of a replica to span several nodes with several ranks each; got "
                   "--nodes ",
-                  c.nodes, " for --world ", c.world, " --dp ", c.dp);
+                  c.nodes, " for --world ", c.world, " --dp ", c.dp,
+                  " (or name the inner ring size: double-ring:I)");
   }
   core::require(c.init_from.empty() || c.resume.empty(), "train", "--init-from ", c.init_from,
                 " and --resume ", c.resume, " exclude each other (resume continues a run of ours)");
@@ -133,7 +135,7 @@ ParsedConfig TrainConfig::parse() const {
   model_config().validate();
   optim.validate();
   ParsedConfig p;
-  p.algo = model::AttentionAlgo::parse(algo);
+  p.algo = attention::Algorithm::parse(algo);
   p.balance = attention::parse_balance(balance);
   p.checkpoint = model::parse_checkpoint_policy(checkpoint);
   p.fused_loss = parse_loss(loss);

@@ -53,7 +53,8 @@
   X(int, dp, "--dp", 1, cli_json, core::any(), "data-parallel replicas (divides --world)")         \
   X(int, nodes, "--nodes", 1, cli_json, core::any(), "declared nodes (mpirun: 1 = real hosts)")    \
   X(std::string, algo, "--algo", "burst", cli_json, core::parsed_by(check_algo),                   \
-    "ring | burst | double-ring[:ring] | startrail:C | ulysses | usp:U")                           \
+    "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | "       \
+    "usp:U[:burst|:ring]")                                                                         \
   X(std::string, balance, "--balance", "zigzag", cli_json, core::parsed_by(check_balance),         \
     "contiguous | zigzag | striped")                                                               \
   X(std::string, checkpoint, "--checkpoint", "seq-selective", cli_json,                            \
@@ -122,7 +123,7 @@ namespace longseq::train {
 
 /// The configuration's strings as typed values, parsed once (TrainConfig::parse()).
 struct ParsedConfig {
-  model::AttentionAlgo algo;
+  attention::Algorithm algo;
   attention::Balance balance{};
   model::CheckpointPolicy checkpoint{};
   bool fused_loss = true;

@@ -92,8 +92,8 @@ EvalResult evaluate(const EvalConfig& cfg) {
   const Loader loader(data, cfg.seq);
   const int64_t nseq =
       cfg.sequences > 0 ? std::min(cfg.sequences, loader.num_sequences()) : loader.num_sequences();
-  const model::AttentionAlgo algo = model::AttentionAlgo::parse(cfg.algo);
-  if (algo.hybrid) algo.hybrid->validate(cfg.world, mc.heads, mc.kv_heads);
+  const attention::Algorithm algo = attention::Algorithm::parse(cfg.algo);
+  algo.validate(cfg.world, mc.heads, mc.kv_heads);
   const attention::Layout seq_layout(attention::parse_balance(cfg.balance), cfg.seq, cfg.world);
   const model::TrainMask mask = model::TrainMask::parse(cfg.mask, cfg.seq);
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

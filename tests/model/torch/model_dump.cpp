@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < layout.num_units(); ++u) p0.push_back(st.gather_full(u, 0));
     auto mask = std::make_shared<attention::MaskSpec>();
     mask->causal = true;
-    auto attn = model::make_distributed_attention(model::AttentionAlgo::parse("burst"), mask, lay, g,
+    auto attn = model::make_distributed_attention(attention::Algorithm::parse("burst"), mask, lay, g,
                                                   1);
     const std::vector<int64_t> pos = lay.positions(g.rank());
     std::vector<int32_t> lt(pos.size(), 0), ll(pos.size(), model::kIgnoreIndex);
