@@ -35,7 +35,9 @@ std::function<int()> add_schedule(CLI::App& app) {
     const Algorithm algo = Algorithm::parse(a->algo);
     const MaskSpec mask = MaskSpec::parse(a->mask, false, a->seq);
     const Layout layout(parse_balance(a->balance), a->seq, a->world, mask.block_size);
-    const comm::Topology topo = schedule_topology(algo, comm::Topology::declared(a->world, a->nodes));
+    // '*' marks hops between the declared nodes; a double-ring:I runs on its own inner rings.
+    const comm::Topology topo = comm::Topology::declared(a->world, a->nodes);
+    const comm::Topology sched_topo = schedule_topology(algo, topo);
     const PairTable pairs(layout, mask);
     for (Pass pass : {Pass::forward, Pass::backward}) {
       if (a->pass == "forward" && pass != Pass::forward) continue;
@@ -49,7 +51,7 @@ std::function<int()> add_schedule(CLI::App& app) {
       std::vector<RankSchedule> all;
       int steps = 0;
       for (int r = 0; r < a->world; ++r) {
-        all.push_back(make_schedule(r, topo, layout, pairs, algo, pass));
+        all.push_back(make_schedule(r, sched_topo, layout, pairs, algo, pass));
         steps = std::max(steps, all.back().num_steps);
       }
       for (int s = 0; s < steps; ++s) {
