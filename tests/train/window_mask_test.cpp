@@ -261,7 +261,7 @@ TEST(WindowAttention64, PastTwoToThe31ScoreElementsEqualsBruteForce) {
       };
       const auto lq = local(q), lk = local(k), lv = local(v), ldo = local(dout);
       auto op =
-          md::make_distributed_attention(md::AttentionAlgo::parse("burst"), tm.base, layout, g, 1);
+          md::make_distributed_attention(longseq::attention::Algorithm::parse("burst"), tm.base, layout, g, 1);
       const at::AttentionSaved s = op->forward(lq.view(), lk.view(), lv.view());
       const at::AttentionGrads gr = op->backward(ldo.view(), s);
       layout.unshard(s.o.data(), d, r, o.data());

@@ -181,7 +181,7 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
 
   // Attention internals (attention/distributed.cpp): the schedule's slots, the per-chunk partials
   // and kernel workspace, the token table (every rank's positions, and document ids).
-  const auto hybrid = attention::HybridAlgo::parse(in.algo);
+  const attention::Algorithm algo = attention::Algorithm::parse(in.algo);
   double chunk = 0;
   for (const auto& ch : layout.chunks(0)) chunk = std::max(chunk, static_cast<double>(ch.len));
   const double table = pages(8 * layout.local_len() * static_cast<double>(cp)) + (docs ? pages(4 * n) : 0);
@@ -193,16 +193,16 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   const double inputs = in.bf16 ? pages(ce * l * (hq + 2 * hkv) * d) : 0;  // rounded q, k, v
   double fwd_slots = 0, bwd_slots = 0;
   std::string slot_note;
-  if (hybrid) {
-    hybrid->validate(cp, m.heads, m.kv_heads);
+  if (!algo.ring_family()) {
+    algo.validate(cp, m.heads, m.kv_heads);
     // All-to-all staging of q, k, v (and o, dO, gradients in the backward): twice the inputs.
     fwd_slots = 2 * (lq + 2 * lk);
     bwd_slots = 2 * (2 * lq + 2 * lk);
     slot_note = " (hybrid: 2x the re-sharded tensors, approximate)";
   } else {
-    const attention::Algorithm algo = attention::Algorithm::parse(in.algo);
     const attention::PairTable pairs(layout, mask);
-    const attention::Topology topo = attention::Topology::blocks(cp, std::max(1, in.nodes / in.dp));
+    const comm::Topology topo =
+        attention::schedule_topology(algo, comm::Topology::declared(cp, std::max(1, in.nodes / in.dp)));
     int fd = 0, bd = 0, bg = 0;
     for (int rank = 0; rank < cp; ++rank) {
       const auto fs = attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::forward);
