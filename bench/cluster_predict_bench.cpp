@@ -61,22 +61,12 @@ bool fit_pingpong(const fs::path& p, plan::Link& link) {
   return true;
 }
 
-/// The planner's name of a `longseq attention` algorithm name (stats.json "algo").
+/// The planner's name of a `longseq attention` algorithm name (stats.json "algo"): the same
+/// vocabulary, with the double ring's inner ring size named (the ranks of one node).
 std::string planner_name(const std::string& algo, int per_node) {
-  std::vector<std::string> part;
-  size_t from = 0;
-  for (size_t at; (at = algo.find(':', from)) != std::string::npos; from = at + 1)
-    part.push_back(algo.substr(from, at - from));
-  part.push_back(algo.substr(from));
-  const std::string inner = std::to_string(per_node);
-  if (part[0] == "double-ring")
-    return part.size() > 1 && part[1] == "ring" ? "double-ring-kv:" + inner
-                                                : "double-ring:" + inner;
-  if (part[0] == "startrail")
-    return "startrail:" + part.at(1) + (part.size() > 2 && part[2] == "rings" ? ":rings" : "");
-  if (part[0] == "usp")
-    return "usp:" + part.at(1) + (part.size() > 2 && part[2] == "ring" ? ":ring" : "");
-  return part[0];
+  attention::Algorithm a = attention::Algorithm::parse(algo);
+  if (a.ring_family() && a.route == attention::Route::double_ring && a.inner == 0) a.inner = per_node;
+  return a.name();
 }
 
 }  // namespace
@@ -158,7 +148,7 @@ int main(int argc, char** argv) {
                     {"bytes_sent_intra", intra},
                     {"bytes_sent_inter", inter}}}};
       try {
-        const plan::AttnAlgo a = plan::AttnAlgo::parse(pname);
+        const attention::Algorithm a = attention::Algorithm::parse(pname);
         const plan::AttentionCost c = plan::cost_attention(a, p, hw);
         const double pt = c.forward.seconds + c.backward.seconds;
         const double pintra = (c.forward.bytes_intra + c.backward.bytes_intra) * world;
