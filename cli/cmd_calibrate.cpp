@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/core/safetensors.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/plan/calibrate.hpp"
 
 namespace longseq::cli {

@@ -17,7 +17,7 @@
 
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/core/safetensors.hpp"
+#include "longseq/core/io.hpp"
 #include "train_test_util.hpp"
 
 namespace {

@@ -43,54 +43,7 @@ DType st_dtype(const std::string& s, const std::string& path) {
   fail("safetensors", path, ": unsupported dtype '", s, "'");
 }
 
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("io", path, ": write failed: ", std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void fsync_parent(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  fsync_dir(dir.empty() ? std::string(".") : dir.string());
-}
-
-// Writes chunks to path.tmp, fsyncs, renames.
-template <class F>
-void atomic_write(const std::string& path, F&& body) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("io", tmp, ": cannot create: ", std::strerror(errno));
-  try {
-    body(fd, tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail("io", tmp, ": fsync failed: ", std::strerror(e));
-  }
-  if (::close(fd) != 0) fail("io", tmp, ": close failed: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("io", path, ": rename from ", tmp, " failed: ", std::strerror(errno));
-  fsync_parent(path);
-}
-
 }  // namespace
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: some filesystems refuse directory fds
-  ::fsync(fd);
-  ::close(fd);
-}
 
 int64_t SafeTensor::numel() const {
   int64_t n = 1;
@@ -148,7 +101,7 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensorRef>
   }
   std::string header = h.dump();
   while ((8 + header.size()) % 8 != 0) header.push_back(' ');  // spec: pad with spaces
-  atomic_write(path, [&](int fd, const std::string& tmp) {
+  write_atomic(path, [&](int fd, const std::string& tmp) {
     unsigned char len[8];
     uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -281,19 +234,6 @@ int verify_checksums(const SafeTensorsFile& f) {
     require(sums.contains(name), "safetensors", f.path, ": tensor '", name,
             "' has no checksum although the file records them (added after saving?)");
   return static_cast<int>(sums.size());
-}
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  atomic_write(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  require(static_cast<bool>(in), "io", path, ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  require(!in.bad(), "io", path, ": read failed");
-  return ss.str();
 }
 
 }  // namespace longseq::core

@@ -24,6 +24,9 @@
 #include <vector>
 
 #include "longseq/core/dtype.hpp"
+// read_file, write_file_atomic, fsync_dir: generic file I/O, included for the callers that found
+// them here before they moved.
+#include "longseq/core/io.hpp"
 
 namespace longseq::core {
 
@@ -71,13 +74,6 @@ SafeTensorsFile parse_safetensors(const std::string& bytes, const std::string& p
 /// tensors were checked, -1 when the file records none; throws core::Error naming the file and
 /// the first tensor whose bytes do not match, or a tensor without a checksum.
 int verify_checksums(const SafeTensorsFile& f);
-/// fsync of a directory, so that renames and creations inside it are durable (best effort: a
-/// filesystem that refuses directory descriptors is skipped).
-void fsync_dir(const std::string& dir);
 
-/// Writes `text` to `path` atomically (tmp, fsync, rename, fsync directory).
-void write_file_atomic(const std::string& path, const std::string& text);
-/// The whole file; throws core::Error("[io] <path>: ...") when it cannot be read.
-std::string read_file(const std::string& path);
 
 }  // namespace longseq::core

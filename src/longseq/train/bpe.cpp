@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "longseq/core/error.hpp"
-#include "longseq/core/safetensors.hpp"
+#include "longseq/core/io.hpp"
 
 namespace longseq::train {
 

@@ -6,7 +6,7 @@
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/core/safetensors.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/train/checkpoint.hpp"
 
 namespace longseq::train {

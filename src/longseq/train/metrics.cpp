@@ -2,7 +2,7 @@
 // trainer.hpp), the per-step line, and metrics.json.
 #include <cstdio>
 
-#include "longseq/core/safetensors.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/train/run.hpp"
 
