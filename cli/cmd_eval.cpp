@@ -17,7 +17,8 @@ std::function<int()> add_eval(CLI::App& app) {
   app.add_option("--seq", c->seq, "tokens per sequence (N)")->required();
   app.add_option("--world", c->world, "ranks the sequence is split over");
   app.add_option("--algo", c->algo,
-                 "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
+                 "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | "
+                 "ulysses | usp:U[:burst|:ring]");
   app.add_option("--balance", c->balance, "contiguous | zigzag | striped");
   app.add_option("--mask", c->mask, "causal | window:W | document | document:FILE | blocks:FILE:B");
   app.add_option("--sequences", c->sequences,
