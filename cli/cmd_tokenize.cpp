@@ -1,5 +1,5 @@
 // `longseq tokenize`: text files -> a token file (src/longseq/train/data.hpp), byte-level by
-// default or with the BPE of a Hugging Face tokenizer.json (src/longseq/train/bpe.hpp).
+// default or with the BPE of a Hugging Face tokenizer.json (src/longseq/tokenizer/bpe.hpp).
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -8,7 +8,7 @@
 #include "commands.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
-#include "longseq/train/bpe.hpp"
+#include "longseq/tokenizer/bpe.hpp"
 #include "longseq/train/data.hpp"
 
 namespace longseq::cli {
@@ -38,7 +38,7 @@ std::function<int()> add_tokenize(CLI::App& app) {
   return [a] {
     std::vector<std::string> docs;
     for (const auto& p : a->in) docs.push_back(core::read_file(p));
-    std::optional<train::BpeTokenizer> bpe;
+    std::optional<tokenizer::BpeTokenizer> bpe;
     std::vector<uint32_t> tokens;
     int64_t vocab = train::kByteVocab;
     int32_t eot = train::kByteEot;
@@ -47,7 +47,7 @@ std::function<int()> add_tokenize(CLI::App& app) {
                     " needs --tokenizer (the byte-level end-of-text is id ", train::kByteEot, ")");
       tokens = train::byte_tokenize(docs);
     } else {
-      bpe.emplace(train::BpeTokenizer::load(a->tokenizer));
+      bpe.emplace(tokenizer::BpeTokenizer::load(a->tokenizer));
       vocab = bpe->vocab_size();
       eot = static_cast<int32_t>(bpe->eos_id(a->eot));
       for (size_t i = 0; i < docs.size(); ++i) {

@@ -11,7 +11,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(LONGSEQ_LIBRARIES longseq_core longseq_kernels longseq_comm longseq_attention longseq_model
-    longseq_train longseq_plan)
+    longseq_train longseq_plan longseq_tokenizer)
 install(TARGETS longseq_flags ${LONGSEQ_LIBRARIES} EXPORT longseqTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

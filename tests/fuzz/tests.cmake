@@ -4,7 +4,7 @@
 #   and every crash the fuzzers found, so each stays a regression test.
 # * -DLONGSEQ_FUZZ=ON with clang (scripts/ci_fuzz.sh): fuzz_<parser>, the libFuzzer binaries.
 set(LONGSEQ_FUZZ_TARGETS npy safetensors token_file trainer_state hf_config tokenizer mask)
-set(_fuzz_libs longseq_train longseq_plan longseq_model longseq_attention longseq_comm longseq_kernels
+set(_fuzz_libs longseq_tokenizer longseq_train longseq_plan longseq_model longseq_attention longseq_comm longseq_kernels
     longseq_core nlohmann_json::nlohmann_json OpenMP::OpenMP_CXX Threads::Threads)
 foreach(name ${LONGSEQ_FUZZ_TARGETS})
   set(_src ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_${name}.cpp)

@@ -5,7 +5,7 @@
 //
 // No Python oracle exists here (no `tokenizers` package), so every expectation is derived by hand
 // from the Hugging Face semantics (documented in bpe.hpp) rather than by running the reference.
-#include "longseq/train/bpe.hpp"
+#include "longseq/tokenizer/bpe.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -23,11 +23,12 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/data.hpp"
-#include "train_test_util.hpp"
+#include "train/train_test_util.hpp"
 
 namespace {
 
 namespace tr = longseq::train;
+namespace tk = longseq::tokenizer;
 using json = nlohmann::json;
 using longseq::core::Error;
 using Ids = std::vector<uint32_t>;
@@ -116,7 +117,7 @@ json llama3_fixture() {
       {"type", "Sequence"},
       {"pretokenizers",
        {{{"type", "Split"},
-         {"pattern", {{"Regex", std::string(tr::split_regex_pattern(tr::SplitRegex::kCl100k))}}},
+         {"pattern", {{"Regex", std::string(tk::split_regex_pattern(tk::SplitRegex::kCl100k))}}},
          {"behavior", "Isolated"},
          {"invert", false}},
         {{"type", "ByteLevel"},
@@ -180,8 +181,8 @@ json sentencepiece_fixture() {
                                     json::array({"a", "b"})})}}}};
 }
 
-tr::BpeTokenizer make(const json& j) {
-  return tr::BpeTokenizer::parse(j.dump(), "fixture.json");
+tk::BpeTokenizer make(const json& j) {
+  return tk::BpeTokenizer::parse(j.dump(), "fixture.json");
 }
 
 std::string kjv() {
@@ -217,30 +218,30 @@ std::string random_utf8(std::mt19937& rng, size_t len, char32_t exclude) {
 
 // ---- the regex pre-tokenizers -----------------------------------------------------------------
 
-Strs split(tr::SplitRegex r, const std::string& s) {
-  return tr::split_with_regex(r, s);
+Strs split(tk::SplitRegex r, const std::string& s) {
+  return tk::split_with_regex(r, s);
 }
 
 TEST(BpeRegex, KnownPatternsAreRecognisedExactly) {
   const std::string gpt2 =
       R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-  EXPECT_EQ(tr::find_split_regex(gpt2), tr::SplitRegex::kGpt2);
+  EXPECT_EQ(tk::find_split_regex(gpt2), tk::SplitRegex::kGpt2);
   EXPECT_EQ(
-      tr::find_split_regex(
+      tk::find_split_regex(
           R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
-      tr::SplitRegex::kCl100k);
+      tk::SplitRegex::kCl100k);
   EXPECT_EQ(
-      tr::find_split_regex(
+      tk::find_split_regex(
           R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
-      tr::SplitRegex::kQwen2);
+      tk::SplitRegex::kQwen2);
   // GPT-2's without the final |\s+ splits identically (a lone space is then an unmatched piece).
-  EXPECT_EQ(tr::find_split_regex(gpt2.substr(0, gpt2.size() - 4)), tr::SplitRegex::kGpt2);
-  EXPECT_EQ(tr::find_split_regex(gpt2 + "|x"), std::nullopt);
-  EXPECT_EQ(tr::find_split_regex(R"(\w+)"), std::nullopt);
+  EXPECT_EQ(tk::find_split_regex(gpt2.substr(0, gpt2.size() - 4)), tk::SplitRegex::kGpt2);
+  EXPECT_EQ(tk::find_split_regex(gpt2 + "|x"), std::nullopt);
+  EXPECT_EQ(tk::find_split_regex(R"(\w+)"), std::nullopt);
 }
 
 TEST(BpeRegex, Gpt2) {
-  const auto g = tr::SplitRegex::kGpt2;
+  const auto g = tk::SplitRegex::kGpt2;
   // Contractions are case-sensitive; a space joins the letters, digits or punctuation after it;
   // a whitespace run gives its last space to the next word; "\n\n" before a letter: the first
   // "\n" by \s+(?!\S), the second alone by \s+.
@@ -255,7 +256,7 @@ TEST(BpeRegex, Gpt2) {
 }
 
 TEST(BpeRegex, Llama3Cl100k) {
-  const auto l = tr::SplitRegex::kCl100k;
+  const auto l = tk::SplitRegex::kCl100k;
   // Contractions case-insensitive; digits in groups of at most three, never with a space;
   // "  123": the first space by \s+(?!\S) (the run less its last), the second by \s+ alone.
   EXPECT_EQ(split(l, "Hello world's  1234567 I'M"),
@@ -276,12 +277,12 @@ TEST(BpeRegex, Llama3Cl100k) {
 }
 
 TEST(BpeRegex, Qwen2DigitsOneByOne) {
-  EXPECT_EQ(split(tr::SplitRegex::kQwen2, "abc 1234"), (Strs{"abc", " ", "1", "2", "3", "4"}));
+  EXPECT_EQ(split(tk::SplitRegex::kQwen2, "abc 1234"), (Strs{"abc", " ", "1", "2", "3", "4"}));
 }
 
 TEST(BpeRegex, PiecesTileRandomText) {
   std::mt19937 rng(7);
-  for (auto r : {tr::SplitRegex::kGpt2, tr::SplitRegex::kCl100k, tr::SplitRegex::kQwen2}) {
+  for (auto r : {tk::SplitRegex::kGpt2, tk::SplitRegex::kCl100k, tk::SplitRegex::kQwen2}) {
     for (int i = 0; i < 300; ++i) {
       const std::string s = random_utf8(rng, rng() % 40, 0);
       std::string joined;
@@ -297,7 +298,7 @@ TEST(BpeRegex, PiecesTileRandomText) {
 // ---- byte-level BPE ----------------------------------------------------------------------------
 
 TEST(BpeByteLevel, HandWorkedIds) {
-  const tr::BpeTokenizer t = make(byte_level_fixture());
+  const tk::BpeTokenizer t = make(byte_level_fixture());
   EXPECT_EQ(t.vocab_size(), 266);
   // "the": t h e -> (h,e) rank 1 -> t he; no merge (t,he) -> [116, 257].
   EXPECT_EQ(t.encode("the"), (Ids{116, 257}));
@@ -316,7 +317,7 @@ TEST(BpeByteLevel, HandWorkedIds) {
 }
 
 TEST(BpeByteLevel, MergesApplyInRankOrderNotLeftToRight) {
-  const tr::BpeTokenizer t = make(byte_level_fixture());
+  const tk::BpeTokenizer t = make(byte_level_fixture());
   // "abc": pairs (a,b) rank 4 and (b,c) rank 3. By rank, (b,c) merges first: a bc -> [97, 259].
   // Greedy left to right would have merged (a,b) first: ab c -> [260, 99].
   EXPECT_EQ(t.encode("abc"), (Ids{97, 259}));
@@ -345,7 +346,7 @@ TEST(BpeMerge, AgreesWithTheNaiveRescanOnRandomMerges) {
     std::shuffle(merges.begin(), merges.end(), rng);  // ranks need not follow creation order
     json ms = json::array();
     for (const auto& [l, r] : merges) ms.push_back(l + " " + r);
-    const tr::BpeTokenizer t =
+    const tk::BpeTokenizer t =
         make({{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", ms}}}});
     for (int w = 0; w < 50; ++w) {
       std::string word;
@@ -370,7 +371,7 @@ TEST(BpeMerge, AgreesWithTheNaiveRescanOnRandomMerges) {
 }
 
 TEST(BpeByteLevel, AddedTokensSplitTheText) {
-  const tr::BpeTokenizer t = make(byte_level_fixture());
+  const tk::BpeTokenizer t = make(byte_level_fixture());
   // "the the" | <|endoftext|> | "abc café  x" (pieces "abc", " café", " ", " x").
   EXPECT_EQ(t.encode("the the<|endoftext|>abc café  x"),
             (Ids{116, 257, 258, 265, 97, 259, 32, 99, 97, 102, 261, 32, 32, 120}));
@@ -388,7 +389,7 @@ TEST(BpeByteLevel, LongestAddedTokenWinsAndStripOptionsSwallowSpaces) {
   j["added_tokens"].push_back({{"id", 266}, {"content", "<|end"}, {"special", true}});
   j["added_tokens"].push_back(
       {{"id", 267}, {"content", "<m>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}});
-  const tr::BpeTokenizer t = make(j);
+  const tk::BpeTokenizer t = make(j);
   EXPECT_EQ(t.vocab_size(), 268);
   EXPECT_EQ(t.encode("<|endoftext|><|end"), (Ids{265, 266}));
   // lstrip/rstrip: the spaces around <m> belong to it.
@@ -426,7 +427,7 @@ TEST(BpeByteLevel, AddPrefixSpace) {
 }
 
 TEST(BpeByteLevel, Llama3Pipeline) {
-  const tr::BpeTokenizer t = make(llama3_fixture());
+  const tk::BpeTokenizer t = make(llama3_fixture());
   // Digits in threes: "1212" -> "121" "2" -> [12, 1] [2].
   EXPECT_EQ(t.encode("1212"), (Ids{263, 49, 50}));
   // "  the": " " then " the" (cl100k) -> [32] [258].
@@ -439,9 +440,9 @@ TEST(BpeByteLevel, Llama3Pipeline) {
 TEST(BpeByteLevel, Qwen2NfcNormalizer) {
   json j = llama3_fixture();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
-      std::string(tr::split_regex_pattern(tr::SplitRegex::kQwen2));
+      std::string(tk::split_regex_pattern(tk::SplitRegex::kQwen2));
   j["normalizer"] = {{"type", "NFC"}};
-  const tr::BpeTokenizer t = make(j);
+  const tk::BpeTokenizer t = make(j);
   // e + U+0301 (combining acute) is NFC é = C3 A9 -> Ã© 261.
   EXPECT_EQ(t.encode("cafe\u0301"), (Ids{99, 97, 102, 261}));
   // Qwen2 splits digits one by one: "12" never merges.
@@ -451,7 +452,7 @@ TEST(BpeByteLevel, Qwen2NfcNormalizer) {
 TEST(BpeByteLevel, RoundTripsKjvAndRandomUtf8) {
   const std::string text = kjv();
   for (const json& j : {byte_level_fixture(), llama3_fixture()}) {
-    const tr::BpeTokenizer t = make(j);
+    const tk::BpeTokenizer t = make(j);
     const Ids ids = t.encode(text);
     EXPECT_LT(ids.size(), text.size());  // the merges do something
     EXPECT_EQ(t.decode(ids), text);
@@ -466,7 +467,7 @@ TEST(BpeByteLevel, RoundTripsKjvAndRandomUtf8) {
 // ---- SentencePiece-style BPE -------------------------------------------------------------------
 
 TEST(BpeSentencePiece, HandWorkedIds) {
-  const tr::BpeTokenizer t = make(sentencepiece_fixture());
+  const tk::BpeTokenizer t = make(sentencepiece_fixture());
   EXPECT_EQ(t.vocab_size(), 271);
   // "the cat" -> "▁the▁cat", one word: ▁ t h e ▁ c a t; (▁,t) rank 0 at the first ▁ only
   // ("▁c" has no merge), (h,e) rank 1, (▁t,he) rank 2 -> ▁the ▁ c a t.
@@ -494,7 +495,7 @@ TEST(BpeSentencePiece, ByteFallbackAndUnk) {
 }
 
 TEST(BpeSentencePiece, AddedTokensAndPrependPerSegment) {
-  const tr::BpeTokenizer t = make(sentencepiece_fixture());
+  const tk::BpeTokenizer t = make(sentencepiece_fixture());
   // Each text segment between added tokens is normalized on its own, so both get "▁".
   EXPECT_EQ(t.encode("<s>the</s>the"), (Ids{1, 268, 2, 268}));
   // The decoder strips one leading space of the whole text, as Hugging Face's does.
@@ -525,7 +526,7 @@ TEST(BpeSentencePiece, MetaspacePreTokenizer) {
 }
 
 TEST(BpeSentencePiece, RoundTripsKjvAndRandomUtf8) {
-  const tr::BpeTokenizer t = make(sentencepiece_fixture());
+  const tk::BpeTokenizer t = make(sentencepiece_fixture());
   const std::string text = kjv();
   EXPECT_EQ(t.decode(t.encode(text)), text);
   std::mt19937 rng(13);
@@ -539,7 +540,7 @@ TEST(BpeSentencePiece, RoundTripsKjvAndRandomUtf8) {
 TEST(BpeSentencePiece, LongWordIsNotQuadratic) {
   // Without a pre-tokenizer a whole document is one word; 400k characters must merge quickly
   // (a rescan per merge would take minutes).
-  const tr::BpeTokenizer t = make(sentencepiece_fixture());
+  const tk::BpeTokenizer t = make(sentencepiece_fixture());
   std::string s;
   for (int i = 0; i < 100000; ++i) s += "the ";
   const Ids ids = t.encode(s);
@@ -557,12 +558,12 @@ std::string load_error(const json& j) {
 
 TEST(BpeRefuses, FilesAndJson) {
   EXPECT_NE(error_of([] {
-              tr::BpeTokenizer::load("/nonexistent/tokenizer.json");
+              tk::BpeTokenizer::load("/nonexistent/tokenizer.json");
             }).find("/nonexistent/tokenizer.json"),
             std::string::npos);
-  const std::string e = error_of([] { tr::BpeTokenizer::parse("{\"model\": [1,", "broken.json"); });
+  const std::string e = error_of([] { tk::BpeTokenizer::parse("{\"model\": [1,", "broken.json"); });
   EXPECT_NE(e.find("[tokenizer] broken.json: malformed JSON"), std::string::npos) << e;
-  EXPECT_NE(error_of([] { tr::BpeTokenizer::parse("{}", "empty.json"); }).find("no \"model\""),
+  EXPECT_NE(error_of([] { tk::BpeTokenizer::parse("{}", "empty.json"); }).find("no \"model\""),
             std::string::npos);
 }
 
@@ -665,7 +666,7 @@ TEST(BpeRefuses, TextItCannotEncodeAndIdsItCannotDecode) {
 }
 
 TEST(BpeRefuses, EndOfTextThatIsNotThere) {
-  const tr::BpeTokenizer t = make(byte_level_fixture());
+  const tk::BpeTokenizer t = make(byte_level_fixture());
   EXPECT_EQ(t.eos_id("Ġthe"), 258u);
   EXPECT_NE(error_of([&] {
               t.eos_id("<|eot_id|>");

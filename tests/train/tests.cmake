@@ -2,7 +2,7 @@
 if(TARGET test_train)
   target_compile_definitions(test_train PRIVATE LONGSEQ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endif()
-# bpe_test runs `longseq tokenize --tokenizer` end to end, so the binary is built first.
+# cli_train_test runs `longseq train` end to end, so the binary is built first.
 if(TARGET test_train AND TARGET longseq)
   target_compile_definitions(test_train PRIVATE LONGSEQ_CLI="$<TARGET_FILE:longseq>")
   add_dependencies(test_train longseq)

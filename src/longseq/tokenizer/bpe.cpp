@@ -1,4 +1,4 @@
-#include "longseq/train/bpe.hpp"
+#include "longseq/tokenizer/bpe.hpp"
 
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
@@ -16,7 +16,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 
-namespace longseq::train {
+namespace longseq::tokenizer {
 
 namespace {
 
@@ -1120,4 +1120,4 @@ std::vector<std::string> split_with_regex(SplitRegex r, std::string_view text) {
   return split_pieces(r, text, "split_with_regex");
 }
 
-}  // namespace longseq::train
+}  // namespace longseq::tokenizer

@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace longseq::train {
+namespace longseq::tokenizer {
 
 /// The pre-tokenizer regexes recognised, by their exact pattern text in tokenizer.json. Each is
 /// implemented by a hand-written scanner over code points with the regex's leftmost-first
@@ -92,4 +92,4 @@ class BpeTokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace longseq::train
+}  // namespace longseq::tokenizer
