@@ -65,7 +65,8 @@ bool fit_pingpong(const fs::path& p, plan::Link& link) {
 /// vocabulary, with the double ring's inner ring size named (the ranks of one node).
 std::string planner_name(const std::string& algo, int per_node) {
   attention::Algorithm a = attention::Algorithm::parse(algo);
-  if (a.ring_family() && a.route == attention::Route::double_ring && a.inner == 0) a.inner = per_node;
+  if (a.ring_family() && a.route == attention::Route::double_ring && a.inner == 0)
+    a.inner = per_node;
   return a.name();
 }
 

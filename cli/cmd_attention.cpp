@@ -54,8 +54,8 @@ std::vector<int64_t> parse_dims(const std::string& s) {
       core::fail("attention", "--random '", s, "': '", tok, "' is not an integer");
     }
   }
-  core::require(out.size() == 4 && out[0] > 0 && out[1] > 0 && out[2] > 0 && out[3] > 0, "attention",
-                "--random needs N,Hq,Hkv,D (positive integers), got '", s, "'");
+  core::require(out.size() == 4 && out[0] > 0 && out[1] > 0 && out[2] > 0 && out[3] > 0,
+                "attention", "--random needs N,Hq,Hkv,D (positive integers), got '", s, "'");
   return out;
 }
 
@@ -66,34 +66,45 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--q", a->q, "queries, float32 .npy [N, Hq, D] in global token order");
   app.add_option("--k", a->k, "keys, float32 .npy [N, Hkv, D]");
   app.add_option("--v", a->v, "values, float32 .npy [N, Hkv, D]");
-  app.add_option("--do", a->dout, "output gradient, float32 .npy [N, Hq, D]: runs the backward too");
-  app.add_option("--random", a->random, "instead of files: seeded inputs of N,Hq,Hkv,D (runs the backward)");
+  app.add_option("--do", a->dout,
+                 "output gradient, float32 .npy [N, Hq, D]: runs the backward too");
+  app.add_option("--random", a->random,
+                 "instead of files: seeded inputs of N,Hq,Hkv,D (runs the backward)");
   app.add_option("--seed", a->seed, "seed for --random");
-  app.add_option("--mask", a->mask,
-                 "full | causal | window:W | document:FILE | blocks:FILE:B, comma-separated to combine");
+  app.add_option(
+      "--mask", a->mask,
+      "full | causal | window:W | document:FILE | blocks:FILE:B, comma-separated to combine");
   app.add_flag("--causal", a->causal, "add causality (e.g. to a block mask)");
-  app.add_option("--algo", a->algo, "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring]");
-  app.add_option("--world", a->world, "ranks (local backend; under mpirun, if given, must equal -np)")
+  app.add_option("--algo", a->algo,
+                 "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | "
+                 "ulysses | usp:U[:burst|:ring]");
+  app.add_option("--world", a->world,
+                 "ranks (local backend; under mpirun, if given, must equal -np)")
       ->default_str("1, or mpirun's -np");
-  app.add_option("--nodes", a->nodes, "nodes the ranks are split over, evenly (declared; under mpirun the default is "
-                                      "the hosts MPI reports)")
+  app.add_option("--nodes", a->nodes,
+                 "nodes the ranks are split over, evenly (declared; under mpirun the default is "
+                 "the hosts MPI reports)")
       ->default_str("1, or mpirun's hosts");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped | block-striped");
   app.add_option("--scale", a->scale, "softmax scale (0 = 1/sqrt(D))");
-  app.add_option("--link", a->link, "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
+  app.add_option("--link", a->link,
+                 "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
   app.add_option("--threads", a->threads, "compute threads per rank");
-  app.add_option("--precision", a->precision,
-                 "f32 | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
+  app.add_option(
+      "--precision", a->precision,
+      "f32 | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
   app.add_option("--backend", a->backend, "local | mpi | any (any: MPI when started by mpirun)");
   app.add_option("--out", a->out, "output directory (o.npy, lse.npy, dq/dk/dv.npy, stats.json)");
   return [a] {
     using namespace attention;
     // ---- flags that need no input (every process checks the same, so every process fails alike)
-    core::require(a->world == -1 || a->world >= 1, "attention", "--world ", a->world, " must be at least 1");
-    core::require(a->nodes == -1 || a->nodes >= 1, "attention", "--nodes ", a->nodes, " must be at least 1");
+    core::require(a->world == -1 || a->world >= 1, "attention", "--world ", a->world,
+                  " must be at least 1");
+    core::require(a->nodes == -1 || a->nodes >= 1, "attention", "--nodes ", a->nodes,
+                  " must be at least 1");
     core::require(a->threads >= 1, "attention", "--threads ", a->threads, " must be at least 1");
-    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '", a->precision,
-                  "' is not f32 or bf16");
+    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '",
+                  a->precision, "' is not f32 or bf16");
     core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
 
     // ---- inputs (global order)
@@ -113,18 +124,23 @@ std::function<int()> add_attention(CLI::App& app) {
       in.v = core::read_npy_f32(a->v, 3, "--v");
       if (!a->dout.empty()) in.dout = core::read_npy_f32(a->dout, 3, "--do");
       // Zero extents would divide by zero further on: refuse them by flag.
-      for (const auto& [flag, t] : {std::pair<const char*, const core::Tensor<float>*>{"--q", &in.q},
-                                    {"--k", &in.k}, {"--v", &in.v}, {"--do", &in.dout}}) {
+      for (const auto& [flag, t] :
+           {std::pair<const char*, const core::Tensor<float>*>{"--q", &in.q},
+            {"--k", &in.k},
+            {"--v", &in.v},
+            {"--do", &in.dout}}) {
         if (t->shape().rank() == 0) continue;  // --do not given
-        core::require(t->dim(0) > 0 && t->dim(1) > 0 && t->dim(2) > 0, "attention", flag, " has shape ",
-                      t->shape().str(), ": every extent must be positive");
+        core::require(t->dim(0) > 0 && t->dim(1) > 0 && t->dim(2) > 0, "attention", flag,
+                      " has shape ", t->shape().str(), ": every extent must be positive");
       }
-      core::require(in.k.shape() == in.v.shape(), "attention", "--k ", in.k.shape().str(), " and --v ",
-                    in.v.shape().str(), " must have the same shape");
-      core::require(in.k.dim(0) == in.n() && in.k.dim(2) == in.d(), "attention", "--k ", in.k.shape().str(),
-                    " must be [", in.n(), ", Hkv, ", in.d(), "] to match --q ", in.q.shape().str());
-      core::require(in.hq() % in.hkv() == 0, "attention", "query heads ", in.hq(), " (--q ", in.q.shape().str(),
-                    ") must be a multiple of key/value heads ", in.hkv(), " (--k ", in.k.shape().str(), ")");
+      core::require(in.k.shape() == in.v.shape(), "attention", "--k ", in.k.shape().str(),
+                    " and --v ", in.v.shape().str(), " must have the same shape");
+      core::require(in.k.dim(0) == in.n() && in.k.dim(2) == in.d(), "attention", "--k ",
+                    in.k.shape().str(), " must be [", in.n(), ", Hkv, ", in.d(), "] to match --q ",
+                    in.q.shape().str());
+      core::require(in.hq() % in.hkv() == 0, "attention", "query heads ", in.hq(), " (--q ",
+                    in.q.shape().str(), ") must be a multiple of key/value heads ", in.hkv(),
+                    " (--k ", in.k.shape().str(), ")");
       if (in.backward())
         core::require(in.dout.shape() == in.q.shape(), "attention", "--do ", in.dout.shape().str(),
                       " must match --q ", in.q.shape().str());
@@ -141,18 +157,20 @@ std::function<int()> add_attention(CLI::App& app) {
     spec.precision = core::dtype_from_name(a->precision);
     const Balance balance = parse_balance(a->balance);
     if (balance == Balance::block_striped)
-      core::require(!spec.mask->block_mask.empty(), "attention", "--balance block-striped needs a blocks:FILE:B mask");
+      core::require(!spec.mask->block_mask.empty(), "attention",
+                    "--balance block-striped needs a blocks:FILE:B mask");
 
     comm::Options cfg;
     cfg.backend = a->backend;
     cfg.world = a->world == -1 ? 0 : a->world;
     cfg.nodes = a->nodes == -1 ? 0 : a->nodes;
-    cfg.abort_on_failure = true;  // under mpirun a failed rank ends the job instead of leaving peers waiting
+    cfg.abort_on_failure =
+        true;  // under mpirun a failed rank ends the job instead of leaving peers waiting
     if (!a->link.empty()) cfg.link = comm::LinkModel::parse(a->link);
     const int world = comm::world_size(cfg);
     const int nodes_flag = cfg.nodes == 0 ? 1 : cfg.nodes;
-    core::require(world % nodes_flag == 0, "attention", "--nodes ", nodes_flag, " must divide the world of ", world,
-                  " ranks");
+    core::require(world % nodes_flag == 0, "attention", "--nodes ", nodes_flag,
+                  " must divide the world of ", world, " ranks");
     // Refuse a layout that cannot exist before any rank starts (a clear message, once per process).
     const Layout check(balance, n, world, spec.mask->block_size);
     (void)check;
@@ -171,28 +189,34 @@ std::function<int()> add_attention(CLI::App& app) {
       }
     });
     const double seconds = wall.elapsed();
-    if (!have_rank0) return 0;  // another process of the mpirun job writes and prints
+    // Another process of the mpirun job writes and prints: the one holding rank 0 of the MPI
+    // world, or, with --backend local under mpirun (every process runs the same threads), the
+    // launcher's rank 0.
+    const bool local_copy =
+        comm::resolve_backend(a->backend) == comm::Backend::local && comm::launcher_rank() != 0;
+    if (!have_rank0 || local_copy) return 0;
 
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankRecord& r : result.ranks) ranks.push_back(r.to_json(backward));
-    nlohmann::json stats = {{"algo", spec.algo.name()},
-                            {"balance", a->balance},
-                            {"mask", spec.mask->describe()},
-                            {"n", n},
-                            {"hq", hq},
-                            {"hkv", hkv},
-                            {"d", d},
-                            {"world", world},
-                            {"nodes", nodes},
-                            {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
-                            {"precision", a->precision},
-                            {"seconds", seconds},
-                            {"visible_pairs", result.work.visible_pairs},
-                            {"forward_flops", result.work.forward_flops},
-                            {"backward_flops", backward ? result.work.backward_flops : 0.0},
-                            {"bytes_sent_intra", result.bytes_sent_intra()},
-                            {"bytes_sent_inter", result.bytes_sent_inter()},
-                            {"ranks", ranks}};
+    nlohmann::json stats = {
+        {"algo", spec.algo.name()},
+        {"balance", a->balance},
+        {"mask", spec.mask->describe()},
+        {"n", n},
+        {"hq", hq},
+        {"hkv", hkv},
+        {"d", d},
+        {"world", world},
+        {"nodes", nodes},
+        {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
+        {"precision", a->precision},
+        {"seconds", seconds},
+        {"visible_pairs", result.work.visible_pairs},
+        {"forward_flops", result.work.forward_flops},
+        {"backward_flops", backward ? result.work.backward_flops : 0.0},
+        {"bytes_sent_intra", result.bytes_sent_intra()},
+        {"bytes_sent_inter", result.bytes_sent_inter()},
+        {"ranks", ranks}};
     if (!a->out.empty()) {
       std::filesystem::create_directories(a->out);
       core::write_npy(a->out + "/o.npy", result.o);
@@ -204,14 +228,19 @@ std::function<int()> add_attention(CLI::App& app) {
       }
       std::ofstream f(a->out + "/stats.json");
       f << stats.dump(2) << "\n";
-      core::require(static_cast<bool>(f), "attention", "--out: failed writing ", a->out, "/stats.json");
+      core::require(static_cast<bool>(f), "attention", "--out: failed writing ", a->out,
+                    "/stats.json");
     }
-    std::printf("%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d node(s): %.3f s%s\n",
-                spec.algo.name().c_str(), a->precision.c_str(), a->balance.c_str(), spec.mask->describe().c_str(),
-                static_cast<long long>(n), static_cast<long long>(hq), static_cast<long long>(hkv),
-                static_cast<long long>(d), world, nodes, seconds, backward ? " (forward + backward)" : "");
+    std::printf(
+        "%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d "
+        "node(s): %.3f s%s\n",
+        spec.algo.name().c_str(), a->precision.c_str(), a->balance.c_str(),
+        spec.mask->describe().c_str(), static_cast<long long>(n), static_cast<long long>(hq),
+        static_cast<long long>(hkv), static_cast<long long>(d), world, nodes, seconds,
+        backward ? " (forward + backward)" : "");
     for (const RankRecord& r : result.ranks) {
-      std::printf("  rank %d (node %d): forward %s", r.rank, r.node, r.forward_bytes.to_json().dump().c_str());
+      std::printf("  rank %d (node %d): forward %s", r.rank, r.node,
+                  r.forward_bytes.to_json().dump().c_str());
       if (backward) std::printf("  backward %s", r.backward_bytes.to_json().dump().c_str());
       std::printf("\n");
     }

@@ -27,10 +27,10 @@ void usage(CLI::App& app, const std::string& only = "") {
       if (opt->get_name() == "--help" || opt->get_name() == "-h,--help") continue;
       const std::string def = opt->get_default_str();
       // Flags without a value default to off; options without a default to nothing at all.
-      const std::string shown = !def.empty()            ? " [default: " + def + "]"
-                                : opt->get_required()   ? std::string(" (required)")
+      const std::string shown = !def.empty()                   ? " [default: " + def + "]"
+                                : opt->get_required()          ? std::string(" (required)")
                                 : opt->get_expected_min() == 0 ? std::string(" [default: off]")
-                                                            : std::string(" [default: none]");
+                                                               : std::string(" [default: none]");
       std::printf("      %-28s %s%s\n", opt->get_name().c_str(), opt->get_description().c_str(),
                   shown.c_str());
     }

@@ -114,6 +114,10 @@ if [ "$NP" = 3 ]; then
     fail "mpirun -np $NP tokenize: $(tail -2 "$WORK/tok.mpi.log")"
   cmp -s "$WORK/tok.local" "$WORK/tok.mpi" || fail "mpirun -np $NP tokenize: token file differs from a plain run's"
   [ "$(grep -c tokens "$WORK/tok.mpi.log")" = 1 ] || fail "mpirun -np $NP tokenize: summary not printed exactly once"
+  # --backend local under mpirun: every process runs the same threads; one prints and writes.
+  "${MPIRUN[@]}" "$LONGSEQ" attention --random 100,2,2,8 --world 2 --backend local --out "$WORK/lo" >"$WORK/lo.log" 2>&1 ||
+    fail "mpirun -np $NP attention --backend local: $(tail -2 "$WORK/lo.log")"
+  [ "$(grep -c "attention (f32)" "$WORK/lo.log")" = 1 ] || fail "mpirun -np $NP attention --backend local: summary not printed once"
 fi
 
 # train: 2 steps under mpirun, same losses as the local backend.

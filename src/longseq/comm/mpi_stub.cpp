@@ -7,15 +7,27 @@
 
 namespace longseq::comm {
 
-bool mpi_built() { return false; }
-bool mpi_initialized() { return false; }
-void mpi_init() { core::fail("comm", "the MPI backend was not built (LONGSEQ_WITH_MPI=OFF)"); }
+bool mpi_built() {
+  return false;
+}
+bool mpi_initialized() {
+  return false;
+}
+void mpi_init() {
+  core::fail("comm", "the MPI backend was not built (LONGSEQ_WITH_MPI=OFF)");
+}
 int mpi_world_size() {
   mpi_init();
   return 0;
 }
-void run_mpi_world(const Options&, const std::function<void(Group&)>&) { mpi_init(); }
-void mpi_wait_all_processes() { mpi_init(); }
-void mpi_abort(int code) { std::exit(code); }
+void run_mpi_world(const Options&, const std::function<void(Group&)>&) {
+  mpi_init();
+}
+void mpi_wait_all_processes() {
+  mpi_init();
+}
+void mpi_abort(int code) {
+  std::exit(code);
+}
 
 }  // namespace longseq::comm
