@@ -14,7 +14,7 @@
 #include "longseq/core/rng.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/gemm.hpp"
-#include "longseq/model/lm_head.hpp"
+#include "longseq/kernels/cpu/lm_head.hpp"
 
 using namespace longseq;
 
@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
     core::fill_normal(h.data(), h.size(), 1);
     core::fill_normal(w.data(), w.size(), 2, 0, 0.0, 0.02);
     core::fill_randint(labels.data(), labels.size(), 3, static_cast<int32_t>(s.v));
-    const model::LmHeadDims d{s.t, s.c, s.v};
-    model::LmHeadOptions o;
+    const kernels::cpu::LmHeadDims d{s.t, s.c, s.v};
+    kernels::cpu::LmHeadOptions o;
     o.threads = threads;
     double loss[2] = {0, 0};
     const double unfused_gib = static_cast<double>(s.t) * s.v * 4.0 / (1024.0 * 1024.0 * 1024.0);
@@ -89,21 +89,21 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r) {
         std::fill(dw.begin(), dw.end(), 0.0f);
         core::Timer t;
-        const auto lp = fused ? model::lm_head_ce_fused(h.data(), w.data(), labels.data(), d,
+        const auto lp = fused ? kernels::cpu::lm_head_ce_fused(h.data(), w.data(), labels.data(), d,
                                                         1.0 / s.t, dh.data(), dw.data(), o)
-                              : model::lm_head_ce_unfused(h.data(), w.data(), labels.data(), d,
+                              : kernels::cpu::lm_head_ce_unfused(h.data(), w.data(), labels.data(), d,
                                                           1.0 / s.t, dh.data(), dw.data(), o);
         best = std::min(best, t.elapsed());
         loss[fused] = lp.sum / lp.count;
       }
       const double flops = 6.0 * s.t * s.c * s.v;
-      const double mib = (fused ? model::lm_head_fused_workspace_floats(d, o) : s.t * s.v) * 4.0 /
+      const double mib = (fused ? kernels::cpu::lm_head_fused_workspace_floats(d, o) : s.t * s.v) * 4.0 /
                          (1024.0 * 1024.0);
       std::printf("%6lld %5lld %6lld  %-8s %9.4f %9.1f %12.1f\n", (long long)s.t, (long long)s.c,
                   (long long)s.v, fused ? "fused" : "unfused", best, flops / best * 1e-9, mib);
       cases.push_back({{"t", s.t}, {"c", s.c}, {"v", s.v}, {"path", fused ? "fused" : "unfused"},
                        {"seconds", best}, {"gflops", flops / best * 1e-9}, {"loss_buffer_mib", mib},
-                       {"token_tile", fused ? model::lm_head_token_tile(d, o) : s.t},
+                       {"token_tile", fused ? kernels::cpu::lm_head_token_tile(d, o) : s.t},
                        {"loss", loss[fused]}});
     }
   }

@@ -1,4 +1,4 @@
-#include "longseq/model/lm_head.hpp"
+#include "longseq/kernels/cpu/lm_head.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "longseq/core/tensor.hpp"
 #include "longseq/kernels/gemm.hpp"
 
-namespace longseq::model {
+namespace longseq::kernels::cpu {
 
 int64_t count_targets(const int32_t* labels, int64_t t, int64_t v, int32_t ignore_index) {
   int64_t n = 0;
@@ -145,4 +145,4 @@ LossPart lm_head_ce_unfused(const float* hidden, const float* weight, const int3
   return out;
 }
 
-}  // namespace longseq::model
+}  // namespace longseq::kernels::cpu

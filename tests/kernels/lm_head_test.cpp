@@ -11,12 +11,12 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/ref/cross_entropy.hpp"
-#include "longseq/model/lm_head.hpp"
-#include "model_test_util.hpp"
+#include "longseq/kernels/cpu/lm_head.hpp"
+#include "model/model_test_util.hpp"
 
 namespace {
 
-namespace lm = longseq::model;
+namespace lm = longseq::kernels::cpu;
 namespace kr = longseq::kernels::ref;
 namespace lt = longseq::test;
 
