@@ -20,6 +20,8 @@ const std::vector<Command>& commands() {
        add_plan, Ranks::first},
       {"eval", "a checkpoint's loss and perplexity by position over long sequences (distributed)",
        add_eval},
+      {"generate", "continue a prompt from a checkpoint (KV cache sharded over --world ranks)",
+       add_generate},
       {"calibrate",
        "measure this machine (GEMM, attention kernels, copy bandwidth) into "
        "data/hardware/local.json",

@@ -33,5 +33,6 @@ std::function<int()> add_plan(CLI::App& app);
 std::function<int()> add_calibrate(CLI::App& app);
 std::function<int()> add_attention(CLI::App& app);
 std::function<int()> add_eval(CLI::App& app);
+std::function<int()> add_generate(CLI::App& app);
 
 }  // namespace longseq::cli

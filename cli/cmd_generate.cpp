@@ -1,0 +1,94 @@
+// `longseq generate`: a continuation of a prompt from a checkpoint, with the prompt's prefill on
+// the distributed engine and the KV cache sharded across the ranks
+// (src/longseq/train/generate.hpp).
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "commands.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/train/bpe.hpp"
+#include "longseq/train/data.hpp"
+#include "longseq/train/eval.hpp"
+#include "longseq/train/generate.hpp"
+
+namespace longseq::cli {
+
+namespace {
+struct GenerateArgs {
+  train::GenerateConfig cfg;
+  std::string prompt, tokenizer, prompt_ids;
+  bool json = false, stop_at_eot = false;
+};
+}  // namespace
+
+std::function<int()> add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("--checkpoint", a->cfg.checkpoint,
+                 "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory")
+      ->required();
+  app.add_option("--prompt", a->prompt, "prompt text (the checkpoint's tokenizer)");
+  app.add_option("--tokenizer", a->tokenizer,
+                 "tokenizer.json (default: the checkpoint's tokenizer.json, else byte-level)");
+  app.add_option(
+      "--prompt-ids", a->prompt_ids,
+      "file of prompt token ids: a token file, or integers (whitespace, commas, a JSON array)");
+  app.add_option("--max-new-tokens", a->cfg.max_new_tokens, "tokens to generate");
+  app.add_option("--world", a->cfg.world, "ranks: prefill split over them, KV cache sharded");
+  app.add_option(
+      "--algo", a->cfg.algo,
+      "prefill attention: ring | burst | double-ring[:ring] | startrail:C | ulysses | usp:U");
+  app.add_option("--balance", a->cfg.balance, "prefill layout: contiguous | zigzag | striped");
+  app.add_option("--temperature", a->cfg.temperature,
+                 "0: greedy; > 0: sampling at this temperature");
+  app.add_option("--top-p", a->cfg.top_p, "nucleus sampling mass (1: all tokens)");
+  app.add_option("--seed", a->cfg.seed, "sampling seed");
+  app.add_option("--threads", a->cfg.threads, "compute threads per rank (0: cores / world)");
+  app.add_option("--precision", a->cfg.precision, "fp32 | bf16 matrix products");
+  app.add_flag("--stop-at-eot", a->stop_at_eot, "stop after the tokenizer's end-of-text token");
+  app.add_flag("--json", a->json,
+               "print {\"prompt_tokens\", \"ids\", \"text\", timings} instead of the text");
+  return [a] {
+    train::GenerateConfig cfg = a->cfg;
+    core::require(a->prompt.empty() != a->prompt_ids.empty(), "generate",
+                  "give exactly one of --prompt TEXT and --prompt-ids FILE");
+    const std::string dir = train::resolve_checkpoint(cfg.checkpoint);
+    std::string tok_path = a->tokenizer;
+    if (tok_path.empty() && std::filesystem::exists(dir + "/tokenizer.json"))
+      tok_path = dir + "/tokenizer.json";
+    std::optional<train::BpeTokenizer> bpe;
+    if (!tok_path.empty()) bpe.emplace(train::BpeTokenizer::load(tok_path));
+    if (!a->prompt.empty()) {
+      std::vector<uint32_t> ids = bpe ? bpe->encode(a->prompt) : train::byte_tokenize({a->prompt});
+      if (!bpe) ids.pop_back();  // byte_tokenize ends every document with end-of-text
+      cfg.prompt.assign(ids.begin(), ids.end());
+    } else {
+      cfg.prompt = train::read_prompt_ids(a->prompt_ids);
+    }
+    if (a->stop_at_eot)
+      cfg.stop_token = bpe ? static_cast<int32_t>(bpe->eos_id()) : train::kByteEot;
+    const train::GenerateResult r = train::generate(cfg);
+    if (comm::launcher_rank() != 0) return 0;
+    const std::vector<uint32_t> out(r.ids.begin(), r.ids.end());
+    const std::string text = bpe ? bpe->decode(out) : train::byte_detokenize(out);
+    if (a->json) {
+      const nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
+                                {"ids", r.ids},
+                                {"text", text},
+                                {"world", cfg.world},
+                                {"algo", cfg.algo},
+                                {"prefill_s", r.prefill_s},
+                                {"decode_s", r.decode_s},
+                                {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
+                                {"decode_tokens_per_s", r.decode_tokens_per_s()}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("%s\n", text.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace longseq::cli

@@ -1,0 +1,174 @@
+#include "longseq/train/generate.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/attention/mask_spec.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/core/rng.hpp"
+#include "longseq/core/safetensors.hpp"
+#include "longseq/core/timer.hpp"
+#include "longseq/model/inference.hpp"
+#include "longseq/train/checkpoint.hpp"
+#include "longseq/train/config.hpp"
+#include "longseq/train/data.hpp"
+#include "longseq/train/eval.hpp"
+
+namespace longseq::train {
+
+void GenerateConfig::validate() const {
+  core::require(!prompt.empty(), "generate", "the prompt is empty (give --prompt or --prompt-ids)");
+  core::require(max_new_tokens >= 1, "generate", "--max-new-tokens ", max_new_tokens,
+                " must be >= 1");
+  core::require(world >= 1, "generate", "--world ", world, " must be >= 1");
+  core::require(temperature >= 0 && std::isfinite(temperature), "generate", "--temperature ",
+                temperature, " must be >= 0 (0: greedy)");
+  core::require(top_p > 0 && top_p <= 1, "generate", "--top-p ", top_p, " must be in (0, 1]");
+  core::require(threads >= 0, "generate", "--threads ", threads, " must be >= 0");
+  parse_precision(precision);
+  attention::parse_balance(balance);
+}
+
+int32_t sample_token(const std::vector<float>& logits, double temperature, double top_p,
+                     uint64_t seed, int64_t i) {
+  core::require(temperature >= 0, "generate", "--temperature ", temperature, " must be >= 0");
+  core::require(top_p > 0 && top_p <= 1, "generate", "--top-p ", top_p, " must be in (0, 1]");
+  core::require(!logits.empty(), "generate", "no logits to sample from");
+  if (temperature == 0) {  // greedy: the first maximum
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  const double m = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (size_t j = 0; j < p.size(); ++j) total += p[j] = std::exp((logits[j] - m) / temperature);
+  std::vector<int32_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  // The nucleus: the most probable tokens until their mass reaches top_p (at least one).
+  double mass = 0;
+  size_t keep = 0;
+  while (keep < order.size() && (keep == 0 || mass < top_p * total)) mass += p[order[keep++]];
+  const double u =
+      core::uniform01(core::derive_seed(seed, 0x67656e), static_cast<uint64_t>(i)) * mass;
+  double acc = 0;
+  for (size_t k = 0; k < keep; ++k) {
+    acc += p[order[k]];
+    if (u < acc) return order[k];
+  }
+  return order[keep - 1];
+}
+
+std::vector<int32_t> read_prompt_ids(const std::string& path) {
+  const std::string text = core::read_file(path);
+  if (text.size() >= 4) {
+    int32_t magic = 0;
+    std::memcpy(&magic, text.data(), 4);
+    if (magic == kTokenMagic) {
+      const TokenFile f = read_token_file(path);
+      return std::vector<int32_t>(f.tokens.begin(), f.tokens.end());
+    }
+  }
+  std::vector<int32_t> ids;
+  std::string num;
+  auto flush = [&] {
+    if (num.empty()) return;
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(num, &used);
+      core::require(used == num.size() && v >= 0 && v <= INT32_MAX, "generate", path,
+                    ": token id '", num, "' is not an id in [0, 2^31)");
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::logic_error&) {
+      core::fail("generate", path, ": '", num, "' is not a token id");
+    }
+    num.clear();
+  };
+  for (char ch : text) {
+    if (std::isspace(static_cast<unsigned char>(ch)) || ch == ',' || ch == '[' || ch == ']')
+      flush();
+    else
+      num += ch;
+  }
+  flush();
+  core::require(!ids.empty(), "generate", path, ": no token ids in it");
+  return ids;
+}
+
+GenerateResult generate(const GenerateConfig& cfg) {
+  cfg.validate();
+  const std::string dir = resolve_checkpoint(cfg.checkpoint);
+  const model::LlamaConfig mc = read_hf_config(dir);
+  const model::ParamLayout layout(mc);
+  for (int32_t t : cfg.prompt)
+    core::require(t >= 0 && t < mc.vocab, "generate", "prompt token ", t,
+                  " is outside the model's vocabulary [0, ", mc.vocab, ")");
+  const int64_t n = static_cast<int64_t>(cfg.prompt.size());
+  const model::AttentionAlgo algo = model::AttentionAlgo::parse(cfg.algo);
+  if (algo.hybrid) algo.hybrid->validate(cfg.world, mc.heads, mc.kv_heads);
+  const attention::Layout seq_layout(attention::parse_balance(cfg.balance), n, cfg.world);
+  auto mask = std::make_shared<attention::MaskSpec>();
+  mask->causal = true;
+  mask->window = mc.sliding_window;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  model::InferenceOptions io;
+  io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  io.precision = parse_precision(cfg.precision);
+
+  GenerateResult result;
+  result.prompt_tokens = n;
+  comm::Options opt;
+  opt.world = cfg.world;
+  comm::run(opt, [&](comm::Group& g) {
+    model::ReplicaParams params = load_replica(dir, layout, g);
+    const int rank = g.rank(), world = g.size();
+    std::vector<int64_t> pos = seq_layout.positions(rank);
+    std::vector<int32_t> tokens(pos.size(), 0);
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (pos[i] >= 0) tokens[i] = cfg.prompt[static_cast<size_t>(pos[i])];
+    auto attn =
+        model::make_distributed_attention(algo, mask, seq_layout, g, io.threads, io.precision);
+    model::StepBatch b;
+    b.tokens = tokens.data();
+    b.pos = pos.data();
+    b.len = static_cast<int64_t>(pos.size());
+    b.seq_len = n;
+    g.barrier();
+    core::Timer prefill;
+    model::KvCache cache;
+    const std::vector<float> h = model::forward_hidden(layout, params, *attn, b, io, &cache);
+    const auto [owner, local] = seq_layout.locate(n - 1);
+    int32_t tok = 0;
+    if (rank == owner)
+      tok = sample_token(model::logits_of(layout, params, h.data() + local * mc.hidden, io),
+                         cfg.temperature, cfg.top_p, cfg.seed, 0);
+    g.broadcast(&tok, 1, core::DType::i32, owner);
+    const double prefill_s = prefill.elapsed();
+    std::vector<int32_t> ids = {tok};
+    core::Timer decode;
+    for (int64_t i = 1; i < cfg.max_new_tokens && tok != cfg.stop_token; ++i) {
+      const int64_t p = n + i - 1;
+      const std::vector<float> hid =
+          model::decode_step(layout, params, g, cache, tok, p, p % world == rank, io);
+      tok = sample_token(model::logits_of(layout, params, hid.data(), io), cfg.temperature,
+                         cfg.top_p, cfg.seed, i);
+      ids.push_back(tok);
+    }
+    const double decode_s = decode.elapsed();
+    if (rank == 0) {
+      result.ids = std::move(ids);
+      result.prefill_s = prefill_s;
+      result.decode_s = decode_s;
+    }
+  });
+  return result;
+}
+
+}  // namespace longseq::train

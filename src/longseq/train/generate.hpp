@@ -1,0 +1,65 @@
+#pragma once
+// `longseq generate`: text from a checkpoint with a KV cache, the prompt's prefill on the
+// distributed engine over P ranks and decoding with the cache sharded across them
+// (model/inference.hpp: each rank a partial over its shard, merged by (O, LSE)).
+//
+// Prefill: the prompt (n tokens) is split by the balance layout and run through the model with the
+// chosen attention algorithm; each rank keeps K, V of its own prompt tokens. The first new token
+// comes from the logits of position n - 1 (computed on the rank holding it, broadcast). Decode:
+// token i (i >= 1) is fed at position n + i - 1 on every rank; its K, V go to rank
+// (position mod P), so shards grow evenly; every rank merges the same partials in the same order,
+// so every rank samples the same token with no further communication.
+//
+// Sampling (sample_token): temperature 0 is greedy (argmax, lowest id on ties); otherwise
+// softmax(logits / T) restricted to the smallest set of most probable tokens whose mass reaches
+// top_p (top-p / nucleus; 1 = all), drawn with core::uniform01(seed, i) for the i-th new token:
+// the same seed gives the same text whatever the world.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace longseq::train {
+
+struct GenerateConfig {
+  std::string checkpoint;       ///< directory (eval.hpp resolve_checkpoint)
+  std::vector<int32_t> prompt;  ///< token ids (>= 1)
+  int64_t max_new_tokens = 32;
+  int world = 1;
+  std::string algo = "burst";
+  std::string balance = "zigzag";
+  double temperature = 0.0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;  ///< per rank; 0: hardware threads / world
+  std::string precision = "fp32";
+  /// Stop after generating this id (-1: never; the CLI passes the tokenizer's end of text with
+  /// --stop-at-eot).
+  int32_t stop_token = -1;
+  /// Throws core::Error("[generate] ...") naming the value.
+  void validate() const;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;  ///< the new tokens only
+  int64_t prompt_tokens = 0;
+  double prefill_s = 0, decode_s = 0;  ///< wall seconds (rank 0)
+  double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
+  /// Decode steps (every new token after the first) per second.
+  double decode_tokens_per_s() const {
+    return decode_s > 0 && ids.size() > 1 ? static_cast<double>(ids.size() - 1) / decode_s : 0;
+  }
+};
+
+/// Runs prefill and decoding (local threads, or MPI under mpirun). Blocking.
+GenerateResult generate(const GenerateConfig& cfg);
+
+/// The i-th new token from `logits` (see top of file). Throws core::Error for temperature < 0 or
+/// top_p outside (0, 1].
+int32_t sample_token(const std::vector<float>& logits, double temperature, double top_p,
+                     uint64_t seed, int64_t i);
+
+/// Token ids from a file: a token file (data.hpp), or text holding integers separated by
+/// whitespace, commas or brackets (a JSON array works). Throws core::Error naming the file.
+std::vector<int32_t> read_prompt_ids(const std::string& path);
+
+}  // namespace longseq::train

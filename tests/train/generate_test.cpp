@@ -1,0 +1,188 @@
+// longseq generate (train/generate.hpp, model/inference.hpp):
+// 1. KV-cache generation equals a generation without a cache (every step re-runs the whole
+//    sequence through the model at world 1 and samples the last position), token for token,
+//    greedy and sampled, with plain and yarn-scaled RoPE;
+// 2. the distributed prefill and the sharded cache give the same tokens as one rank, for odd
+//    prompt lengths, odd worlds, several algorithms and layouts;
+// 3. sampling: greedy is the argmax, top-p keeps the nucleus, the seed fixes the draw;
+// 4. the CLI prints the Contract's JSON {"prompt_tokens", "ids", "text"}.
+#include "longseq/train/generate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "longseq/attention/layout.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/safetensors.hpp"
+#include "longseq/model/inference.hpp"
+#include "longseq/train/checkpoint.hpp"
+#include "longseq/train/eval.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace tr = longseq::train;
+namespace lm = longseq::model;
+using longseq::testing::temp_path;
+using longseq::testing::tiny_config;
+
+// A tiny model trained enough that sampled text depends on its probabilities (40 steps).
+std::string trained(const std::string& name, const std::string& rope_scaling) {
+  const std::string root = temp_path("generate", name);
+  fs::remove_all(root);
+  tr::TrainConfig c = tiny_config();
+  c.steps = 40;
+  c.optim.lr = 1e-2;
+  c.model.max_position_embeddings = 32;
+  c.rope_scaling = rope_scaling;
+  c.out = root;
+  c.save_every = 0;
+  tr::train(c);
+  return root;
+}
+
+const std::string& plain() {
+  static const std::string d = trained("plain", "");
+  return d;
+}
+
+std::vector<int32_t> prompt(int64_t n) {
+  const std::string text =
+      "And God said, Let there be light: and there was light. And God saw the light";
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < n; ++i)
+    p.push_back(static_cast<unsigned char>(text[static_cast<size_t>(i) % text.size()]));
+  return p;
+}
+
+// Generation without a cache: each new token from a full forward over everything so far.
+std::vector<int32_t> no_cache(const tr::GenerateConfig& g) {
+  const std::string dir = tr::resolve_checkpoint(g.checkpoint);
+  const lm::LlamaConfig mc = tr::read_hf_config(dir);
+  const lm::ParamLayout layout(mc);
+  std::vector<int32_t> seq = g.prompt, out;
+  longseq::comm::Options opt;
+  opt.world = 1;
+  longseq::comm::run(opt, [&](longseq::comm::Group& group) {
+    lm::ReplicaParams params = tr::load_replica(dir, layout, group);
+    lm::InferenceOptions io;
+    for (int64_t i = 0; i < g.max_new_tokens; ++i) {
+      const int64_t n = static_cast<int64_t>(seq.size());
+      const longseq::attention::Layout l(longseq::attention::Balance::contiguous, n, 1);
+      auto mask = std::make_shared<longseq::attention::MaskSpec>();
+      mask->causal = true;
+      auto attn =
+          lm::make_distributed_attention(lm::AttentionAlgo::parse("ring"), mask, l, group, 1);
+      std::vector<int64_t> pos(static_cast<size_t>(n));
+      for (int64_t p = 0; p < n; ++p) pos[p] = p;
+      lm::StepBatch b;
+      b.tokens = seq.data();
+      b.pos = pos.data();
+      b.len = n;
+      const std::vector<float> h = lm::forward_hidden(layout, params, *attn, b, io);
+      const int32_t t =
+          tr::sample_token(lm::logits_of(layout, params, h.data() + (n - 1) * mc.hidden, io),
+                           g.temperature, g.top_p, g.seed, i);
+      out.push_back(t);
+      seq.push_back(t);
+    }
+  });
+  return out;
+}
+
+tr::GenerateConfig config(const std::string& ckpt, int64_t prompt_len, double temperature) {
+  tr::GenerateConfig g;
+  g.checkpoint = ckpt;
+  g.prompt = prompt(prompt_len);
+  g.max_new_tokens = 24;
+  g.temperature = temperature;
+  g.top_p = 0.9;
+  g.seed = 11;
+  g.threads = 1;
+  return g;
+}
+
+TEST(Generate, KvCacheEqualsRecomputingEverything) {
+  static const std::string yarn =
+      trained("yarn", R"({"rope_type":"yarn","factor":4,"original_max_position_embeddings":16})");
+  for (const std::string* ck : {&plain(), &yarn})
+    for (double t : {0.0, 1.0}) {
+      const tr::GenerateConfig g = config(*ck, 13, t);
+      const std::vector<int32_t> want = no_cache(g);
+      EXPECT_EQ(tr::generate(g).ids, want) << *ck << " temperature " << t;
+    }
+}
+
+TEST(Generate, ShardedCacheEqualsOneRank) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{30}}) {
+    const tr::GenerateConfig one = config(plain(), n, 1.0);
+    const std::vector<int32_t> want = tr::generate(one).ids;
+    ASSERT_EQ(want.size(), 24u);
+    for (const auto& [world, algo, balance] :
+         {std::tuple{2, "burst", "zigzag"}, std::tuple{3, "ring", "striped"},
+          std::tuple{3, "burst", "contiguous"}, std::tuple{2, "ulysses", "zigzag"},
+          std::tuple{4, "ring", "zigzag"}}) {
+      if (n < world && std::string(algo) == "ulysses") continue;
+      tr::GenerateConfig g = one;
+      g.world = world;
+      g.algo = algo;
+      g.balance = balance;
+      EXPECT_EQ(tr::generate(g).ids, want)
+          << "prompt " << n << " world " << world << " " << algo << " " << balance;
+    }
+  }
+}
+
+TEST(Generate, SamplingRules) {
+  const std::vector<float> z = {0.0f, 3.0f, 3.0f, 1.0f, -2.0f};
+  EXPECT_EQ(tr::sample_token(z, 0.0, 1.0, 1, 0), 1);  // greedy: the first maximum
+  // top-p 0.4: the nucleus is {1} (mass 0.46; the tie with 2 breaks to the lower id): always 1
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(tr::sample_token(z, 1.0, 0.4, 3, i), 1);
+  // a hot temperature with every token: over many draws every id appears, the same per seed
+  std::vector<int> seen(5, 0);
+  for (int64_t i = 0; i < 400; ++i) {
+    const int32_t t = tr::sample_token(z, 5.0, 1.0, 9, i);
+    ++seen[t];
+    EXPECT_EQ(t, tr::sample_token(z, 5.0, 1.0, 9, i));
+  }
+  for (int c : seen) EXPECT_GT(c, 0);
+  EXPECT_THROW(tr::sample_token(z, -1.0, 1.0, 0, 0), longseq::core::Error);
+  EXPECT_THROW(tr::sample_token(z, 1.0, 0.0, 0, 0), longseq::core::Error);
+}
+
+TEST(Generate, CliPrintsTheContractJson) {
+  const std::string ids = temp_path("generate", "ids.txt");
+  longseq::core::write_file_atomic(ids, "[65, 110, 100, 32, 71, 111, 100]");
+  std::string log;
+  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
+                                      " --prompt-ids " + ids +
+                                      " --max-new-tokens 5 --world 3 --algo ring " +
+                                      "--temperature 1 --top-p 0.9 --seed 11 --threads 1 --json",
+                                  log),
+            0)
+      << log;
+  const nlohmann::json j = nlohmann::json::parse(log);
+  EXPECT_EQ(j.at("prompt_tokens"), 7);
+  ASSERT_EQ(j.at("ids").size(), 5u);
+  EXPECT_TRUE(j.at("text").is_string());
+  tr::GenerateConfig g = config(plain(), 1, 1.0);
+  g.prompt = {65, 110, 100, 32, 71, 111, 100};
+  g.max_new_tokens = 5;
+  EXPECT_EQ(j.at("ids").get<std::vector<int32_t>>(), tr::generate(g).ids);
+  // text prompts go through the byte tokenizer here (no tokenizer.json in the checkpoint)
+  ASSERT_EQ(longseq::testing::run(
+                std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
+                    " --prompt 'And God' --max-new-tokens 5 --temperature 1 --top-p 0.9 " +
+                    "--seed 11 --threads 1 --json",
+                log),
+            0)
+      << log;
+  EXPECT_EQ(nlohmann::json::parse(log).at("ids"), j.at("ids"));
+  fs::remove(ids);
+}
+
+}  // namespace
