@@ -111,8 +111,8 @@ GenerateResult generate(const GenerateConfig& cfg) {
     core::require(t >= 0 && t < mc.vocab, "generate", "prompt token ", t,
                   " is outside the model's vocabulary [0, ", mc.vocab, ")");
   const int64_t n = static_cast<int64_t>(cfg.prompt.size());
-  const model::AttentionAlgo algo = model::AttentionAlgo::parse(cfg.algo);
-  if (algo.hybrid) algo.hybrid->validate(cfg.world, mc.heads, mc.kv_heads);
+  const attention::Algorithm algo = attention::Algorithm::parse(cfg.algo);
+  algo.validate(cfg.world, mc.heads, mc.kv_heads);
   const attention::Layout seq_layout(attention::parse_balance(cfg.balance), n, cfg.world);
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
