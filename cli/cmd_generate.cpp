@@ -9,7 +9,7 @@
 #include "commands.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/train/bpe.hpp"
+#include "longseq/tokenizer/bpe.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/eval.hpp"
 #include "longseq/train/generate.hpp"
@@ -58,8 +58,8 @@ std::function<int()> add_generate(CLI::App& app) {
     std::string tok_path = a->tokenizer;
     if (tok_path.empty() && std::filesystem::exists(dir + "/tokenizer.json"))
       tok_path = dir + "/tokenizer.json";
-    std::optional<train::BpeTokenizer> bpe;
-    if (!tok_path.empty()) bpe.emplace(train::BpeTokenizer::load(tok_path));
+    std::optional<tokenizer::BpeTokenizer> bpe;
+    if (!tok_path.empty()) bpe.emplace(tokenizer::BpeTokenizer::load(tok_path));
     if (!a->prompt.empty()) {
       std::vector<uint32_t> ids = bpe ? bpe->encode(a->prompt) : train::byte_tokenize({a->prompt});
       if (!bpe) ids.pop_back();  // byte_tokenize ends every document with end-of-text
