@@ -92,7 +92,7 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--threads", a->threads, "compute threads per rank");
   app.add_option(
       "--precision", a->precision,
-      "f32 | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
+      "f32 (or fp32) | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
   app.add_option("--backend", a->backend, "local | mpi | any (any: MPI when started by mpirun)");
   app.add_option("--out", a->out, "output directory (o.npy, lse.npy, dq/dk/dv.npy, stats.json)");
   return [a] {
@@ -103,8 +103,7 @@ std::function<int()> add_attention(CLI::App& app) {
     core::require(a->nodes == -1 || a->nodes >= 1, "attention", "--nodes ", a->nodes,
                   " must be at least 1");
     core::require(a->threads >= 1, "attention", "--threads ", a->threads, " must be at least 1");
-    core::require(a->precision == "f32" || a->precision == "bf16", "attention", "--precision '",
-                  a->precision, "' is not f32 or bf16");
+    const core::DType precision = core::parse_precision(a->precision, "attention");
     core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
 
     // ---- inputs (global order)
@@ -154,7 +153,7 @@ std::function<int()> add_attention(CLI::App& app) {
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
     spec.threads = a->threads;
-    spec.precision = core::dtype_from_name(a->precision);
+    spec.precision = precision;
     const Balance balance = parse_balance(a->balance);
     if (balance == Balance::block_striped)
       core::require(!spec.mask->block_mask.empty(), "attention",
@@ -209,7 +208,7 @@ std::function<int()> add_attention(CLI::App& app) {
         {"world", world},
         {"nodes", nodes},
         {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
-        {"precision", a->precision},
+        {"precision", std::string(core::dtype_name(spec.precision))},
         {"seconds", seconds},
         {"visible_pairs", result.work.visible_pairs},
         {"forward_flops", result.work.forward_flops},
@@ -234,7 +233,7 @@ std::function<int()> add_attention(CLI::App& app) {
     std::printf(
         "%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d "
         "node(s): %.3f s%s\n",
-        spec.algo.name().c_str(), a->precision.c_str(), a->balance.c_str(),
+        spec.algo.name().c_str(), std::string(core::dtype_name(spec.precision)).c_str(), a->balance.c_str(),
         spec.mask->describe().c_str(), static_cast<long long>(n), static_cast<long long>(hq),
         static_cast<long long>(hkv), static_cast<long long>(d), world, nodes, seconds,
         backward ? " (forward + backward)" : "");

@@ -24,6 +24,24 @@ TEST(DType, SizesAndNames) {
   EXPECT_THROW(dtype_from_name("f16"), Error);
 }
 
+// One --precision vocabulary for train, eval and attention: both spellings of fp32 in, one out.
+TEST(DType, PrecisionAcceptsBothSpellingsAndPrintsOne) {
+  EXPECT_EQ(parse_precision("f32", "attention"), DType::f32);
+  EXPECT_EQ(parse_precision("fp32", "train"), DType::f32);
+  EXPECT_EQ(parse_precision("bf16", "train"), DType::bf16);
+  EXPECT_EQ(dtype_name(parse_precision("fp32", "train")), "f32");
+  for (const char* bad : {"fp16", "f64", "", "BF16"}) {
+    try {
+      parse_precision(bad, "attention");
+      ADD_FAILURE() << "'" << bad << "' accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("[attention] --precision '") + bad + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(BF16, ExactValuesRoundTrip) {
   for (float x : {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, 65280.0f}) EXPECT_EQ(to_f32(to_bf16(x)), x);
 }

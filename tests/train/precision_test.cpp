@@ -177,7 +177,7 @@ using longseq::testing::refusal;
 TEST(Precision, RefusesUnknownPrecisionAndBadFractions) {
   tr::TrainConfig c = tiny();
   c.precision = "fp16";
-  EXPECT_NE(refusal(c).find("--precision 'fp16': expected fp32 | bf16"), std::string::npos)
+  EXPECT_NE(refusal(c).find("--precision 'fp16': expected f32 (or fp32) | bf16"), std::string::npos)
       << refusal(c);
   for (double f : {0.0, 1.0, -0.5, 1.5}) {
     c = tiny();

@@ -39,6 +39,12 @@ DType dtype_from_name(std::string_view s) {
   fail("core", "unknown dtype '", s, "' (expected f32, bf16, f64, i32, i64, u8 or bool)");
 }
 
+DType parse_precision(std::string_view s, std::string_view component) {
+  if (s == "f32" || s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  fail(component, "--precision '", s, "': expected f32 (or fp32) | bf16");
+}
+
 void f32_to_bf16(const float* in, bf16* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }

@@ -16,6 +16,10 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 /// Inverse of dtype_name; throws core::Error naming `s` when unknown.
 DType dtype_from_name(std::string_view s);
+/// The one --precision vocabulary (train, eval, attention): "f32" or "fp32" -> f32, "bf16" ->
+/// bf16; printed with dtype_name ("f32" | "bf16"). Throws core::Error("[component] --precision
+/// 'x': expected f32 (or fp32) | bf16") otherwise.
+DType parse_precision(std::string_view s, std::string_view component);
 
 /// bfloat16 storage: the upper 16 bits of an IEEE-754 binary32.
 struct bf16 {

@@ -14,9 +14,7 @@ namespace longseq::train {
 using nlohmann::json;
 
 core::DType parse_precision(const std::string& s) {
-  if (s == "fp32") return core::DType::f32;
-  if (s == "bf16") return core::DType::bf16;
-  core::fail("train", "--precision '", s, "': expected fp32 | bf16");
+  return core::parse_precision(s, "train");
 }
 
 namespace {

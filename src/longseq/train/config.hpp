@@ -64,7 +64,7 @@
   X(std::string, loss, "--loss", "fused", cli_json, core::parsed_by(check_loss),                   \
     "fused | unfused LM head + cross-entropy")                                                     \
   X(std::string, precision, "--precision", "fp32", cli_json, core::parsed_by(check_precision),     \
-    "fp32 | bf16 (bf16 compute, fp32 master weights, grads and optimizer)")                        \
+    "f32 (or fp32) | bf16 (bf16 compute, fp32 master weights, grads and optimizer)")               \
   X(uint64_t, seed, "--seed", 1234, cli_json, core::any(), "initialisation seed")                  \
   X(std::string, data, "--data", "data/kjv-genesis-exodus.txt", cli_json, core::any(),             \
     "token file, or .txt tokenized byte-level")                                                    \
@@ -173,7 +173,7 @@ std::vector<std::string> preset_names();
 /// names the source in messages (a file).
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where = "config");
 
-/// "fp32" -> f32, "bf16" -> bf16; throws core::Error naming `s` otherwise.
+/// core::parse_precision under the component "train" (f32 or fp32 | bf16).
 core::DType parse_precision(const std::string& s);
 
 }  // namespace longseq::train
