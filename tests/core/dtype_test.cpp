@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/error.hpp"
