@@ -22,6 +22,8 @@ const std::vector<Command>& commands() {
        add_eval},
       {"generate", "continue a prompt from a checkpoint (KV cache sharded over --world ranks)",
        add_generate},
+      {"passkey", "passkey retrieval over lengths x depths (heat map), or --make-data for training",
+       add_passkey},
       {"calibrate",
        "measure this machine (GEMM, attention kernels, copy bandwidth) into "
        "data/hardware/local.json",

@@ -1,0 +1,65 @@
+#pragma once
+// Passkey retrieval (Mohtashami & Jaggi, "Landmark Attention", 2023): a random key hidden at a
+// chosen depth of filler text, asked for at the end, scored by whether greedy decoding returns
+// it. Byte-level text (one token per byte, train/data.hpp), so a length is a token count.
+//
+//   <filler up to depth> The pass key is 48213. Remember it. 48213 is the pass key. <filler>
+//   What is the pass key? The pass key is| 48213
+//
+// The filler is the repeated "The grass is green. The sky is blue. ..." of the paper; the needle
+// starts at floor(depth * filler length) characters into it (depth 0: first, 1: last before the
+// question). The model must answer " <key>": the next digits + 1 tokens under greedy decoding
+// (train/generate.hpp, so any world / algorithm runs the prefill and the sharded KV cache).
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace longseq::train {
+
+/// The key of trial `trial` at (length, depth): `digits` decimal digits, deterministic in seed.
+std::string passkey_key(uint64_t seed, int64_t length, int64_t depth_index, int64_t trial,
+                        int digits);
+
+/// The prompt (exactly `length` bytes, ending with "The pass key is") with `key` at `depth`, and
+/// the expected answer " <key>". Throws core::Error when `length` cannot hold needle and question.
+struct PasskeyCase {
+  std::string prompt, answer;
+};
+PasskeyCase passkey_case(int64_t length, double depth, const std::string& key);
+
+/// Training data for the task: `count` documents, each a prompt of `length` bytes at a random
+/// depth followed by its answer, written as a byte-level token file (end of text after each).
+void write_passkey_data(const std::string& path, int64_t length, int64_t count, uint64_t seed,
+                        int digits);
+
+struct PasskeyConfig {
+  std::string checkpoint;
+  std::vector<int64_t> lengths = {256, 512, 1024};
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  int64_t trials = 4;  ///< keys per cell
+  int digits = 5;
+  uint64_t seed = 1;
+  int world = 1;
+  std::string algo = "burst";
+  std::string balance = "zigzag";
+  int threads = 0;
+  std::string out;  ///< directory: passkey.json and passkey.svg (empty: none)
+  void validate() const;
+};
+
+struct PasskeyResult {
+  std::vector<int64_t> lengths;
+  std::vector<double> depths;
+  std::vector<double> accuracy;  ///< [lengths x depths], row-major
+  double overall = 0;
+  nlohmann::json to_json() const;
+};
+
+/// Runs every (length, depth, trial) through generate(); writes OUT/passkey.json and the heat map
+/// OUT/passkey.svg (accuracy by length x depth, core/plot).
+PasskeyResult run_passkey(const PasskeyConfig& cfg);
+
+std::string passkey_svg(const PasskeyResult& r, const std::string& title);
+
+}  // namespace longseq::train
