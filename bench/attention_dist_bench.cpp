@@ -86,8 +86,9 @@ Run run_distributed(const Inputs& in, const AttentionSpec& spec, Balance bal, in
     const int r = g.rank();
     const int64_t l = layout.local_len();
     Shards& s = shards[r];
-    core::View<const float> q(s.q.data(), core::Shape{l, in.hq, in.d}), k(s.k.data(), core::Shape{l, in.hkv, in.d}),
-        v(s.v.data(), core::Shape{l, in.hkv, in.d}), d(s.dout.data(), core::Shape{l, in.hq, in.d});
+    core::View<const float> q(s.q.data(), core::Shape{l, in.hq, in.d}),
+        k(s.k.data(), core::Shape{l, in.hkv, in.d}), v(s.v.data(), core::Shape{l, in.hkv, in.d}),
+        d(s.dout.data(), core::Shape{l, in.hq, in.d});
     AttentionStats fs, bs;
     g.barrier();
     g.reset_stats();
@@ -102,9 +103,11 @@ Run run_distributed(const Inputs& in, const AttentionSpec& spec, Balance bal, in
     g.barrier();
     bwd[r] = t.elapsed();
     const comm::Stats bst = g.stats();
-    run.ranks[r] = {{"rank", r},
-                    {"forward", {{"compute_s", fs.compute_s}, {"wait_s", fs.wait_s}, {"bytes", fst.to_json()}}},
-                    {"backward", {{"compute_s", bs.compute_s}, {"wait_s", bs.wait_s}, {"bytes", bst.to_json()}}}};
+    run.ranks[r] = {
+        {"rank", r},
+        {"forward", {{"compute_s", fs.compute_s}, {"wait_s", fs.wait_s}, {"bytes", fst.to_json()}}},
+        {"backward",
+         {{"compute_s", bs.compute_s}, {"wait_s", bs.wait_s}, {"bytes", bst.to_json()}}}};
   });
   run.fwd_s = *std::max_element(fwd.begin(), fwd.end());
   run.bwd_s = *std::max_element(bwd.begin(), bwd.end());
@@ -169,18 +172,19 @@ Run run_ideal_as(const Inputs& in, const AttentionSpec& spec, Balance bal, int w
       for (const SubPair& p : w.pairs) {
         const Chunk& qc = layout.chunks(r)[p.qc];
         const Chunk& kc = layout.chunks(w.origin)[p.kc];
-        ops.forward_merge(sh[r].q.data() + qc.local_begin * hq * d, tok(r, qc.local_begin), qc.len,
-                          sh[w.origin].k.data() + kc.local_begin * hkv * d,
-                          sh[w.origin].v.data() + kc.local_begin * hkv * d, tok(w.origin, kc.local_begin), kc.len, km,
-                          o[r].data() + qc.local_begin * hq * d, lse[r].data() + qc.local_begin * hq);
+        ops.forward_merge(
+            sh[r].q.data() + qc.local_begin * hq * d, tok(r, qc.local_begin), qc.len,
+            sh[w.origin].k.data() + kc.local_begin * hkv * d,
+            sh[w.origin].v.data() + kc.local_begin * hkv * d, tok(w.origin, kc.local_begin), kc.len,
+            km, o[r].data() + qc.local_begin * hq * d, lse[r].data() + qc.local_begin * hq);
       }
     fwd[r] = t.elapsed();
     dvec[r].resize(l * hq);
     ops.compute_d(o[r].data(), sh[r].dout.data(), l, dvec[r].data());
     g.barrier();  // every rank's lse and D are ready (burst reads remote ones)
     const RankSchedule bs = make_schedule(r, topo, layout, pairs, spec.algo, Pass::backward);
-    std::vector<float> dq(l * hq * d), dk(l * hkv * d), dv(l * hkv * d), gq(l * hq * d), gk(l * hkv * d),
-        gv(l * hkv * d);
+    std::vector<float> dq(l * hq * d), dk(l * hkv * d), dv(l * hkv * d), gq(l * hq * d),
+        gk(l * hkv * d), gv(l * hkv * d);
     t.restart();
     for (const Work& w : bs.work)
       for (const SubPair& p : w.pairs) {
@@ -188,10 +192,12 @@ Run run_ideal_as(const Inputs& in, const AttentionSpec& spec, Balance bal, int w
         const int qr = bq ? w.origin : r, kr = bq ? r : w.origin;
         const Chunk& qc = layout.chunks(qr)[p.qc];
         const Chunk& kc = layout.chunks(kr)[p.kc];
-        const int64_t qo = qc.local_begin * hq * d, ro = qc.local_begin * hq, ko = kc.local_begin * hkv * d;
-        ops.backward(sh[qr].q.data() + qo, sh[kr].k.data() + ko, sh[kr].v.data() + ko, sh[qr].dout.data() + qo,
-                     lse[qr].data() + ro, dvec[qr].data() + ro, tok(qr, qc.local_begin), qc.len,
-                     tok(kr, kc.local_begin), kc.len, km, (bq ? gq : dq).data() + qo, (bq ? dk : gk).data() + ko,
+        const int64_t qo = qc.local_begin * hq * d, ro = qc.local_begin * hq,
+                      ko = kc.local_begin * hkv * d;
+        ops.backward(sh[qr].q.data() + qo, sh[kr].k.data() + ko, sh[kr].v.data() + ko,
+                     sh[qr].dout.data() + qo, lse[qr].data() + ro, dvec[qr].data() + ro,
+                     tok(qr, qc.local_begin), qc.len, tok(kr, kc.local_begin), kc.len, km,
+                     (bq ? gq : dq).data() + qo, (bq ? dk : gk).data() + ko,
                      (bq ? dv : gv).data() + ko);
       }
     bwd[r] = t.elapsed();
@@ -265,13 +271,22 @@ int main(int argc, char** argv) {
           const Run ideal = run_ideal(in, spec, bal, world);
           const Run real = run_distributed(in, spec, bal, world, 1, {});
           const double eff = (ideal.fwd_s + ideal.bwd_s) / (real.fwd_s + real.bwd_s);
-          std::printf("(a) %-5s %-8s world %d: real %.2f s (fwd %.2f, bwd %.2f), ideal %.2f s -> efficiency %.1f%%\n",
-                      algo, std::string(balance_name(bal)).c_str(), world, real.fwd_s + real.bwd_s, real.fwd_s,
-                      real.bwd_s, ideal.fwd_s + ideal.bwd_s, 100 * eff);
+          std::printf(
+              "(a) %-5s %-8s world %d: real %.2f s (fwd %.2f, bwd %.2f), ideal %.2f s -> "
+              "efficiency %.1f%%\n",
+              algo, std::string(balance_name(bal)).c_str(), world, real.fwd_s + real.bwd_s,
+              real.fwd_s, real.bwd_s, ideal.fwd_s + ideal.bwd_s, 100 * eff);
           std::fflush(stdout);
-          rows.push_back({{"algo", algo}, {"balance", balance_name(bal)}, {"world", world}, {"mask", "causal"},
-                          {"real_fwd_s", real.fwd_s}, {"real_bwd_s", real.bwd_s}, {"ideal_fwd_s", ideal.fwd_s},
-                          {"ideal_bwd_s", ideal.bwd_s}, {"efficiency", eff}, {"target", 0.85},
+          rows.push_back({{"algo", algo},
+                          {"balance", balance_name(bal)},
+                          {"world", world},
+                          {"mask", "causal"},
+                          {"real_fwd_s", real.fwd_s},
+                          {"real_bwd_s", real.bwd_s},
+                          {"ideal_fwd_s", ideal.fwd_s},
+                          {"ideal_bwd_s", ideal.bwd_s},
+                          {"efficiency", eff},
+                          {"target", 0.85},
                           {"ranks", real.ranks}});
         }
     report["efficiency"] = rows;
@@ -288,11 +303,20 @@ int main(int argc, char** argv) {
       const Inputs in(link_n, hq, hkv, d);
       for (const char* algo : {"ring", "burst", "double-ring:ring", "double-ring"}) {
         const Run r = run_distributed(in, make_spec(algo, causal, 1), Balance::zigzag, 4, 2, link);
-        std::printf("(b) Hq %lld Hkv %lld %-16s fwd %.3f s  bwd %.3f s  total %.3f s\n", static_cast<long long>(hq),
-                    static_cast<long long>(hkv), algo, r.fwd_s, r.bwd_s, r.fwd_s + r.bwd_s);
+        std::printf("(b) Hq %lld Hkv %lld %-16s fwd %.3f s  bwd %.3f s  total %.3f s\n",
+                    static_cast<long long>(hq), static_cast<long long>(hkv), algo, r.fwd_s, r.bwd_s,
+                    r.fwd_s + r.bwd_s);
         std::fflush(stdout);
-        rows.push_back({{"algo", algo}, {"hq", hq}, {"hkv", hkv}, {"n", link_n}, {"world", 4}, {"nodes", 2},
-                        {"link", link.str()}, {"fwd_s", r.fwd_s}, {"bwd_s", r.bwd_s}, {"ranks", r.ranks}});
+        rows.push_back({{"algo", algo},
+                        {"hq", hq},
+                        {"hkv", hkv},
+                        {"n", link_n},
+                        {"world", 4},
+                        {"nodes", 2},
+                        {"link", link.str()},
+                        {"fwd_s", r.fwd_s},
+                        {"bwd_s", r.bwd_s},
+                        {"ranks", r.ranks}});
       }
     }
     report["link_model"] = rows;
@@ -308,10 +332,15 @@ int main(int argc, char** argv) {
     const Run c = run_distributed(in, make_spec("burst", causal, 1), Balance::zigzag, 4, 1, {});
     const Run w = run_distributed(in, make_spec("burst", window, 1), Balance::contiguous, 4, 1, {});
     const double speedup = (c.fwd_s + c.bwd_s) / (w.fwd_s + w.bwd_s);
-    std::printf("(c) causal %.2f s, window N/8 %.2f s: %.2fx faster (target >= 3x)\n", c.fwd_s + c.bwd_s,
-                w.fwd_s + w.bwd_s, speedup);
-    report["window"] = {{"causal_s", c.fwd_s + c.bwd_s}, {"window_s", w.fwd_s + w.bwd_s}, {"window", n / 8},
-                        {"speedup", speedup}, {"target", 3.0}, {"causal_ranks", c.ranks}, {"window_ranks", w.ranks}};
+    std::printf("(c) causal %.2f s, window N/8 %.2f s: %.2fx faster (target >= 3x)\n",
+                c.fwd_s + c.bwd_s, w.fwd_s + w.bwd_s, speedup);
+    report["window"] = {{"causal_s", c.fwd_s + c.bwd_s},
+                        {"window_s", w.fwd_s + w.bwd_s},
+                        {"window", n / 8},
+                        {"speedup", speedup},
+                        {"target", 3.0},
+                        {"causal_ranks", c.ranks},
+                        {"window_ranks", w.ranks}};
   }
   if (only.find('d') != std::string::npos) {
     // (d) bf16 against f32: the same inputs and schedule, 1 thread per rank. The two precisions
@@ -325,23 +354,38 @@ int main(int argc, char** argv) {
         for (int rep = 0; rep < reps; ++rep)
           for (int i = 0; i < 2; ++i) {
             const core::DType p = i == 0 ? core::DType::f32 : core::DType::bf16;
-            Run r = run_distributed(in, make_spec(algo, causal, 1, p), Balance::zigzag, world, 1, {});
-            if (rep == 0 || r.fwd_s + r.bwd_s < best[i].fwd_s + best[i].bwd_s) best[i] = std::move(r);
+            Run r =
+                run_distributed(in, make_spec(algo, causal, 1, p), Balance::zigzag, world, 1, {});
+            if (rep == 0 || r.fwd_s + r.bwd_s < best[i].fwd_s + best[i].bwd_s)
+              best[i] = std::move(r);
           }
         const Run& f = best[0];
         const Run& b = best[1];
         const double t_ratio = (b.fwd_s + b.bwd_s) / (f.fwd_s + f.bwd_s);
-        const double fb_ratio = static_cast<double>(sent_bytes(b, "forward")) / sent_bytes(f, "forward");
-        const double bb_ratio = static_cast<double>(sent_bytes(b, "backward")) / sent_bytes(f, "backward");
-        std::printf("(d) %-5s world %d: f32 %.2f s (fwd %.2f, bwd %.2f), bf16 %.2f s (fwd %.2f, bwd %.2f): "
-                    "time bf16/f32 %.2f (fwd %.2f, bwd %.2f), bytes bf16/f32 fwd %.3f bwd %.3f\n",
-                    algo, world, f.fwd_s + f.bwd_s, f.fwd_s, f.bwd_s, b.fwd_s + b.bwd_s, b.fwd_s, b.bwd_s, t_ratio,
-                    b.fwd_s / f.fwd_s, b.bwd_s / f.bwd_s, fb_ratio, bb_ratio);
+        const double fb_ratio =
+            static_cast<double>(sent_bytes(b, "forward")) / sent_bytes(f, "forward");
+        const double bb_ratio =
+            static_cast<double>(sent_bytes(b, "backward")) / sent_bytes(f, "backward");
+        std::printf(
+            "(d) %-5s world %d: f32 %.2f s (fwd %.2f, bwd %.2f), bf16 %.2f s (fwd %.2f, bwd %.2f): "
+            "time bf16/f32 %.2f (fwd %.2f, bwd %.2f), bytes bf16/f32 fwd %.3f bwd %.3f\n",
+            algo, world, f.fwd_s + f.bwd_s, f.fwd_s, f.bwd_s, b.fwd_s + b.bwd_s, b.fwd_s, b.bwd_s,
+            t_ratio, b.fwd_s / f.fwd_s, b.bwd_s / f.bwd_s, fb_ratio, bb_ratio);
         std::fflush(stdout);
-        rows.push_back({{"algo", algo}, {"balance", "zigzag"}, {"world", world}, {"mask", "causal"}, {"reps", reps},
-                        {"f32_fwd_s", f.fwd_s}, {"f32_bwd_s", f.bwd_s}, {"bf16_fwd_s", b.fwd_s},
-                        {"bf16_bwd_s", b.bwd_s}, {"time_ratio", t_ratio}, {"fwd_bytes_ratio", fb_ratio},
-                        {"bwd_bytes_ratio", bb_ratio}, {"f32_ranks", f.ranks}, {"bf16_ranks", b.ranks}});
+        rows.push_back({{"algo", algo},
+                        {"balance", "zigzag"},
+                        {"world", world},
+                        {"mask", "causal"},
+                        {"reps", reps},
+                        {"f32_fwd_s", f.fwd_s},
+                        {"f32_bwd_s", f.bwd_s},
+                        {"bf16_fwd_s", b.fwd_s},
+                        {"bf16_bwd_s", b.bwd_s},
+                        {"time_ratio", t_ratio},
+                        {"fwd_bytes_ratio", fb_ratio},
+                        {"bwd_bytes_ratio", bb_ratio},
+                        {"f32_ranks", f.ranks},
+                        {"bf16_ranks", b.ranks}});
       }
     report["precision_compare"] = rows;
   }

@@ -36,8 +36,8 @@ struct Options {
   double intra_gbps = 2.0;  // GB/s per intra-node link; inter = intra / slow
   double latency_us = 20.0;
   std::string mask = "causal", balance = "zigzag";
-  std::vector<std::string> algos = {"ring",    "double-ring",      "startrail:2:teams", "startrail:2:rings",
-                                    "burst",   "ulysses",          "usp:2"};
+  std::vector<std::string> algos = {
+      "ring", "double-ring", "startrail:2:teams", "startrail:2:rings", "burst", "ulysses", "usp:2"};
 };
 
 void usage() {
@@ -52,7 +52,8 @@ void usage() {
       "  --intra-gbps B    intra-node bandwidth, GB/s (2)   --latency-us T  per message (20)\n"
       "  --mask M          full | causal (causal)    --balance B  layout (zigzag)\n"
       "  --threads T       compute threads per rank (1)     --reps R  repetitions (3)\n"
-      "  --algos a,b,...   (ring,double-ring,startrail:2:teams,startrail:2:rings,burst,ulysses,usp:2)\n");
+      "  --algos a,b,...   "
+      "(ring,double-ring,startrail:2:teams,startrail:2:rings,burst,ulysses,usp:2)\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -63,20 +64,34 @@ Options parse(int argc, char** argv) {
       core::require(i + 1 < argc, "bench", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--out") o.out = next();
-    else if (a == "--n") o.n = std::stoll(next());
-    else if (a == "--hq") o.hq = std::stoll(next());
-    else if (a == "--hkv") o.hkv = std::stoll(next());
-    else if (a == "--d") o.d = std::stoll(next());
-    else if (a == "--world") o.world = std::stoi(next());
-    else if (a == "--nodes") o.nodes = std::stoi(next());
-    else if (a == "--slow") o.slow = std::stod(next());
-    else if (a == "--intra-gbps") o.intra_gbps = std::stod(next());
-    else if (a == "--latency-us") o.latency_us = std::stod(next());
-    else if (a == "--mask") o.mask = next();
-    else if (a == "--balance") o.balance = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
+    if (a == "--out")
+      o.out = next();
+    else if (a == "--n")
+      o.n = std::stoll(next());
+    else if (a == "--hq")
+      o.hq = std::stoll(next());
+    else if (a == "--hkv")
+      o.hkv = std::stoll(next());
+    else if (a == "--d")
+      o.d = std::stoll(next());
+    else if (a == "--world")
+      o.world = std::stoi(next());
+    else if (a == "--nodes")
+      o.nodes = std::stoi(next());
+    else if (a == "--slow")
+      o.slow = std::stod(next());
+    else if (a == "--intra-gbps")
+      o.intra_gbps = std::stod(next());
+    else if (a == "--latency-us")
+      o.latency_us = std::stod(next());
+    else if (a == "--mask")
+      o.mask = next();
+    else if (a == "--balance")
+      o.balance = next();
+    else if (a == "--threads")
+      o.threads = std::stoi(next());
+    else if (a == "--reps")
+      o.reps = std::stoi(next());
     else if (a == "--algos") {
       o.algos.clear();
       std::string s = next();
@@ -122,7 +137,8 @@ double working_set_floats(const std::string& name, const Options& o, int64_t l) 
     const int u = h.family == at::Algorithm::Family::ulysses ? o.world : h.degree;
     const at::HeadSplit hs(hq, hkv, u);
     const int64_t tg = u * l, kv = 2 * tg * hs.kv_per * d, r = o.world / u;
-    return static_cast<double>(tg * hs.hq_per * d + kv * (r > 1 ? 3 : 1) + tg * hs.hq_per * (d + 1));
+    return static_cast<double>(tg * hs.hq_per * d + kv * (r > 1 ? 3 : 1) +
+                               tg * hs.hq_per * (d + 1));
   }
   const int slots = h.route == at::Route::double_ring ? 4 : 2;
   return static_cast<double>(slots * 2 * l * hkv * d + l * hq * (d + 1));
@@ -135,7 +151,8 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const at::Layout layout(at::parse_balance(o.balance), o.n, o.world);
     const int64_t l = layout.local_len();
-    std::vector<float> q(o.n * o.hq * o.d), k(o.n * o.hkv * o.d), v(o.n * o.hkv * o.d), dout(o.n * o.hq * o.d);
+    std::vector<float> q(o.n * o.hq * o.d), k(o.n * o.hkv * o.d), v(o.n * o.hkv * o.d),
+        dout(o.n * o.hq * o.d);
     core::fill_normal(q.data(), q.size(), 1);
     core::fill_normal(k.data(), k.size(), 2);
     core::fill_normal(v.data(), v.size(), 3);
@@ -150,8 +167,8 @@ int main(int argc, char** argv) {
     cfg.link.inter = comm::LinkClass{o.latency_us * 1e-6, o.intra_gbps * 1e9 / o.slow};
 
     json results = json::array();
-    std::printf("%-20s %10s %10s %12s %12s %12s %12s %10s\n", "algo", "fwd s", "bwd s", "fwd intra", "fwd inter",
-                "bwd intra", "bwd inter", "mem MiB");
+    std::printf("%-20s %10s %10s %12s %12s %12s %12s %10s\n", "algo", "fwd s", "bwd s", "fwd intra",
+                "fwd inter", "bwd intra", "bwd inter", "mem MiB");
     for (const std::string& name : o.algos) {
       at::AttentionSpec spec;
       spec.mask = mask;
@@ -165,24 +182,28 @@ int main(int argc, char** argv) {
         std::vector<std::array<int64_t, 4>> bytes(o.world);
         comm::run_local(cfg, [&](comm::Group& g) {
           const int r = g.rank();
-          std::vector<float> lq(l * o.hq * o.d), lk(l * o.hkv * o.d), lv(l * o.hkv * o.d), ld(l * o.hq * o.d);
+          std::vector<float> lq(l * o.hq * o.d), lk(l * o.hkv * o.d), lv(l * o.hkv * o.d),
+              ld(l * o.hq * o.d);
           layout.shard(q.data(), o.hq * o.d, r, lq.data());
           layout.shard(k.data(), o.hkv * o.d, r, lk.data());
           layout.shard(v.data(), o.hkv * o.d, r, lv.data());
           layout.shard(dout.data(), o.hq * o.d, r, ld.data());
-          core::View<const float> vq(lq.data(), core::Shape{l, o.hq, o.d}), vk(lk.data(), core::Shape{l, o.hkv, o.d}),
-              vv(lv.data(), core::Shape{l, o.hkv, o.d}), vd(ld.data(), core::Shape{l, o.hq, o.d});
+          core::View<const float> vq(lq.data(), core::Shape{l, o.hq, o.d}),
+              vk(lk.data(), core::Shape{l, o.hkv, o.d}), vv(lv.data(), core::Shape{l, o.hkv, o.d}),
+              vd(ld.data(), core::Shape{l, o.hq, o.d});
           g.barrier();
           g.reset_stats();
           core::Timer t;
-          at::AttentionSaved saved = at::distributed_attention_forward(vq, vk, vv, spec, layout, g, &sf[r]);
+          at::AttentionSaved saved =
+              at::distributed_attention_forward(vq, vk, vv, spec, layout, g, &sf[r]);
           rf[r] = t.elapsed();
           bytes[r][0] = static_cast<int64_t>(g.stats().sent_intra.bytes);
           bytes[r][1] = static_cast<int64_t>(g.stats().sent_inter.bytes);
           g.barrier();
           g.reset_stats();
           t.restart();
-          at::AttentionGrads gr = at::distributed_attention_backward(vd, saved, spec, layout, g, &sb[r]);
+          at::AttentionGrads gr =
+              at::distributed_attention_backward(vd, saved, spec, layout, g, &sb[r]);
           rb[r] = t.elapsed();
           bytes[r][2] = static_cast<int64_t>(g.stats().sent_intra.bytes);
           bytes[r][3] = static_cast<int64_t>(g.stats().sent_inter.bytes);
@@ -211,9 +232,12 @@ int main(int argc, char** argv) {
       const double a_floats = static_cast<double>(l * o.hq * o.d);
       const double ws = working_set_floats(name, o, l);
       auto pass_json = [](const PassResult& p) {
-        return json{{"seconds", p.seconds},        {"max_rank_intra_bytes", p.max_intra},
-                    {"max_rank_inter_bytes", p.max_inter}, {"total_intra_bytes", p.total_intra},
-                    {"total_inter_bytes", p.total_inter},  {"slowest_wait_s", p.wait_s},
+        return json{{"seconds", p.seconds},
+                    {"max_rank_intra_bytes", p.max_intra},
+                    {"max_rank_inter_bytes", p.max_inter},
+                    {"total_intra_bytes", p.total_intra},
+                    {"total_inter_bytes", p.total_inter},
+                    {"slowest_wait_s", p.wait_s},
                     {"slowest_compute_s", p.compute_s}};
       };
       results.push_back({{"algo", name},
@@ -225,17 +249,27 @@ int main(int argc, char** argv) {
                            {"extra_vs_ring_A", 3 * (c - 1)},
                            {"extra_vs_ring_bytes", 4 * 3 * (c - 1) * a_floats},
                            {"working_set_bytes", 4 * ws}}}});
-      std::printf("%-20s %10.3f %10.3f %12lld %12lld %12lld %12lld %10.1f\n", name.c_str(), fwd.seconds,
-                  bwd.seconds, static_cast<long long>(fwd.max_intra), static_cast<long long>(fwd.max_inter),
-                  static_cast<long long>(bwd.max_intra), static_cast<long long>(bwd.max_inter),
-                  4 * ws / (1 << 20));
+      std::printf("%-20s %10.3f %10.3f %12lld %12lld %12lld %12lld %10.1f\n", name.c_str(),
+                  fwd.seconds, bwd.seconds, static_cast<long long>(fwd.max_intra),
+                  static_cast<long long>(fwd.max_inter), static_cast<long long>(bwd.max_intra),
+                  static_cast<long long>(bwd.max_inter), 4 * ws / (1 << 20));
       std::fflush(stdout);
     }
     json doc = {{"bench", "attention_multiring"},
                 {"config",
-                 {{"n", o.n}, {"hq", o.hq}, {"hkv", o.hkv}, {"d", o.d}, {"world", o.world}, {"nodes", o.nodes},
-                  {"inter_slowdown", o.slow}, {"intra_gbps", o.intra_gbps}, {"latency_us", o.latency_us},
-                  {"mask", o.mask}, {"balance", o.balance}, {"threads", o.threads}, {"reps", o.reps}}},
+                 {{"n", o.n},
+                  {"hq", o.hq},
+                  {"hkv", o.hkv},
+                  {"d", o.d},
+                  {"world", o.world},
+                  {"nodes", o.nodes},
+                  {"inter_slowdown", o.slow},
+                  {"intra_gbps", o.intra_gbps},
+                  {"latency_us", o.latency_us},
+                  {"mask", o.mask},
+                  {"balance", o.balance},
+                  {"threads", o.threads},
+                  {"reps", o.reps}}},
                 {"results", results}};
     std::ofstream(o.out) << doc.dump(2) << "\n";
     std::printf("wrote %s\n", o.out.c_str());

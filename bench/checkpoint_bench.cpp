@@ -26,12 +26,16 @@ int main(int argc, char** argv) {
       core::require(i + 1 < argc, "checkpoint_bench", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--out") out = next();
-    else if (a == "--dir") dir = next();
-    else if (a == "--reps") reps = std::stoi(next());
+    if (a == "--out")
+      out = next();
+    else if (a == "--dir")
+      dir = next();
+    else if (a == "--reps")
+      reps = std::stoi(next());
     else {
-      std::printf("usage: checkpoint_bench [--out PATH (bench_checkpoint.json)] [--dir DIR (/tmp)] "
-                  "[--reps R (3)]\n");
+      std::printf(
+          "usage: checkpoint_bench [--out PATH (bench_checkpoint.json)] [--dir DIR (/tmp)] "
+          "[--reps R (3)]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -45,7 +49,9 @@ int main(int argc, char** argv) {
     core::fill_normal(data.data(), data.size(), 5);
     std::vector<core::SafeTensorRef> refs;
     for (int64_t i = 0; i < nt; ++i)
-      refs.push_back({"model.layers." + std::to_string(i) + ".w", core::DType::f32, {256, 256},
+      refs.push_back({"model.layers." + std::to_string(i) + ".w",
+                      core::DType::f32,
+                      {256, 256},
                       data.data() + i * per});
     double wbest = 1e30, rbest = 1e30;
     for (int r = 0; r < reps; ++r) {
@@ -61,8 +67,12 @@ int main(int argc, char** argv) {
     const double mb = data.size() * 4.0 / 1e6;
     std::printf("%12lld %8lld %10.3f %10.1f %10.3f %10.1f\n", (long long)data.size(), (long long)nt,
                 wbest, mb / wbest, rbest, mb / rbest);
-    cases.push_back({{"floats", data.size()}, {"tensors", nt}, {"bytes", data.size() * 4},
-                     {"write_s", wbest}, {"write_MBps", mb / wbest}, {"read_s", rbest},
+    cases.push_back({{"floats", data.size()},
+                     {"tensors", nt},
+                     {"bytes", data.size() * 4},
+                     {"write_s", wbest},
+                     {"write_MBps", mb / wbest},
+                     {"read_s", rbest},
                      {"read_MBps", mb / rbest}});
   }
   std::filesystem::remove(path);

@@ -106,7 +106,8 @@ json run_case(const train::TrainConfig& base, const Case& k) {
 
 int main(int argc, char** argv) {
   std::string out = "bench_checkpoint_policies.json", preset = "main";
-  std::string precisions = "fp32", policies = "none,full,selective++,seq-selective", fractions = "0.5";
+  std::string precisions = "fp32", policies = "none,full,selective++,seq-selective",
+              fractions = "0.5";
   int64_t seq = 16384, layers = 0, steps = 2;
   int world = 0, reps = 1;
   for (int i = 1; i < argc; ++i) {
@@ -115,22 +116,33 @@ int main(int argc, char** argv) {
       core::require(i + 1 < argc, "checkpoint_policy_bench", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--out") out = next();
-    else if (a == "--preset") preset = next();
-    else if (a == "--seq") seq = std::stoll(next());
-    else if (a == "--layers") layers = std::stoll(next());
-    else if (a == "--world") world = std::stoi(next());
-    else if (a == "--steps") steps = std::stoll(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--precisions") precisions = next();
-    else if (a == "--policies") policies = next();
-    else if (a == "--fractions") fractions = next();
+    if (a == "--out")
+      out = next();
+    else if (a == "--preset")
+      preset = next();
+    else if (a == "--seq")
+      seq = std::stoll(next());
+    else if (a == "--layers")
+      layers = std::stoll(next());
+    else if (a == "--world")
+      world = std::stoi(next());
+    else if (a == "--steps")
+      steps = std::stoll(next());
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--precisions")
+      precisions = next();
+    else if (a == "--policies")
+      policies = next();
+    else if (a == "--fractions")
+      fractions = next();
     else {
-      std::printf("usage: checkpoint_policy_bench [--out PATH (%s)] [--preset P (main)] [--seq N "
-                  "(16384)] [--layers L (preset)] [--world W (preset)] [--steps S (2)] [--reps R "
-                  "(1)] [--precisions LIST (fp32)] [--policies LIST (all four)] [--fractions LIST "
-                  "(0.5; seq-selective)]\n",
-                  out.c_str());
+      std::printf(
+          "usage: checkpoint_policy_bench [--out PATH (%s)] [--preset P (main)] [--seq N "
+          "(16384)] [--layers L (preset)] [--world W (preset)] [--steps S (2)] [--reps R "
+          "(1)] [--precisions LIST (fp32)] [--policies LIST (all four)] [--fractions LIST "
+          "(0.5; seq-selective)]\n",
+          out.c_str());
       return a == "--help" ? 0 : 2;
     }
   }
@@ -156,17 +168,18 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r)
     for (size_t i = 0; i < cases.size(); ++i) {
       json m = run_case(base, cases[i]);
-      std::printf("rep %d  %-24s step %.2f s  saved %.1f MiB  peak RSS %.0f MiB (+%.0f)  loss %.4f\n",
-                  r, cases[i].name().c_str(), m["step_seconds"].get<double>(),
-                  m["saved_activation_mib"].get<double>(), m["peak_rss_mib"].get<double>(),
-                  m["rss_growth_mib"].get<double>(), m["loss"].get<double>());
+      std::printf(
+          "rep %d  %-24s step %.2f s  saved %.1f MiB  peak RSS %.0f MiB (+%.0f)  loss %.4f\n", r,
+          cases[i].name().c_str(), m["step_seconds"].get<double>(),
+          m["saved_activation_mib"].get<double>(), m["peak_rss_mib"].get<double>(),
+          m["rss_growth_mib"].get<double>(), m["loss"].get<double>());
       std::fflush(stdout);
       if (best[i].is_null() || m["step_seconds"] < best[i]["step_seconds"]) {
         const json keep_mem = best[i].is_null() ? m : best[i];
         best[i] = m;
         // memory is deterministic; keep the largest RSS growth seen (the honest one)
-        best[i]["rss_growth_mib"] = std::max(m["rss_growth_mib"].get<double>(),
-                                             keep_mem["rss_growth_mib"].get<double>());
+        best[i]["rss_growth_mib"] =
+            std::max(m["rss_growth_mib"].get<double>(), keep_mem["rss_growth_mib"].get<double>());
       }
     }
   // checkpoint extra: saved minus full's saved at the same precision
@@ -193,8 +206,8 @@ int main(int argc, char** argv) {
       json q = {{"precision", cases[i].precision},
                 {"seq_selective_fraction", cases[i].fraction},
                 {"time_ratio", s["step_seconds"].get<double>() / p["step_seconds"].get<double>()},
-                {"saved_activation_reduction",
-                 1.0 - s["saved_activation_mib"].get<double>() / p["saved_activation_mib"].get<double>()},
+                {"saved_activation_reduction", 1.0 - s["saved_activation_mib"].get<double>() /
+                                                         p["saved_activation_mib"].get<double>()},
                 {"rss_growth_reduction",
                  1.0 - s["rss_growth_mib"].get<double>() / p["rss_growth_mib"].get<double>()}};
       if (s.contains("checkpoint_extra_mib") && p["checkpoint_extra_mib"].get<double>() > 0)
@@ -204,11 +217,12 @@ int main(int argc, char** argv) {
           q.contains("checkpoint_extra_reduction")
               ? core::cat(100 * q["checkpoint_extra_reduction"].get<double>(), "%")
               : std::string("n/a (no full case)");
-      std::printf("seq-selective:%g vs selective++ (%s): time x%.3f, saved -%.1f%%, checkpoint "
-                  "extra -%s, RSS growth -%.1f%%\n",
-                  cases[i].fraction, cases[i].precision.c_str(), q["time_ratio"].get<double>(),
-                  100 * q["saved_activation_reduction"].get<double>(), extra.c_str(),
-                  100 * q["rss_growth_reduction"].get<double>());
+      std::printf(
+          "seq-selective:%g vs selective++ (%s): time x%.3f, saved -%.1f%%, checkpoint "
+          "extra -%s, RSS growth -%.1f%%\n",
+          cases[i].fraction, cases[i].precision.c_str(), q["time_ratio"].get<double>(),
+          100 * q["saved_activation_reduction"].get<double>(), extra.c_str(),
+          100 * q["rss_growth_reduction"].get<double>());
       ratios.push_back(q);
     }
   }
@@ -218,7 +232,7 @@ int main(int argc, char** argv) {
                                     {"config", config},
                                     {"cases", results},
                                     {"seq_selective_vs_selective_pp", ratios}}
-                                   .dump(1) +
+                                       .dump(1) +
                                    "\n");
   std::printf("wrote %s\n", out.c_str());
   return 0;

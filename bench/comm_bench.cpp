@@ -47,7 +47,7 @@ struct Point {
   std::string op;
   size_t bytes;
   int iters;
-  double seconds;  // per iteration, slowest rank
+  double seconds;       // per iteration, slowest rank
   double algbw, busbw;  // bytes/s
 };
 
@@ -102,8 +102,8 @@ std::vector<Point> raw_mpi(const std::vector<std::string>& ops, size_t min_bytes
       if (op == "sendrecv") {
         std::vector<std::byte> s(bytes), d(bytes);
         auto [it, t] = time_raw(seconds, max_iters, [&] {
-          MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE, (r + p - 1) % p, 0,
-                       MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE,
+                       (r + p - 1) % p, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         });
         pt.iters = it;
         pt.seconds = t;
@@ -126,8 +126,8 @@ std::vector<Point> raw_mpi(const std::vector<std::string>& ops, size_t min_bytes
         const size_t block = bytes / static_cast<size_t>(p);
         std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
         auto [it, t] = time_raw(seconds, max_iters, [&] {
-          MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(), static_cast<int>(block),
-                        MPI_BYTE, MPI_COMM_WORLD);
+          MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(),
+                        static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD);
         });
         pt.bytes = block * static_cast<size_t>(p);
         pt.iters = it;
@@ -137,8 +137,9 @@ std::vector<Point> raw_mpi(const std::vector<std::string>& ops, size_t min_bytes
       }
       points.push_back(pt);
       if (r == 0)
-        std::fprintf(stderr, "raw %-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n", op.c_str(),
-                     pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
+        std::fprintf(
+            stderr, "raw %-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
+            op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
     }
   }
   return points;
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   double seconds = 0.2;
   int max_iters = 2000, step = 4;
   comm::add_cli_options(app, opt);
-  app.add_option("--ops", ops_list, "comma list of pingpong, sendrecv, all_gather")->capture_default_str();
+  app.add_option("--ops", ops_list, "comma list of pingpong, sendrecv, all_gather")
+      ->capture_default_str();
   app.add_option("--min-bytes", min_bytes, "smallest size")->capture_default_str();
   app.add_option("--max-bytes", max_bytes, "largest size")->capture_default_str();
   app.add_option("--step", step, "size multiplier between points")->capture_default_str();
@@ -233,9 +235,9 @@ int main(int argc, char** argv) {
           }
           points.push_back(pt);
           if (r == 0)
-            std::fprintf(stderr, "%-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
-                         op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9,
-                         pt.busbw / 1e9);
+            std::fprintf(
+                stderr, "%-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
+                op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
         }
       }
       const std::vector<comm::Stats> stats = g.gather_stats();

@@ -93,8 +93,8 @@ Buffers make_buffers(const Shape& s, uint64_t seed) {
 void openblas_f32(const Shape& s, Buffers& x) {
   cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f,
-              x.a.data(), static_cast<blasint>(s.lda()), x.b.data(),
-              static_cast<blasint>(s.ldb()), s.beta, x.c.data(), static_cast<blasint>(s.n));
+              x.a.data(), static_cast<blasint>(s.lda()), x.b.data(), static_cast<blasint>(s.ldb()),
+              s.beta, x.c.data(), static_cast<blasint>(s.n));
 }
 
 // No cblas_sbgemm in Debian's 0.3.21 build: widen (exact) then sgemm; the widening is timed.
@@ -172,7 +172,9 @@ struct Row {
   std::string onednn_impl;
 };
 
-double best(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+double best(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -205,19 +207,28 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) longseq::core::fail("gemm_bench", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--out") out = next();
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--min-time") min_time = std::stod(next());
-    else if (a == "--large") large_list = next();
-    else if (a == "--no-tiles") tiles = false;
-    else if (a == "--threads") thread_list = next();
-    else if (a == "-h" || a == "--help") return usage(), 0;
-    else return usage(), std::fprintf(stderr, "[gemm_bench] unknown option %s\n", a.c_str()), 2;
+    if (a == "--out")
+      out = next();
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--min-time")
+      min_time = std::stod(next());
+    else if (a == "--large")
+      large_list = next();
+    else if (a == "--no-tiles")
+      tiles = false;
+    else if (a == "--threads")
+      thread_list = next();
+    else if (a == "-h" || a == "--help")
+      return usage(), 0;
+    else
+      return usage(), std::fprintf(stderr, "[gemm_bench] unknown option %s\n", a.c_str()), 2;
   }
   longseq::core::require(reps >= 1, "gemm_bench", "--reps ", reps, " must be >= 1");
 
   std::vector<Shape> shapes;
-  for (int64_t n : parse_list(large_list)) shapes.push_back({"large NN", false, false, n, n, n, 0.0f, false});
+  for (int64_t n : parse_list(large_list))
+    shapes.push_back({"large NN", false, false, n, n, n, 0.0f, false});
   if (tiles)
     for (int64_t t : {64, 128, 256})
       for (int64_t d : {64, 128}) {
@@ -258,26 +269,26 @@ int main(int argc, char** argv) {
 #endif
           const int th = static_cast<int>(threads);
           if (s.tile)
-            fns["wrapper"].push_back(
-                f32 ? ThreadFn([&s, &x] {
-                  kn::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), s.lda(), x.b.data(),
-                               s.ldb(), s.beta, x.c.data(), s.n);
-                })
-                    : ThreadFn([&s, &x] {
-                        kn::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a16.data(), s.lda(),
-                                      x.b16.data(), s.ldb(), s.beta, x.c.data(), s.n);
-                      }));
+            fns["wrapper"].push_back(f32 ? ThreadFn([&s, &x] {
+              kn::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), s.lda(), x.b.data(),
+                           s.ldb(), s.beta, x.c.data(), s.n);
+            })
+                                         : ThreadFn([&s, &x] {
+                                             kn::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f,
+                                                           x.a16.data(), s.lda(), x.b16.data(),
+                                                           s.ldb(), s.beta, x.c.data(), s.n);
+                                           }));
           else
-            fns["wrapper"].push_back(
-                f32 ? ThreadFn([&s, &x, th] {
-                  kn::gemm_f32_parallel(th, s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), s.lda(),
-                                        x.b.data(), s.ldb(), s.beta, x.c.data(), s.n);
-                })
-                    : ThreadFn([&s, &x, th] {
-                        kn::gemm_bf16_parallel(th, s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a16.data(),
-                                               s.lda(), x.b16.data(), s.ldb(), s.beta,
-                                               x.c.data(), s.n);
-                      }));
+            fns["wrapper"].push_back(f32 ? ThreadFn([&s, &x, th] {
+              kn::gemm_f32_parallel(th, s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), s.lda(),
+                                    x.b.data(), s.ldb(), s.beta, x.c.data(), s.n);
+            })
+                                         : ThreadFn([&s, &x, th] {
+                                             kn::gemm_bf16_parallel(th, s.ta, s.tb, s.m, s.n, s.k,
+                                                                    1.0f, x.a16.data(), s.lda(),
+                                                                    x.b16.data(), s.ldb(), s.beta,
+                                                                    x.c.data(), s.n);
+                                           }));
         }
         for (int r = 0; r < reps; ++r)
           for (auto& [name, per_thread] : fns) {

@@ -13,8 +13,8 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/core/timer.hpp"
-#include "longseq/kernels/gemm.hpp"
 #include "longseq/kernels/cpu/lm_head.hpp"
+#include "longseq/kernels/gemm.hpp"
 
 using namespace longseq;
 
@@ -40,18 +40,26 @@ int main(int argc, char** argv) {
       core::require(i + 1 < argc, "lm_head_bench", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--out") out = next();
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--t") ts = int_list(next());
-    else if (a == "--v") vs = int_list(next());
-    else if (a == "--c") c = std::stoll(next());
-    else if (a == "--max-unfused-gib") max_unfused_gib = std::stod(next());
+    if (a == "--out")
+      out = next();
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--t")
+      ts = int_list(next());
+    else if (a == "--v")
+      vs = int_list(next());
+    else if (a == "--c")
+      c = std::stoll(next());
+    else if (a == "--max-unfused-gib")
+      max_unfused_gib = std::stod(next());
     else {
-      std::printf("usage: lm_head_bench [--out PATH (bench_lm_head.json)] [--reps R (3)] "
-                  "[--threads N (1)] [--t LIST (8192)] [--v LIST (257,32000,128256)] [--c C "
-                  "(256)] [--max-unfused-gib G (18): skip unfused cases whose [T, V] logits are "
-                  "larger]\n");
+      std::printf(
+          "usage: lm_head_bench [--out PATH (bench_lm_head.json)] [--reps R (3)] "
+          "[--threads N (1)] [--t LIST (8192)] [--v LIST (257,32000,128256)] [--c C "
+          "(256)] [--max-unfused-gib G (18): skip unfused cases whose [T, V] logits are "
+          "larger]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -81,34 +89,47 @@ int main(int argc, char** argv) {
         std::printf("%6lld %5lld %6lld  %-8s skipped: logits %.1f GiB > --max-unfused-gib %.1f\n",
                     (long long)s.t, (long long)s.c, (long long)s.v, "unfused", unfused_gib,
                     max_unfused_gib);
-        cases.push_back({{"t", s.t}, {"c", s.c}, {"v", s.v}, {"path", "unfused"},
-                         {"skipped", "logits do not fit"}, {"loss_buffer_mib", unfused_gib * 1024}});
+        cases.push_back({{"t", s.t},
+                         {"c", s.c},
+                         {"v", s.v},
+                         {"path", "unfused"},
+                         {"skipped", "logits do not fit"},
+                         {"loss_buffer_mib", unfused_gib * 1024}});
         continue;
       }
       double best = 1e30;
       for (int r = 0; r < reps; ++r) {
         std::fill(dw.begin(), dw.end(), 0.0f);
         core::Timer t;
-        const auto lp = fused ? kernels::cpu::lm_head_ce_fused(h.data(), w.data(), labels.data(), d,
-                                                        1.0 / s.t, dh.data(), dw.data(), o)
-                              : kernels::cpu::lm_head_ce_unfused(h.data(), w.data(), labels.data(), d,
-                                                          1.0 / s.t, dh.data(), dw.data(), o);
+        const auto lp = fused
+                            ? kernels::cpu::lm_head_ce_fused(h.data(), w.data(), labels.data(), d,
+                                                             1.0 / s.t, dh.data(), dw.data(), o)
+                            : kernels::cpu::lm_head_ce_unfused(h.data(), w.data(), labels.data(), d,
+                                                               1.0 / s.t, dh.data(), dw.data(), o);
         best = std::min(best, t.elapsed());
         loss[fused] = lp.sum / lp.count;
       }
       const double flops = 6.0 * s.t * s.c * s.v;
-      const double mib = (fused ? kernels::cpu::lm_head_fused_workspace_floats(d, o) : s.t * s.v) * 4.0 /
-                         (1024.0 * 1024.0);
+      const double mib = (fused ? kernels::cpu::lm_head_fused_workspace_floats(d, o) : s.t * s.v) *
+                         4.0 / (1024.0 * 1024.0);
       std::printf("%6lld %5lld %6lld  %-8s %9.4f %9.1f %12.1f\n", (long long)s.t, (long long)s.c,
                   (long long)s.v, fused ? "fused" : "unfused", best, flops / best * 1e-9, mib);
-      cases.push_back({{"t", s.t}, {"c", s.c}, {"v", s.v}, {"path", fused ? "fused" : "unfused"},
-                       {"seconds", best}, {"gflops", flops / best * 1e-9}, {"loss_buffer_mib", mib},
+      cases.push_back({{"t", s.t},
+                       {"c", s.c},
+                       {"v", s.v},
+                       {"path", fused ? "fused" : "unfused"},
+                       {"seconds", best},
+                       {"gflops", flops / best * 1e-9},
+                       {"loss_buffer_mib", mib},
                        {"token_tile", fused ? kernels::cpu::lm_head_token_tile(d, o) : s.t},
                        {"loss", loss[fused]}});
     }
   }
-  nlohmann::json j = {{"bench", "lm_head"}, {"threads", threads}, {"reps", reps},
-                      {"gemm_library", kernels::gemm_library()}, {"cases", cases}};
+  nlohmann::json j = {{"bench", "lm_head"},
+                      {"threads", threads},
+                      {"reps", reps},
+                      {"gemm_library", kernels::gemm_library()},
+                      {"cases", cases}};
   std::ofstream f(out);
   core::require(static_cast<bool>(f), "lm_head_bench", "cannot write --out ", out);
   f << j.dump(2) << "\n";

@@ -25,6 +25,9 @@
 //
 // Usage: plan_calibration_bench [--n 8192] [--link-n 8192] [--hq 8] [--d 128] [--intra 1GB/s]
 //        [--hardware local] [--reps 1] [--only abc] [--out bench_plan_calibration.json]
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,8 +37,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/resource.h>
-#include <time.h>
 #include <vector>
 
 #include "longseq/attention/distributed.hpp"
@@ -87,7 +88,8 @@ double load_average() {
 
 Measured measure(const Case& c, double share) {
   using namespace attention;
-  std::vector<float> q(c.n * c.hq * c.d), k(c.n * c.hkv * c.d), v(c.n * c.hkv * c.d), dout(c.n * c.hq * c.d);
+  std::vector<float> q(c.n * c.hq * c.d), k(c.n * c.hkv * c.d), v(c.n * c.hkv * c.d),
+      dout(c.n * c.hq * c.d);
   core::fill_normal(q.data(), q.size(), 11);
   core::fill_normal(k.data(), k.size(), 12);
   core::fill_normal(v.data(), v.size(), 13);
@@ -113,13 +115,15 @@ Measured measure(const Case& c, double share) {
   core::Timer wall;
   comm::run(opt, [&](comm::Group& g) {
     const int r = g.rank();
-    std::vector<float> sq(l * c.hq * c.d), sk(l * c.hkv * c.d), sv(l * c.hkv * c.d), sd(l * c.hq * c.d);
+    std::vector<float> sq(l * c.hq * c.d), sk(l * c.hkv * c.d), sv(l * c.hkv * c.d),
+        sd(l * c.hq * c.d);
     layout.shard(q.data(), c.hq * c.d, r, sq.data());
     layout.shard(k.data(), c.hkv * c.d, r, sk.data());
     layout.shard(v.data(), c.hkv * c.d, r, sv.data());
     layout.shard(dout.data(), c.hq * c.d, r, sd.data());
-    core::View<const float> vq(sq.data(), core::Shape{l, c.hq, c.d}), vk(sk.data(), core::Shape{l, c.hkv, c.d}),
-        vv(sv.data(), core::Shape{l, c.hkv, c.d}), vd(sd.data(), core::Shape{l, c.hq, c.d});
+    core::View<const float> vq(sq.data(), core::Shape{l, c.hq, c.d}),
+        vk(sk.data(), core::Shape{l, c.hkv, c.d}), vv(sv.data(), core::Shape{l, c.hkv, c.d}),
+        vd(sd.data(), core::Shape{l, c.hq, c.d});
     AttentionStats fs, bs;
     g.barrier();
     const double cpu0 = core::thread_cpu_seconds();
@@ -142,7 +146,8 @@ Measured measure(const Case& c, double share) {
   m.compute_max_s = *std::max_element(comp.begin(), comp.end());
   m.wait_max_s = *std::max_element(wait.begin(), wait.end());
   m.rank_cpu_max_s = *std::max_element(cpu.begin(), cpu.end());
-  for (int r = 0; r < c.world; ++r) m.load_free_s = std::max(m.load_free_s, cpu[r] / share + wait[r]);
+  for (int r = 0; r < c.world; ++r)
+    m.load_free_s = std::max(m.load_free_s, cpu[r] / share + wait[r]);
   return m;
 }
 
@@ -173,8 +178,10 @@ Predicted predict(const Case& c, plan::Hardware hw) {
   if (c.link.enabled()) {
     // The link model delays sends from their post; the local backend still copies at the wait
     // (hw.wait_copy stays as calibrated).
-    hw.intra = {c.link.intra.latency_s, c.link.intra.bandwidth_Bps > 0 ? c.link.intra.bandwidth_Bps : 1e30};
-    hw.inter = {c.link.inter.latency_s, c.link.inter.bandwidth_Bps > 0 ? c.link.inter.bandwidth_Bps : 1e30};
+    hw.intra = {c.link.intra.latency_s,
+                c.link.intra.bandwidth_Bps > 0 ? c.link.intra.bandwidth_Bps : 1e30};
+    hw.inter = {c.link.inter.latency_s,
+                c.link.inter.bandwidth_Bps > 0 ? c.link.inter.bandwidth_Bps : 1e30};
   }
   return {plan::cost_attention(a, p, hw), a.name()};
 }
@@ -211,21 +218,26 @@ int main(int argc, char** argv) {
       link.inter = {40e-6, intra_bw / 8};
       for (int64_t hkv : {hq, hq / 4})
         for (const char* algo : {"ring", "burst", "double-ring:ring", "double-ring"})
-          cases.push_back({"b", algo, attention::Balance::zigzag, 4, 2, link_n, hq, hkv, d, 0, link});
+          cases.push_back(
+              {"b", algo, attention::Balance::zigzag, 4, 2, link_n, hq, hkv, d, 0, link});
     }
     if (only.find('c') != std::string::npos) {
       cases.push_back({"c", "burst", attention::Balance::zigzag, 4, 1, n, hq, hq, d, 0, {}});
-      cases.push_back({"c", "burst", attention::Balance::contiguous, 4, 1, n, hq, hq, d, n / 8, {}});
+      cases.push_back(
+          {"c", "burst", attention::Balance::contiguous, 4, 1, n, hq, hq, d, n / 8, {}});
     }
 
-    std::printf("profile %s: peak %.3g GFLOP/s, attention fwd/bwd efficiency %.3f/%.3f (labelled corrections), "
-                "host cores %d, wait copy %.3g us + %.3g GB/s\n",
-                hw.name.c_str(), hw.peak_flops / 1e9, hw.corrections.attention_fwd_efficiency,
-                hw.corrections.attention_bwd_efficiency, hw.host_cores, hw.wait_copy.latency_s * 1e6,
-                hw.wait_copy.bandwidth_Bps / 1e9);
-    std::printf("%-2s %-16s %-10s %5s %5s %6s %4s %-7s | %9s %9s %9s | %9s %9s %6s %5s %6s %7s %s\n", "", "algo", "balance",
-                "world", "nodes", "N", "Hkv", "mask", "meas fwd", "meas bwd", "meas tot", "pred tot", "pred cmp",
-                "ratio", "cores", "cpu r.", "lf r.", "");
+    std::printf(
+        "profile %s: peak %.3g GFLOP/s, attention fwd/bwd efficiency %.3f/%.3f (labelled "
+        "corrections), "
+        "host cores %d, wait copy %.3g us + %.3g GB/s\n",
+        hw.name.c_str(), hw.peak_flops / 1e9, hw.corrections.attention_fwd_efficiency,
+        hw.corrections.attention_bwd_efficiency, hw.host_cores, hw.wait_copy.latency_s * 1e6,
+        hw.wait_copy.bandwidth_Bps / 1e9);
+    std::printf(
+        "%-2s %-16s %-10s %5s %5s %6s %4s %-7s | %9s %9s %9s | %9s %9s %6s %5s %6s %7s %s\n", "",
+        "algo", "balance", "world", "nodes", "N", "Hkv", "mask", "meas fwd", "meas bwd", "meas tot",
+        "pred tot", "pred cmp", "ratio", "cores", "cpu r.", "lf r.", "");
     json rows = json::array();
     int outside = 0, outside_load_free = 0;
     for (const Case& c : cases) {
@@ -252,17 +264,24 @@ int main(int argc, char** argv) {
       const double lf_ratio = predicted / m.load_free_s;
       const bool lf_ok = lf_ratio >= 0.75 && lf_ratio <= 1.25;
       outside_load_free += lf_ok ? 0 : 1;
-      std::printf("%-2s %-16s %-10s %5d %5d %6lld %4lld %-7s | %9.3f %9.3f %9.3f | %9.3f %9.3f %6.3f %5.2f %6.3f %7.3f %s\n",
-                  c.group.c_str(), c.algo.c_str(), std::string(attention::balance_name(c.balance)).c_str(), c.world,
-                  c.nodes, static_cast<long long>(c.n), static_cast<long long>(c.hkv), mask.c_str(), m.fwd_s,
-                  m.bwd_s, measured, predicted, pred_compute, ratio, m.cores_used, cpu_ratio, lf_ratio,
-                  ok ? "" : (lf_ok ? "wall OUTSIDE +-25%" : "wall and load-free OUTSIDE +-25%"));
+      std::printf(
+          "%-2s %-16s %-10s %5d %5d %6lld %4lld %-7s | %9.3f %9.3f %9.3f | %9.3f %9.3f %6.3f %5.2f "
+          "%6.3f %7.3f %s\n",
+          c.group.c_str(), c.algo.c_str(), std::string(attention::balance_name(c.balance)).c_str(),
+          c.world, c.nodes, static_cast<long long>(c.n), static_cast<long long>(c.hkv),
+          mask.c_str(), m.fwd_s, m.bwd_s, measured, predicted, pred_compute, ratio, m.cores_used,
+          cpu_ratio, lf_ratio,
+          ok ? "" : (lf_ok ? "wall OUTSIDE +-25%" : "wall and load-free OUTSIDE +-25%"));
       std::fflush(stdout);
       auto pass = [](const plan::PassCost& pc) {
-        return json{{"seconds", pc.seconds},          {"compute_s", pc.compute_s},
-                    {"exposed_comm_s", pc.exposed_comm_s()}, {"flops_critical_rank", pc.flops},
-                    {"messages_intra", pc.messages_intra},   {"messages_inter", pc.messages_inter},
-                    {"bytes_intra", pc.bytes_intra},         {"bytes_inter", pc.bytes_inter},
+        return json{{"seconds", pc.seconds},
+                    {"compute_s", pc.compute_s},
+                    {"exposed_comm_s", pc.exposed_comm_s()},
+                    {"flops_critical_rank", pc.flops},
+                    {"messages_intra", pc.messages_intra},
+                    {"messages_inter", pc.messages_inter},
+                    {"bytes_intra", pc.bytes_intra},
+                    {"bytes_inter", pc.bytes_inter},
                     {"model", pc.model}};
       };
       rows.push_back({{"group", c.group},
@@ -296,29 +315,32 @@ int main(int argc, char** argv) {
                       {"within_25pct", ok},
                       {"load_average_1min", load}});
     }
-    json report = {{"profile", profile},
-                   {"profile_corrections",
-                    {{"attention_fwd_efficiency", hw.corrections.attention_fwd_efficiency},
-                     {"attention_bwd_efficiency", hw.corrections.attention_bwd_efficiency},
-                     {"source", hw.corrections.source}}},
-                   {"model",
-                    "t = alpha*messages + bytes/beta + flops/gamma replayed over the executor's schedules; "
-                    "gamma = peak_flops * attention efficiency (labelled correction) * min(1, host_cores/world)"},
-                   {"peak_flops", hw.peak_flops},
-                   {"host_cores", hw.host_cores},
-                   {"reps", reps},
-                   {"cases", rows},
-                   {"outside_25pct", outside},
-                   {"outside_25pct_load_free", outside_load_free},
-                   {"columns",
-                    {{"ratio", "predicted_s / measured_s (wall, the issue's metric)"},
-                     {"cores_used", "process CPU seconds / wall seconds of the case: 2.0 = both cores ours"},
-                     {"cpu_ratio", "predicted compute of the critical rank on a core of its own / most CPU "
-                                   "seconds of a rank thread (load-free check of the compute model)"},
-                     {"ratio_load_free", "predicted_s / max over ranks (CPU s / core share + wait s)"}}}};
+    json report = {
+        {"profile", profile},
+        {"profile_corrections",
+         {{"attention_fwd_efficiency", hw.corrections.attention_fwd_efficiency},
+          {"attention_bwd_efficiency", hw.corrections.attention_bwd_efficiency},
+          {"source", hw.corrections.source}}},
+        {"model",
+         "t = alpha*messages + bytes/beta + flops/gamma replayed over the executor's schedules; "
+         "gamma = peak_flops * attention efficiency (labelled correction) * min(1, "
+         "host_cores/world)"},
+        {"peak_flops", hw.peak_flops},
+        {"host_cores", hw.host_cores},
+        {"reps", reps},
+        {"cases", rows},
+        {"outside_25pct", outside},
+        {"outside_25pct_load_free", outside_load_free},
+        {"columns",
+         {{"ratio", "predicted_s / measured_s (wall, the issue's metric)"},
+          {"cores_used", "process CPU seconds / wall seconds of the case: 2.0 = both cores ours"},
+          {"cpu_ratio",
+           "predicted compute of the critical rank on a core of its own / most CPU "
+           "seconds of a rank thread (load-free check of the compute model)"},
+          {"ratio_load_free", "predicted_s / max over ranks (CPU s / core share + wait s)"}}}};
     std::ofstream(out) << report.dump(2) << "\n";
-    std::printf("%d of %zu cases outside +-25%% on the wall clock, %d load-free; wrote %s\n", outside, cases.size(),
-                outside_load_free, out.c_str());
+    std::printf("%d of %zu cases outside +-25%% on the wall clock, %d load-free; wrote %s\n",
+                outside, cases.size(), outside_load_free, out.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "plan_calibration_bench: %s\n", e.what());

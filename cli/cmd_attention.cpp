@@ -90,9 +90,9 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--link", a->link,
                  "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
   app.add_option("--threads", a->threads, "compute threads per rank");
-  app.add_option(
-      "--precision", a->precision,
-      "f32 (or fp32) | bf16: precision of q, k, v, dO in the kernels and on the wire (outputs stay float32)");
+  app.add_option("--precision", a->precision,
+                 "f32 (or fp32) | bf16: precision of q, k, v, dO in the kernels and on the wire "
+                 "(outputs stay float32)");
   app.add_option("--backend", a->backend, "local | mpi | any (any: MPI when started by mpirun)");
   app.add_option("--out", a->out, "output directory (o.npy, lse.npy, dq/dk/dv.npy, stats.json)");
   return [a] {
@@ -233,10 +233,10 @@ std::function<int()> add_attention(CLI::App& app) {
     std::printf(
         "%s attention (%s), %s, mask %s: N = %lld, Hq = %lld, Hkv = %lld, D = %lld, world %d on %d "
         "node(s): %.3f s%s\n",
-        spec.algo.name().c_str(), std::string(core::dtype_name(spec.precision)).c_str(), a->balance.c_str(),
-        spec.mask->describe().c_str(), static_cast<long long>(n), static_cast<long long>(hq),
-        static_cast<long long>(hkv), static_cast<long long>(d), world, nodes, seconds,
-        backward ? " (forward + backward)" : "");
+        spec.algo.name().c_str(), std::string(core::dtype_name(spec.precision)).c_str(),
+        a->balance.c_str(), spec.mask->describe().c_str(), static_cast<long long>(n),
+        static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d), world,
+        nodes, seconds, backward ? " (forward + backward)" : "");
     for (const RankRecord& r : result.ranks) {
       std::printf("  rank %d (node %d): forward %s", r.rank, r.node,
                   r.forward_bytes.to_json().dump().c_str());

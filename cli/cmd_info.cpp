@@ -7,8 +7,7 @@ namespace longseq::cli {
 
 std::function<int()> add_info(CLI::App&) {
   return [] {
-    std::printf("longseq\n  gemm library: %s\n  mpi backend:  %s\n",
-                kernels::gemm_library(),
+    std::printf("longseq\n  gemm library: %s\n  mpi backend:  %s\n", kernels::gemm_library(),
 #ifdef LONGSEQ_WITH_MPI
                 "built"
 #else

@@ -25,7 +25,8 @@ std::function<int()> add_schedule(CLI::App& app) {
   auto a = std::make_shared<ScheduleArgs>();
   app.add_option("--algo", a->algo, "ring | burst | double-ring[:I][:burst|:ring]");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped");
-  app.add_option("--mask", a->mask, "full | causal | window:W (document/blocks masks need files: use `attention`)");
+  app.add_option("--mask", a->mask,
+                 "full | causal | window:W (document/blocks masks need files: use `attention`)");
   app.add_option("--world", a->world, "ranks");
   app.add_option("--nodes", a->nodes, "nodes (ranks split evenly)");
   app.add_option("--seq", a->seq, "sequence length");
@@ -46,8 +47,10 @@ std::function<int()> add_schedule(CLI::App& app) {
                   pass == Pass::forward ? "forward" : "backward", a->world, a->nodes,
                   std::string(balance_name(layout.balance())).c_str(), mask.describe().c_str(),
                   static_cast<long long>(a->seq));
-      std::printf("  C<j>: compute with rank j's bundle (pairs)   s/r: data send/recv   g/G: gradient send/recv   "
-                  "peer@wait-step, '*' = inter-node\n");
+      std::printf(
+          "  C<j>: compute with rank j's bundle (pairs)   s/r: data send/recv   g/G: gradient "
+          "send/recv   "
+          "peer@wait-step, '*' = inter-node\n");
       std::vector<RankSchedule> all;
       int steps = 0;
       for (int r = 0; r < a->world; ++r) {
@@ -59,12 +62,13 @@ std::function<int()> add_schedule(CLI::App& app) {
         for (int r = 0; r < a->world; ++r) {
           std::string cell;
           for (const Work& w : all[r].work)
-            if (w.step == s) cell += "C" + std::to_string(w.origin) + "(" + std::to_string(w.pairs.size()) + ") ";
+            if (w.step == s)
+              cell += "C" + std::to_string(w.origin) + "(" + std::to_string(w.pairs.size()) + ") ";
           for (const Xfer& x : all[r].xfers)
             if (x.post_step == s) {
               const char c = x.part == Part::data ? (x.send ? 's' : 'r') : (x.send ? 'g' : 'G');
-              cell += std::string(1, c) + std::to_string(x.peer) + "@" + std::to_string(x.wait_step) +
-                      (topo.same_node(r, x.peer) ? "" : "*") + " ";
+              cell += std::string(1, c) + std::to_string(x.peer) + "@" +
+                      std::to_string(x.wait_step) + (topo.same_node(r, x.peer) ? "" : "*") + " ";
             }
           std::printf(" r%d: %-26s|", r, cell.c_str());
         }

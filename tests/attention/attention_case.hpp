@@ -24,16 +24,16 @@ struct AttnCase {
   int64_t n, hq, hkv, d;
   int world;
   std::shared_ptr<attention::MaskSpec> mask = std::make_shared<attention::MaskSpec>();
-  std::vector<float> q, k, v, dout;                   // global inputs
-  std::vector<float> o, lse, dq, dk, dv;              // distributed results, global order
+  std::vector<float> q, k, v, dout;       // global inputs
+  std::vector<float> o, lse, dq, dk, dv;  // distributed results, global order
   std::vector<double> ref_o, ref_lse, ref_dq, ref_dk, ref_dv;
-  std::vector<LinkBytes> fwd_bytes, bwd_bytes;        // per rank
+  std::vector<LinkBytes> fwd_bytes, bwd_bytes;  // per rank
   std::vector<attention::AttentionStats> fwd_stats, bwd_stats;
 
   /// mask: full | causal | window | document | blocks | blocks+causal. Block masks use blocks of
   /// 2 * world tokens (a multiple of world, as block-striped needs).
-  AttnCase(int64_t n_, int64_t hq_, int64_t hkv_, int64_t d_, const std::string& mask_kind, int world_,
-           uint64_t seed)
+  AttnCase(int64_t n_, int64_t hq_, int64_t hkv_, int64_t d_, const std::string& mask_kind,
+           int world_, uint64_t seed)
       : n(n_), hq(hq_), hkv(hkv_), d(d_), world(world_) {
     q.resize(n * hq * d);
     k.resize(n * hkv * d);
@@ -62,8 +62,10 @@ struct AttnCase {
       m.num_blocks = (n + m.block_size - 1) / m.block_size;
       m.block_mask.resize(m.num_blocks * m.num_blocks);
       for (int64_t i = 0; i < m.num_blocks; ++i)
-        for (int64_t j = 0; j < m.num_blocks; ++j)  // local band + global first block + a dilated pattern
-          m.block_mask[i * m.num_blocks + j] = (std::abs(i - j) <= 1 || j == 0 || (i + 2 * j) % 5 == 0) ? 1 : 0;
+        for (int64_t j = 0; j < m.num_blocks;
+             ++j)  // local band + global first block + a dilated pattern
+          m.block_mask[i * m.num_blocks + j] =
+              (std::abs(i - j) <= 1 || j == 0 || (i + 2 * j) % 5 == 0) ? 1 : 0;
       // One block row that sees nothing at all: its rows must come out O = 0, LSE = -inf.
       if (m.num_blocks > 2)
         for (int64_t j = 0; j < m.num_blocks; ++j) m.block_mask[2 * m.num_blocks + j] = 0;
@@ -84,14 +86,14 @@ struct AttnCase {
     ref_dv.resize(n * hkv * d);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const kernels::Mask km = mask->kernel_mask();
-    kernels::ref::attention_forward(qd.data(), kd.data(), vd.data(), t, t, km, scale, dims, ref_o.data(),
-                                    ref_lse.data());
-    kernels::ref::attention_backward(qd.data(), kd.data(), vd.data(), dod.data(), t, t, km, scale, dims,
-                                     ref_dq.data(), ref_dk.data(), ref_dv.data());
+    kernels::ref::attention_forward(qd.data(), kd.data(), vd.data(), t, t, km, scale, dims,
+                                    ref_o.data(), ref_lse.data());
+    kernels::ref::attention_backward(qd.data(), kd.data(), vd.data(), dod.data(), t, t, km, scale,
+                                     dims, ref_dq.data(), ref_dk.data(), ref_dv.data());
   }
 
-  void run_distributed(const attention::AttentionSpec& spec, const attention::Layout& layout, int nodes,
-                       bool backward = true, const comm::LinkModel& link = {}) {
+  void run_distributed(const attention::AttentionSpec& spec, const attention::Layout& layout,
+                       int nodes, bool backward = true, const comm::LinkModel& link = {}) {
     o.assign(n * hq * d, 0.f);
     lse.assign(n * hq, 0.f);
     dq.assign(n * hq * d, 0.f);
@@ -114,19 +116,22 @@ struct AttnCase {
       layout.shard(k.data(), hkv * d, r, lk.data());
       layout.shard(v.data(), hkv * d, r, lv.data());
       layout.shard(dout.data(), hq * d, r, ld.data());
-      core::View<const float> vq(lq.data(), core::Shape{l, hq, d}), vk(lk.data(), core::Shape{l, hkv, d}),
-          vv(lv.data(), core::Shape{l, hkv, d}), vd(ld.data(), core::Shape{l, hq, d});
+      core::View<const float> vq(lq.data(), core::Shape{l, hq, d}),
+          vk(lk.data(), core::Shape{l, hkv, d}), vv(lv.data(), core::Shape{l, hkv, d}),
+          vd(ld.data(), core::Shape{l, hq, d});
       g.reset_stats();
-      attention::AttentionSaved saved = attention::distributed_attention_forward(vq, vk, vv, spec, layout, g,
-                                                                                 &fwd_stats[r]);
-      fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes), static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      attention::AttentionSaved saved =
+          attention::distributed_attention_forward(vq, vk, vv, spec, layout, g, &fwd_stats[r]);
+      fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
       layout.unshard(saved.o.data(), hq * d, r, o.data());
       layout.unshard(saved.lse.data(), hq, r, lse.data());
       if (!backward) return;
       g.reset_stats();
-      attention::AttentionGrads gr = attention::distributed_attention_backward(vd, saved, spec, layout, g,
-                                                                               &bwd_stats[r]);
-      bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes), static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      attention::AttentionGrads gr =
+          attention::distributed_attention_backward(vd, saved, spec, layout, g, &bwd_stats[r]);
+      bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
       layout.unshard(gr.dq.data(), hq * d, r, dq.data());
       layout.unshard(gr.dk.data(), hkv * d, r, dk.data());
       layout.unshard(gr.dv.data(), hkv * d, r, dv.data());
@@ -134,16 +139,19 @@ struct AttnCase {
   }
 
   /// |got - ref| <= atol + rtol * |ref| elementwise; -inf must match -inf exactly; no NaN.
-  static void expect_close(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
-                           double atol, double rtol) {
+  static void expect_close(const char* what, const std::vector<float>& got,
+                           const std::vector<double>& ref, double atol, double rtol) {
     ASSERT_EQ(got.size(), ref.size()) << what;
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       const double g = got[i], r = ref[i];
-      const bool ok = std::isinf(r) ? (g == r) : (!std::isnan(g) && std::fabs(g - r) <= atol + rtol * std::fabs(r));
+      const bool ok = std::isinf(r)
+                          ? (g == r)
+                          : (!std::isnan(g) && std::fabs(g - r) <= atol + rtol * std::fabs(r));
       if (!ok && bad++ < 5) ADD_FAILURE() << what << "[" << i << "] = " << g << ", reference " << r;
     }
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance";
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
+                       << " elements out of tolerance";
   }
 };
 

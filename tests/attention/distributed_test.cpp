@@ -1,6 +1,8 @@
 // Distributed attention equals kernels/ref (the fp64 spec) for every algorithm x layout x mask x
 // world, forward and backward, on seeded global inputs; and moves exactly the bytes of the
 // formulas in docs/attention.md.
+#include "longseq/attention/distributed.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "attention_case.hpp"
-#include "longseq/attention/distributed.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 
@@ -28,8 +29,8 @@ struct Param {
 };
 
 std::string name_of(const Param& p) {
-  std::string s = std::string(p.algo) + "_" + std::string(balance_name(p.balance)) + "_" + p.mask + "_w" +
-                  std::to_string(p.world) + "n" + std::to_string(p.nodes);
+  std::string s = std::string(p.algo) + "_" + std::string(balance_name(p.balance)) + "_" + p.mask +
+                  "_w" + std::to_string(p.world) + "n" + std::to_string(p.nodes);
   for (char& c : s)
     if (!isalnum(static_cast<unsigned char>(c))) c = '_';
   return s;
@@ -38,7 +39,8 @@ std::string name_of(const Param& p) {
 std::vector<Param> all_params() {
   std::vector<Param> out;
   for (const char* algo : {"ring", "burst", "double-ring", "double-ring:ring"})
-    for (Balance b : {Balance::contiguous, Balance::zigzag, Balance::striped, Balance::block_striped})
+    for (Balance b :
+         {Balance::contiguous, Balance::zigzag, Balance::striped, Balance::block_striped})
       for (const char* mask : {"full", "causal", "window", "document", "blocks", "blocks+causal"})
         for (int world : {1, 2, 3, 4, 8})
           for (int nodes : {1, 2}) {
@@ -59,7 +61,8 @@ class DistributedAttention : public ::testing::TestWithParam<Param> {};
 TEST_P(DistributedAttention, EqualsReference) {
   const Param& p = GetParam();
   // Odd lengths (not multiples of 2P), GQA g = 2, D not a power of two.
-  AttnCase c(/*n=*/p.world * 13 + 5, /*hq=*/4, /*hkv=*/2, /*d=*/12, p.mask, p.world, /*seed=*/p.world * 7 + 1);
+  AttnCase c(/*n=*/p.world * 13 + 5, /*hq=*/4, /*hkv=*/2, /*d=*/12, p.mask, p.world,
+             /*seed=*/p.world * 7 + 1);
   c.run_reference();
   AttentionSpec spec;
   spec.algo = Algorithm::parse(p.algo);
@@ -94,10 +97,12 @@ TEST(DistributedAttentionBytes, MatchFormulas) {
       c.run_distributed(spec, layout, nodes);
       const int64_t l = layout.local_len(), hq = 8, hkv = 2, d = 8, p = world;
       const int64_t fwd = (p - 1) * 2 * l * hkv * d * 4;
-      const int64_t bwd = spec.algo.backward == Backward::kv ? (p - 1) * 4 * l * hkv * d * 4
-                                                             : (p - 1) * (3 * l * hq * d + 2 * l * hq) * 4;
+      const int64_t bwd = spec.algo.backward == Backward::kv
+                              ? (p - 1) * 4 * l * hkv * d * 4
+                              : (p - 1) * (3 * l * hq * d + 2 * l * hq) * 4;
       for (int r = 0; r < world; ++r) {
-        SCOPED_TRACE(std::string(algo) + " world " + std::to_string(world) + " rank " + std::to_string(r));
+        SCOPED_TRACE(std::string(algo) + " world " + std::to_string(world) + " rank " +
+                     std::to_string(r));
         const auto& f = c.fwd_bytes[r];
         const auto& b = c.bwd_bytes[r];
         EXPECT_EQ(f.intra + f.inter, fwd);
@@ -133,10 +138,16 @@ TEST(DistributedAttention, RefusesImpossibleCombinations) {
   spec.algo = Algorithm::parse("burst");
   spec.mask = c.mask;
   // 4 query heads are not a multiple of 3 kv heads.
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(2, 1), 4, 3, 8), core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2),
+                        longseq::comm::Topology::declared(2, 1), 4, 3, 8),
+               core::Error);
   spec.algo = Algorithm::parse("double-ring");
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 4), longseq::comm::Topology::declared(4, 1), 4, 2, 8), core::Error);
-  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(4, 2), 4, 2, 8), core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 4),
+                        longseq::comm::Topology::declared(4, 1), 4, 2, 8),
+               core::Error);
+  EXPECT_THROW(validate(spec, Layout(Balance::zigzag, 40, 2),
+                        longseq::comm::Topology::declared(4, 2), 4, 2, 8),
+               core::Error);
 }
 
 // AttentionSpec::query_rows: the forward of each rank's local rows [0, R) only (sequence-level
@@ -187,7 +198,8 @@ TEST(DistributedAttention, QueryRowsComputesOnlyTheEarliestLocalRows) {
                 } else {
                   ASSERT_EQ(lse, -std::numeric_limits<float>::infinity()) << what << " row " << i;
                   for (int64_t e = 0; e < c.d; ++e)
-                    ASSERT_EQ(c.o[static_cast<size_t>((pos[i] * c.hq + h) * c.d + e)], 0.0f) << what;
+                    ASSERT_EQ(c.o[static_cast<size_t>((pos[i] * c.hq + h) * c.d + e)], 0.0f)
+                        << what;
                 }
               }
             }

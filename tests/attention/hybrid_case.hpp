@@ -19,7 +19,8 @@ inline constexpr double kGradTol = 8e-5;
 
 inline attention::Layout make_layout(const std::string& balance, const AttnCase& c) {
   const attention::Balance b = attention::parse_balance(balance);
-  return attention::Layout(b, c.n, c.world, b == attention::Balance::block_striped ? 2 * c.world : 0);
+  return attention::Layout(b, c.n, c.world,
+                           b == attention::Balance::block_striped ? 2 * c.world : 0);
 }
 
 // startrail:C with the given placement.
@@ -34,11 +35,12 @@ inline attention::Algorithm startrail_algo(int c, attention::TeamPlacement place
 // The USP options of `a` (ulysses: U = the world).
 inline attention::UspOptions usp_options_of(const attention::Algorithm& a) {
   return a.family == attention::Algorithm::Family::usp ? attention::UspOptions{a.degree, a.backward}
-                                                        : attention::UspOptions{};
+                                                       : attention::UspOptions{};
 }
 
-inline void run_hybrid(AttnCase& c, const attention::Algorithm& algo, const attention::Layout& layout,
-                       int nodes, bool backward = true, const comm::LinkModel& link = {}) {
+inline void run_hybrid(AttnCase& c, const attention::Algorithm& algo,
+                       const attention::Layout& layout, int nodes, bool backward = true,
+                       const comm::LinkModel& link = {}) {
   attention::AttentionSpec spec;
   spec.mask = c.mask;
   const int64_t n = c.n, hq = c.hq, hkv = c.hkv, d = c.d;
@@ -63,17 +65,20 @@ inline void run_hybrid(AttnCase& c, const attention::Algorithm& algo, const atte
     layout.shard(c.k.data(), hkv * d, r, lk.data());
     layout.shard(c.v.data(), hkv * d, r, lv.data());
     layout.shard(c.dout.data(), hq * d, r, ld.data());
-    core::View<const float> vq(lq.data(), core::Shape{l, hq, d}), vk(lk.data(), core::Shape{l, hkv, d}),
-        vv(lv.data(), core::Shape{l, hkv, d}), vd(ld.data(), core::Shape{l, hq, d});
+    core::View<const float> vq(lq.data(), core::Shape{l, hq, d}),
+        vk(lk.data(), core::Shape{l, hkv, d}), vv(lv.data(), core::Shape{l, hkv, d}),
+        vd(ld.data(), core::Shape{l, hq, d});
     g.reset_stats();
-    attention::AttentionSaved saved = attention::hybrid_forward(algo, vq, vk, vv, spec, layout, g, &c.fwd_stats[r]);
+    attention::AttentionSaved saved =
+        attention::hybrid_forward(algo, vq, vk, vv, spec, layout, g, &c.fwd_stats[r]);
     c.fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
                       static_cast<int64_t>(g.stats().sent_inter.bytes)};
     layout.unshard(saved.o.data(), hq * d, r, c.o.data());
     layout.unshard(saved.lse.data(), hq, r, c.lse.data());
     if (!backward) return;
     g.reset_stats();
-    attention::AttentionGrads gr = attention::hybrid_backward(algo, vd, saved, spec, layout, g, &c.bwd_stats[r]);
+    attention::AttentionGrads gr =
+        attention::hybrid_backward(algo, vd, saved, spec, layout, g, &c.bwd_stats[r]);
     c.bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
                       static_cast<int64_t>(g.stats().sent_inter.bytes)};
     layout.unshard(gr.dq.data(), hq * d, r, c.dq.data());

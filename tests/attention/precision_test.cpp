@@ -90,8 +90,8 @@ std::vector<Param> all_params() {
 }
 
 std::string name_of(const Param& p) {
-  std::string s = std::string(p.algo) + "_" + std::string(balance_name(p.balance)) + "_" + p.mask + "_w" +
-                  std::to_string(p.world) + "n" + std::to_string(p.nodes);
+  std::string s = std::string(p.algo) + "_" + std::string(balance_name(p.balance)) + "_" + p.mask +
+                  "_w" + std::to_string(p.world) + "n" + std::to_string(p.nodes);
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -119,8 +119,8 @@ TEST_P(Bf16Attention, WithinTwiceSingleRankErrorOfReference) {
     const std::vector<float>& single = one.*out.got;
     const std::vector<double>& ref = c.*out.ref;
     const double e_dist = max_err(got, ref), e_one = max_err(single, ref);
-    EXPECT_LE(e_dist, 2 * e_one + out.f32_tol)
-        << out.name << ": distributed bf16 error " << e_dist << " vs single-rank bf16 error " << e_one;
+    EXPECT_LE(e_dist, 2 * e_one + out.f32_tol) << out.name << ": distributed bf16 error " << e_dist
+                                               << " vs single-rank bf16 error " << e_one;
     // Interchangeable with the single-rank pass: the two round P at different block boundaries,
     // so they may differ by both errors (<= e_dist + e_one); measured <= 1.8 e_one, allowed 2.5.
     // -inf rows (no key visible) must agree exactly.
@@ -143,15 +143,17 @@ TEST(Bf16AttentionBytes, DataBytesHalve) {
       const int nodes = std::string(algo).rfind("double", 0) == 0 ? 2 : 1;
       if (nodes == 2 && world == 2) continue;
       SCOPED_TRACE(std::string(algo) + " world " + std::to_string(world));
-      AttnCase f32(world * 16, 8, 2, 8, "full", world, 3), bf16(world * 16, 8, 2, 8, "full", world, 3);
+      AttnCase f32(world * 16, 8, 2, 8, "full", world, 3),
+          bf16(world * 16, 8, 2, 8, "full", world, 3);
       const Layout layout(Balance::zigzag, f32.n, world, 0);
       AttentionSpec spec = bf16_spec(algo, f32);
       spec.precision = core::DType::f32;
       f32.run_distributed(spec, layout, nodes);
       bf16.run_distributed(bf16_spec(algo, bf16), layout, nodes);
       const int64_t l = layout.local_len(), hq = 8, hkv = 2, d = 8, p = world;
-      const int64_t bwd = spec.algo.backward == Backward::kv ? (p - 1) * (2 * l * hkv * d * 2 + 2 * l * hkv * d * 4)
-                                                             : (p - 1) * (2 * l * hq * d * 2 + 2 * l * hq * 4 + l * hq * d * 4);
+      const int64_t bwd = spec.algo.backward == Backward::kv
+                              ? (p - 1) * (2 * l * hkv * d * 2 + 2 * l * hkv * d * 4)
+                              : (p - 1) * (2 * l * hq * d * 2 + 2 * l * hq * 4 + l * hq * d * 4);
       for (int r = 0; r < world; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
         const auto& f = f32.fwd_bytes[r];
@@ -170,7 +172,8 @@ TEST(Bf16Attention, RefusesOtherPrecisions) {
     AttentionSpec spec = bf16_spec(algo, c);
     spec.precision = core::DType::f64;
     try {
-      validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(2, 1), 4, 2, 8);
+      validate(spec, Layout(Balance::zigzag, 40, 2), longseq::comm::Topology::declared(2, 1), 4, 2,
+               8);
       ADD_FAILURE() << algo << ": f64 accepted";
     } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();
@@ -196,7 +199,8 @@ TEST(Bf16Attention, HybridsComputeFp32OnRoundedInputs) {
     int world;
     const char* mask;
   };
-  for (const Case& hc : {Case{"startrail:2", 4, "causal"}, Case{"ulysses", 2, "window"}, Case{"usp:2", 4, "causal"}}) {
+  for (const Case& hc : {Case{"startrail:2", 4, "causal"}, Case{"ulysses", 2, "window"},
+                         Case{"usp:2", 4, "causal"}}) {
     SCOPED_TRACE(hc.algo);
     const int64_t n = hc.world * 13 + 5;
     AttnCase c(n, 4, 2, 12, hc.mask, hc.world, 11), rounded(n, 4, 2, 12, hc.mask, hc.world, 11);

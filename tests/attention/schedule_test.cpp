@@ -1,13 +1,14 @@
 // Schedules without communication or compute (design.md §5): for every world up to 64, every
 // non-empty chunk pair is computed exactly once, every send has its receive, slots are never
 // overwritten while in use, and every gradient contribution reaches home exactly once.
+#include "longseq/attention/schedule.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 #include <tuple>
 
-#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
 
@@ -57,7 +58,7 @@ void replay(const std::vector<RankSchedule>& s, const PairTable& pairs, Algorith
   std::vector<std::vector<int>> data(world);
   std::vector<std::vector<Grad>> grad(world);
   std::vector<std::vector<std::pair<int, Grad>>> grad_meta(world);  // (bundle, grad) per slot
-  std::vector<std::map<int, Grad>> home(world);                       // rank -> bundle j's home grad
+  std::vector<std::map<int, Grad>> home(world);                     // rank -> bundle j's home grad
   std::set<std::tuple<int, int, int, int>> computed;
   // (sender, receiver, origin, part) -> (post, wait) of the send, matched against the receive.
   std::map<std::tuple<int, int, int, int>, std::pair<int, int>> sends;
@@ -100,8 +101,8 @@ void replay(const std::vector<RankSchedule>& s, const PairTable& pairs, Algorith
       for (const Xfer& x : s[r].xfers)
         if (x.send && x.wait_step == step) {
           auto key = std::make_tuple(r, x.peer, x.origin, static_cast<int>(x.part));
-          auto now = x.part == Part::data ? std::make_pair(data[r][x.slot], Grad{})
-                                          : grad_meta[r][x.slot];
+          auto now =
+              x.part == Part::data ? std::make_pair(data[r][x.slot], Grad{}) : grad_meta[r][x.slot];
           EXPECT_EQ(now.first, posted_content[key].first)
               << "rank " << r << " slot " << x.slot << " overwritten before its send completed";
           EXPECT_EQ(now.second, posted_content[key].second);
@@ -126,8 +127,8 @@ void replay(const std::vector<RankSchedule>& s, const PairTable& pairs, Algorith
       for (const Xfer& x : s[r].xfers)
         if (x.send && x.post_step == step) {
           auto key = std::make_tuple(r, x.peer, x.origin, static_cast<int>(x.part));
-          posted_content[key] = x.part == Part::data ? std::make_pair(data[r][x.slot], Grad{})
-                                                     : grad_meta[r][x.slot];
+          posted_content[key] =
+              x.part == Part::data ? std::make_pair(data[r][x.slot], Grad{}) : grad_meta[r][x.slot];
           if (x.part == Part::data) {
             EXPECT_EQ(data[r][x.slot], x.origin);
           }
@@ -146,7 +147,8 @@ void replay(const std::vector<RankSchedule>& s, const PairTable& pairs, Algorith
     for (int r = 0; r < world; ++r)
       for (const Work& w : s[r].work)
         if (w.step == step) {
-          ASSERT_EQ(data[r][w.slot], w.origin) << "rank " << r << " step " << step << " computes on the wrong bundle";
+          ASSERT_EQ(data[r][w.slot], w.origin)
+              << "rank " << r << " step " << step << " computes on the wrong bundle";
           const int qr = bq ? w.origin : r, kr = bq ? r : w.origin;
           for (const SubPair& p : w.pairs) {
             EXPECT_TRUE(computed.insert({qr, p.qc, kr, p.kc}).second) << "pair computed twice";
@@ -187,7 +189,8 @@ void replay(const std::vector<RankSchedule>& s, const PairTable& pairs, Algorith
 TEST(Schedule, AllPairsOnceEverySendMatchedNoSlotHazard) {
   int cases = 0;
   for (int world : {1, 2, 3, 4, 5, 8, 12, 16, 64})
-    for (Balance b : {Balance::contiguous, Balance::zigzag, Balance::striped, Balance::block_striped})
+    for (Balance b :
+         {Balance::contiguous, Balance::zigzag, Balance::striped, Balance::block_striped})
       for (const char* mk : {"full", "causal", "window", "docs", "blocks"}) {
         if ((b == Balance::block_striped) != (std::string(mk) == "blocks")) continue;
         if (world == 64 && std::string(mk) == "docs") continue;  // keep the test quick
@@ -203,9 +206,10 @@ TEST(Schedule, AllPairsOnceEverySendMatchedNoSlotHazard) {
             if (algo.route == Route::double_ring && nodes == 1 && world > 1) continue;
             for (Pass pass : {Pass::forward, Pass::backward}) {
               std::vector<RankSchedule> all;
-              for (int r = 0; r < world; ++r) all.push_back(make_schedule(r, topo, layout, pairs, algo, pass));
-              SCOPED_TRACE(std::string(a) + " " + std::string(balance_name(b)) + " " + mk + " world " +
-                           std::to_string(world) + " nodes " + std::to_string(nodes) +
+              for (int r = 0; r < world; ++r)
+                all.push_back(make_schedule(r, topo, layout, pairs, algo, pass));
+              SCOPED_TRACE(std::string(a) + " " + std::string(balance_name(b)) + " " + mk +
+                           " world " + std::to_string(world) + " nodes " + std::to_string(nodes) +
                            (pass == Pass::forward ? " fwd" : " bwd"));
               replay(all, pairs, algo, pass);
               ++cases;
@@ -227,7 +231,8 @@ TEST(Schedule, EmptyStepsPostNoTransfer) {
   PairTable pairs(layout, m);
   longseq::comm::Topology topo = longseq::comm::Topology::declared(world, 1);
   for (int r = 0; r < world; ++r) {
-    RankSchedule s = make_schedule(r, topo, layout, pairs, Algorithm::parse("burst"), Pass::forward);
+    RankSchedule s =
+        make_schedule(r, topo, layout, pairs, Algorithm::parse("burst"), Pass::forward);
     int sends = 0;
     for (const Xfer& x : s.xfers) sends += x.send;
     EXPECT_EQ(sends, r == world - 1 ? 0 : 1) << "rank " << r;
@@ -242,7 +247,8 @@ TEST(Schedule, DoubleRingSendsInterOnlyAcrossNodes) {
   PairTable pairs(layout, m);
   longseq::comm::Topology topo = longseq::comm::Topology::declared(world, nodes);
   for (int r = 0; r < world; ++r) {
-    RankSchedule s = make_schedule(r, topo, layout, pairs, Algorithm::parse("double-ring"), Pass::forward);
+    RankSchedule s =
+        make_schedule(r, topo, layout, pairs, Algorithm::parse("double-ring"), Pass::forward);
     int intra = 0, inter = 0;
     for (const Xfer& x : s.xfers)
       if (x.send) (topo.same_node(r, x.peer) ? intra : inter) += 1;

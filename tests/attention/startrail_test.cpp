@@ -1,6 +1,8 @@
 // StarTrail / WallFacer: the communication configuration generator (pure, exhaustive up to
 // P = 64, both placements, the papers' 8-GPU C = 2 example), then forward and backward on local
 // ranks against the fp64 reference for every layout x mask, with exact per-rank byte counts.
+#include "longseq/attention/startrail.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 
 #include "attention/hybrid_case.hpp"
 #include "longseq/attention/schedule.hpp"
-#include "longseq/attention/startrail.hpp"
 #include "longseq/core/error.hpp"
 
 using namespace longseq::attention;
@@ -77,7 +78,8 @@ TEST(StarTrailConfig, RefusesBadC) {
   };
   EXPECT_NE(msg(8, 3).find("startrail:3"), std::string::npos);
   EXPECT_NE(msg(8, 3).find("world 8"), std::string::npos);
-  EXPECT_NE(msg(8, 4).find("C*C = 16 to divide world 8"), std::string::npos);  // C | P, C^2 does not
+  EXPECT_NE(msg(8, 4).find("C*C = 16 to divide world 8"),
+            std::string::npos);     // C | P, C^2 does not
   EXPECT_TRUE(msg(12, 2).empty());  // 4 | 12
   EXPECT_FALSE(msg(8, 0).empty());
   EXPECT_TRUE(msg(16, 4).empty());
@@ -136,10 +138,12 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
               for (int j = 0; j < g_len; ++j) {
                 const int sh = cfg.shard_at_step(cfg.rank_of({g, j, a}), s);
                 ++count[sh];
-                ASSERT_TRUE(ring_shards.insert(sh).second) << "two teams of a ring hold shard " << sh;
+                ASSERT_TRUE(ring_shards.insert(sh).second)
+                    << "two teams of a ring hold shard " << sh;
               }
             }
-            for (int sh = 0; sh < t_count; ++sh) ASSERT_EQ(count[sh], 1) << "group " << g << " shard " << sh;
+            for (int sh = 0; sh < t_count; ++sh)
+              ASSERT_EQ(count[sh], 1) << "group " << g << " shard " << sh;
           }
         // Over the whole ring phase every team (its C members together) meets every shard once:
         // its queries see every key exactly once.
@@ -147,7 +151,8 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
           std::vector<int> count(t_count, 0);
           for (int r : cfg.team_ranks(t))
             for (int s = 0; s < g_len; ++s) ++count[cfg.shard_at_step(r, s)];
-          for (int sh = 0; sh < t_count; ++sh) ASSERT_EQ(count[sh], 1) << "team " << t << " shard " << sh;
+          for (int sh = 0; sh < t_count; ++sh)
+            ASSERT_EQ(count[sh], 1) << "team " << t << " shard " << sh;
         }
         // Placement: teams on consecutive ranks, or sub-rings on consecutive ranks. With nodes of
         // that size, the collectives (resp. the ring P2P) never leave a node.
@@ -168,17 +173,21 @@ TEST(StarTrailConfig, ExhaustiveUpTo64) {
 using longseq::testing::AttnCase;
 
 const std::vector<std::string> kBalances = {"contiguous", "zigzag", "striped", "block-striped"};
-const std::vector<std::string> kMasks = {"full", "causal", "window", "document", "blocks", "blocks+causal"};
+const std::vector<std::string> kMasks = {"full",     "causal", "window",
+                                         "document", "blocks", "blocks+causal"};
 
 // Bytes per rank equal the schedule's formulas (docs/attention-startrail.md), split by link class
 // when the nodes are the teams: the team collectives are then exactly the intra-node bytes.
-void check_bytes(const AttnCase& c, const StarTrailConfig& cfg, const Layout& layout, bool teams_are_nodes) {
+void check_bytes(const AttnCase& c, const StarTrailConfig& cfg, const Layout& layout,
+                 bool teams_are_nodes) {
   const int64_t l = layout.local_len();
   for (int r = 0; r < c.world; ++r) {
     const StarTrailVolume f = startrail_forward_volume(cfg, r, l, c.hq, c.hkv, c.d);
     const StarTrailVolume b = startrail_backward_volume(cfg, r, l, c.hq, c.hkv, c.d);
-    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.collective + f.p2p)) << "rank " << r;
-    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.collective + b.p2p)) << "rank " << r;
+    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.collective + f.p2p))
+        << "rank " << r;
+    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.collective + b.p2p))
+        << "rank " << r;
     if (teams_are_nodes) {
       EXPECT_EQ(c.fwd_bytes[r].intra, 4 * f.collective) << "rank " << r;
       EXPECT_EQ(c.fwd_bytes[r].inter, 4 * f.p2p) << "rank " << r;
@@ -224,8 +233,8 @@ TEST(StarTrail, MatchesReferenceEveryLayoutAndMask) {
 // and 9 ranks with C = 3 (a world that is not a power of two).
 TEST(StarTrail, LargerWorlds) {
   const std::vector<StarRun> runs = {{16, 2, TeamPlacement::rings, 4, 2},
-                                 {16, 4, TeamPlacement::teams, 4, 4},
-                                 {9, 3, TeamPlacement::teams, 3, 1}};
+                                     {16, 4, TeamPlacement::teams, 4, 4},
+                                     {9, 3, TeamPlacement::teams, 3, 1}};
   for (const StarRun& run : runs) {
     AttnCase c(70, run.hq, run.hkv, 8, "causal", run.world, 7 + run.world);
     c.run_reference();
@@ -270,7 +279,8 @@ TEST(StarTrail, BytesMatchWallFacerEquations) {
   longseq::testing::expect_matches_reference(cs);
   int moving = 0;
   for (int r = 0; r < p; ++r) {
-    EXPECT_EQ(cs.fwd_bytes[r].intra, 4 * (4 * n * hh * (c - 1) / p + (c - 1) * l * h)) << "rank " << r;
+    EXPECT_EQ(cs.fwd_bytes[r].intra, 4 * (4 * n * hh * (c - 1) / p + (c - 1) * l * h))
+        << "rank " << r;
     const bool moves = cfg.init_send_target(r) != r;
     moving += moves;
     const int64_t rounds = p / (c * c) - (moves ? 0 : 1);

@@ -15,7 +15,8 @@ using longseq::testing::AttnCase;
 namespace {
 
 const std::vector<std::string> kBalances = {"contiguous", "zigzag", "striped", "block-striped"};
-const std::vector<std::string> kMasks = {"full", "causal", "window", "document", "blocks", "blocks+causal"};
+const std::vector<std::string> kMasks = {"full",     "causal", "window",
+                                         "document", "blocks", "blocks+causal"};
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -34,7 +35,8 @@ TEST(HeadSplit, SplitsKvHeadsWhenDivisible) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(hs.kv_begin(i), i);
     // Query heads of member i map to exactly its kv heads under the GQA map h -> h / g.
-    for (int64_t h = hs.q_begin(i); h < hs.q_begin(i) + hs.hq_per; ++h) EXPECT_EQ(h / 2, hs.kv_begin(i));
+    for (int64_t h = hs.q_begin(i); h < hs.q_begin(i) + hs.hq_per; ++h)
+      EXPECT_EQ(h / 2, hs.kv_begin(i));
   }
 }
 
@@ -53,7 +55,8 @@ TEST(HeadSplit, RefusesWithTheNumbers) {
   const std::string a = error_of([] { HeadSplit(4, 4, 8); });
   EXPECT_NE(a.find("query heads 4"), std::string::npos) << a;
   EXPECT_NE(a.find("8"), std::string::npos) << a;
-  const std::string b = error_of([] { HeadSplit(12, 4, 6); });  // 4 neither divisible by 6 nor divides 6
+  const std::string b =
+      error_of([] { HeadSplit(12, 4, 6); });  // 4 neither divisible by 6 nor divides 6
   EXPECT_NE(b.find("kv heads 4"), std::string::npos) << b;
   const std::string c = error_of([] { validate_usp(UspOptions{3, Backward::q}, 8, 12, 12); });
   EXPECT_NE(c.find("usp:3 needs U to divide world 8"), std::string::npos) << c;
@@ -67,11 +70,15 @@ struct UspRun {
 
 void check_bytes(const AttnCase& c, const Algorithm& a, const Layout& layout) {
   const int64_t l = layout.local_len();
-  const UspVolume f = usp_forward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
-  const UspVolume b = usp_backward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
+  const UspVolume f =
+      usp_forward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
+  const UspVolume b =
+      usp_backward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
   for (int r = 0; r < c.world; ++r) {
-    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.all_to_all + f.ring)) << "rank " << r;
-    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.all_to_all + b.ring)) << "rank " << r;
+    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.all_to_all + f.ring))
+        << "rank " << r;
+    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.all_to_all + b.ring))
+        << "rank " << r;
   }
 }
 
@@ -82,7 +89,7 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
       {"ulysses", 4, 4, 2},  // kv heads replicated 2x
       {"ulysses", 4, 8, 1},  // MQA
       {"ulysses", 8, 8, 8},  // MHA, 8 ranks
-      {"usp:2", 4, 4, 2},    {"usp:2:ring", 4, 4, 2}, {"usp:2", 8, 4, 4}, {"usp:4:ring", 8, 8, 2},
+      {"usp:2", 4, 4, 2},   {"usp:2:ring", 4, 4, 2}, {"usp:2", 8, 4, 4}, {"usp:4:ring", 8, 8, 2},
   };
   uint64_t seed = 11;
   for (const UspRun& run : runs)
@@ -91,8 +98,9 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
       c.run_reference();
       const Algorithm a = Algorithm::parse(run.algo);
       for (const std::string& bal : kBalances) {
-        SCOPED_TRACE(run.algo + " P " + std::to_string(run.world) + " Hq " + std::to_string(run.hq) + " Hkv " +
-                     std::to_string(run.hkv) + " " + bal + " " + mask);
+        SCOPED_TRACE(run.algo + " P " + std::to_string(run.world) + " Hq " +
+                     std::to_string(run.hq) + " Hkv " + std::to_string(run.hkv) + " " + bal + " " +
+                     mask);
         const Layout layout = longseq::testing::make_layout(bal, c);
         longseq::testing::run_hybrid(c, a, layout, 1);
         longseq::testing::expect_matches_reference(c);
@@ -111,7 +119,8 @@ TEST(Usp, AllToAllStaysInsideNodes) {
   const Algorithm a = Algorithm::parse("usp:4");
   longseq::testing::run_hybrid(c, a, layout, 2);
   longseq::testing::expect_matches_reference(c);
-  const UspVolume f = usp_forward_volume(longseq::testing::usp_options_of(a), 8, layout.local_len(), 8, 4, 16);
+  const UspVolume f =
+      usp_forward_volume(longseq::testing::usp_options_of(a), 8, layout.local_len(), 8, 4, 16);
   for (int r = 0; r < 8; ++r) {
     EXPECT_EQ(c.fwd_bytes[r].intra, 4 * f.all_to_all);
     EXPECT_EQ(c.fwd_bytes[r].inter, 4 * f.ring);

@@ -72,7 +72,8 @@ double rms_error(const T* got, const std::vector<double>& ref, size_t off, size_
   return n ? std::sqrt(s / static_cast<double>(n)) : 0.0;
 }
 
-/// The naive bf16 sum (sequential in rank order, rounding after every add): the 2x rule's yardstick.
+/// The naive bf16 sum (sequential in rank order, rounding after every add): the 2x rule's
+/// yardstick.
 std::vector<core::bf16> naive_bf16_sum(int p, size_t count, uint64_t seed) {
   std::vector<core::bf16> acc = rank_data<core::bf16>(seed, 0, count);
   for (int q = 1; q < p; ++q) {
@@ -213,7 +214,9 @@ TEST_P(Collectives, AllToAllEqualCounts) {
 }
 
 /// Variable counts: rank a sends (a + 2b) % 5 int64 elements to rank b (zero included).
-size_t vcount(int a, int b) { return static_cast<size_t>((a + 2 * b) % 5); }
+size_t vcount(int a, int b) {
+  return static_cast<size_t>((a + 2 * b) % 5);
+}
 
 TEST_P(Collectives, AllToAllVariableCounts) {
   run([](Group& g) {
@@ -270,7 +273,8 @@ TEST_P(Collectives, BarrierWaitsForTheLastRank) {
     std::vector<double> all(2 * static_cast<size_t>(g.size()));
     g.all_gather(mine, all.data(), 2, core::DType::f64);
     double last_enter = 0.0;
-    for (int q = 0; q < g.size(); ++q) last_enter = std::max(last_enter, all[2 * static_cast<size_t>(q)]);
+    for (int q = 0; q < g.size(); ++q)
+      last_enter = std::max(last_enter, all[2 * static_cast<size_t>(q)]);
     EXPECT_GE(leave, last_enter) << "rank " << g.rank() << " left the barrier early";
   });
 }

@@ -37,11 +37,11 @@ inline std::string backend_label(const ::testing::TestParamInfo<Backend>& info) 
 }
 
 /// GTEST_SKIPs MPI parameters outside mpirun (the mpirun registrations in tests.cmake run them).
-#define LONGSEQ_SKIP_UNLESS_RUNNABLE(p)                                                      \
-  do {                                                                                      \
-    if ((p).name == "mpi" && !(::longseq::comm::mpi_available() &&                          \
-                               ::longseq::comm::launched_by_mpirun()))                      \
-      GTEST_SKIP() << "MPI cases run under mpirun (ctest -R comm_mpi)";                      \
+#define LONGSEQ_SKIP_UNLESS_RUNNABLE(p)                                               \
+  do {                                                                                \
+    if ((p).name == "mpi" &&                                                          \
+        !(::longseq::comm::mpi_available() && ::longseq::comm::launched_by_mpirun())) \
+      GTEST_SKIP() << "MPI cases run under mpirun (ctest -R comm_mpi)";               \
   } while (0)
 
 inline Options options_for(const Backend& b, double timeout_s = 60.0) {
@@ -77,11 +77,21 @@ std::vector<T> rank_data(uint64_t seed, int q, size_t count) {
   return v;
 }
 
-inline double as_double(float x) { return x; }
-inline double as_double(double x) { return x; }
-inline double as_double(core::bf16 x) { return core::to_f32(x); }
-inline double as_double(int32_t x) { return static_cast<double>(x); }
-inline double as_double(int64_t x) { return static_cast<double>(x); }
+inline double as_double(float x) {
+  return x;
+}
+inline double as_double(double x) {
+  return x;
+}
+inline double as_double(core::bf16 x) {
+  return core::to_f32(x);
+}
+inline double as_double(int32_t x) {
+  return static_cast<double>(x);
+}
+inline double as_double(int64_t x) {
+  return static_cast<double>(x);
+}
 
 template <class T>
 bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
@@ -97,6 +107,8 @@ inline std::vector<Backend> local_backends() {
   return {{"local", 1, 1}, {"local", 2, 2}, {"local", 3, 1}, {"local", 4, 2}, {"local", 8, 2}};
 }
 /// MPI: the world mpirun started (-np 3 and -np 4 in tests.cmake), real topology.
-inline std::vector<Backend> mpi_backends() { return {{"mpi", 0, 0}}; }
+inline std::vector<Backend> mpi_backends() {
+  return {{"mpi", 0, 0}};
+}
 
 }  // namespace longseq::comm::testing

@@ -131,10 +131,11 @@ TEST_P(Failure, RequestsDroppedWhileUnwindingAreWithdrawn) {
 
 TEST_P(Failure, NextRunAfterAFailureIsClean) {
   const Options o = options_for(GetParam(), 30.0);
-  EXPECT_THROW(comm::run(o, [](Group& g) {
-                 if (g.rank() == 0) throw std::runtime_error("first run fails");
-                 g.barrier();
-               }),
+  EXPECT_THROW(comm::run(o,
+                         [](Group& g) {
+                           if (g.rank() == 0) throw std::runtime_error("first run fails");
+                           g.barrier();
+                         }),
                RankFailed);
   comm::run(o, [](Group& g) {
     int64_t x = 1;
@@ -154,16 +155,17 @@ TEST_P(Failure, CleanRunsAfterManyFailedRunsWithTrafficInFlight) {
   const int p = world_size(o);
   if (p < 2) GTEST_SKIP() << "needs two ranks";
   for (int round = 0; round < 25; ++round) {
-    EXPECT_THROW(comm::run(o, [&](Group& g) {
-                   // Every rank sends 4 bytes to every other rank on the tag the clean run uses;
-                   // nobody receives them; the last rank fails.
-                   const int32_t v = -1;
-                   std::vector<Request> sends;
-                   for (int q = 0; q < g.size(); ++q)
-                     if (q != g.rank()) sends.push_back(g.isend(q, &v, 4, 0));
-                   if (g.rank() == g.size() - 1) throw std::runtime_error("failed run");
-                   g.barrier();
-                 }),
+    EXPECT_THROW(comm::run(o,
+                           [&](Group& g) {
+                             // Every rank sends 4 bytes to every other rank on the tag the clean
+                             // run uses; nobody receives them; the last rank fails.
+                             const int32_t v = -1;
+                             std::vector<Request> sends;
+                             for (int q = 0; q < g.size(); ++q)
+                               if (q != g.rank()) sends.push_back(g.isend(q, &v, 4, 0));
+                             if (g.rank() == g.size() - 1) throw std::runtime_error("failed run");
+                             g.barrier();
+                           }),
                  RankFailed);
     comm::run(o, [&](Group& g) {
       const int me = g.rank();

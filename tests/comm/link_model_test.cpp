@@ -1,4 +1,6 @@
 // The local backend's link model: parsing, and the delay it imposes as a ratio within tolerance.
+#include "longseq/comm/link_model.hpp"
+
 #include <time.h>
 
 #include <atomic>
@@ -6,7 +8,6 @@
 #include <thread>
 
 #include "comm/comm_case.hpp"
-#include "longseq/comm/link_model.hpp"
 #include "longseq/core/timer.hpp"
 
 namespace longseq::comm::testing {
@@ -62,8 +63,7 @@ std::pair<double, double> timed_transfer(const LinkModel& link, int nodes, size_
     std::vector<Request> reqs;
     if (g.rank() == 0) t_send = core::now_seconds();
     const double c0 = core::thread_cpu_seconds();
-    for (auto& b : bufs)
-      reqs.push_back(g.rank() == 0 ? g.isend(1, b, 0) : g.irecv(0, b, 0));
+    for (auto& b : bufs) reqs.push_back(g.rank() == 0 ? g.isend(1, b, 0) : g.irecv(0, b, 0));
     wait_all(reqs);
     if (g.rank() == 1) {
       t_done = core::now_seconds();

@@ -9,9 +9,17 @@ TEST(CliOptions, FlagsFillOptions) {
   CLI::App app;
   Options o;
   add_cli_options(app, o);
-  const char* argv[] = {"x",       "--backend", "local", "--world", "8", "--nodes",
-                        "2",       "--link",    "intra=1us,100GB/s:inter=5us,10GB/s",
-                        "--comm-timeout", "30"};
+  const char* argv[] = {"x",
+                        "--backend",
+                        "local",
+                        "--world",
+                        "8",
+                        "--nodes",
+                        "2",
+                        "--link",
+                        "intra=1us,100GB/s:inter=5us,10GB/s",
+                        "--comm-timeout",
+                        "30"};
   app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
   EXPECT_EQ(o.backend, "local");
   EXPECT_EQ(o.world, 8);

@@ -271,7 +271,9 @@ TEST_P(PointToPoint, ByteCountsAreExact) {
         uint64_t want = 0, want_msgs = 0;
         auto block = [&](int q) {
           const auto qq = static_cast<uint64_t>((q % p + p) % p);
-          return (1003 * (qq + 1) / static_cast<uint64_t>(p) - 1003 * qq / static_cast<uint64_t>(p)) * 8;
+          return (1003 * (qq + 1) / static_cast<uint64_t>(p) -
+                  1003 * qq / static_cast<uint64_t>(p)) *
+                 8;
         };
         for (int st = 0; st < p - 1; ++st) {
           want += block(r - st - 1) + block(r - st);
@@ -298,7 +300,8 @@ TEST_P(PointToPoint, ByteCountsAreExact) {
         const std::vector<Stats> all = g.gather_stats();
         ASSERT_EQ(all.size(), static_cast<size_t>(p));
         EXPECT_EQ(all[static_cast<size_t>(r)].bytes_sent(), after_split.bytes_sent());
-        EXPECT_EQ(g.stats().bytes_sent(), after_split.bytes_sent()) << "gather_stats counted itself";
+        EXPECT_EQ(g.stats().bytes_sent(), after_split.bytes_sent())
+            << "gather_stats counted itself";
         const nlohmann::json j = stats_to_json(all);
         EXPECT_EQ(j["ranks"].size(), static_cast<size_t>(p));
         uint64_t sum = 0;
@@ -347,8 +350,7 @@ TEST_P(PointToPoint, InvalidArgumentsNameTheValues) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Local, PointToPoint, ::testing::ValuesIn(local_backends()),
-                         backend_label);
+INSTANTIATE_TEST_SUITE_P(Local, PointToPoint, ::testing::ValuesIn(local_backends()), backend_label);
 INSTANTIATE_TEST_SUITE_P(Mpi, PointToPoint, ::testing::ValuesIn(mpi_backends()), backend_label);
 
 }  // namespace

@@ -1,9 +1,10 @@
+#include "longseq/comm/topology.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "longseq/comm/launch.hpp"
-#include "longseq/comm/topology.hpp"
 
 namespace longseq::comm {
 namespace {

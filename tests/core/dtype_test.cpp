@@ -1,3 +1,5 @@
+#include "longseq/core/dtype.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -5,12 +7,13 @@
 #include <limits>
 #include <string>
 
-#include "longseq/core/dtype.hpp"
 #include "longseq/core/error.hpp"
 
 using namespace longseq::core;
 
-static uint16_t bits_of(float x) { return to_bf16(x).bits; }
+static uint16_t bits_of(float x) {
+  return to_bf16(x).bits;
+}
 static float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -63,7 +66,8 @@ TEST(BF16, SpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(to_f32(to_bf16(inf)), inf);
   EXPECT_EQ(to_f32(to_bf16(-inf)), -inf);
-  // A NaN whose payload lives only in the low 16 bits would become inf if truncated: it must stay NaN.
+  // A NaN whose payload lives only in the low 16 bits would become inf if truncated: it must stay
+  // NaN.
   const float nan_low = from_bits(0x7f800001u);
   ASSERT_TRUE(std::isnan(nan_low));
   EXPECT_TRUE(std::isnan(to_f32(to_bf16(nan_low))));

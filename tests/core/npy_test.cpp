@@ -1,3 +1,5 @@
+#include "longseq/core/npy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "longseq/core/error.hpp"
-#include "longseq/core/npy.hpp"
 
 using namespace longseq::core;
 namespace fs = std::filesystem;
@@ -113,23 +114,27 @@ TEST_F(NpyTest, ReadsVersion2AndDoubleQuotes) {
 }
 
 TEST_F(NpyTest, RefusesFortranOrder) {
-  expect_refused(raw("f.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", floats({1, 2})),
-                 "Fortran");
+  expect_refused(
+      raw("f.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", floats({1, 2})),
+      "Fortran");
 }
 
 TEST_F(NpyTest, RefusesBigEndian) {
-  expect_refused(raw("be.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", floats({1, 2})),
-                 "big-endian");
+  expect_refused(
+      raw("be.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", floats({1, 2})),
+      "big-endian");
 }
 
 TEST_F(NpyTest, RefusesTruncatedData) {
-  expect_refused(raw("t.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", floats({1, 2})),
-                 "truncated data");
+  expect_refused(
+      raw("t.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", floats({1, 2})),
+      "truncated data");
 }
 
 TEST_F(NpyTest, RefusesTrailingData) {
-  expect_refused(raw("x.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
-                 "trailing data");
+  expect_refused(
+      raw("x.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
+      "trailing data");
 }
 
 TEST_F(NpyTest, RefusesTruncatedHeader) {
@@ -150,22 +155,27 @@ TEST_F(NpyTest, RefusesBadMagicAndShortFile) {
 
 TEST_F(NpyTest, RefusesBadHeaders) {
   expect_refused(raw("h1.npy", "{'descr': '<f4', 'fortran_order': False}", ""), "needs 'descr'");
-  expect_refused(raw("h2.npy", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", floats({1})),
-                 "fortran_order must be True or False");
+  expect_refused(
+      raw("h2.npy", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", floats({1})),
+      "fortran_order must be True or False");
   expect_refused(raw("h3.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", ""),
                  "non-negative integers");
-  expect_refused(raw("h4.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", floats({1})),
-                 "unknown key");
+  expect_refused(
+      raw("h4.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", floats({1})),
+      "unknown key");
   expect_refused(raw("h5.npy", "not a dict", ""), "bad header");
 }
 
 TEST_F(NpyTest, RefusesUnsupportedDtypes) {
-  expect_refused(raw("c.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
-                 "unsupported dtype '<c8'");
-  expect_refused(raw("h.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", floats({1})),
-                 "unsupported dtype '<f2'");
-  expect_refused(raw("o.npy", "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
-                 "unsupported dtype");
+  expect_refused(
+      raw("c.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
+      "unsupported dtype '<c8'");
+  expect_refused(
+      raw("h.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", floats({1})),
+      "unsupported dtype '<f2'");
+  expect_refused(
+      raw("o.npy", "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
+      "unsupported dtype");
 }
 
 TEST_F(NpyTest, RefusesWrongDtypeForUse) {
@@ -183,7 +193,9 @@ TEST_F(NpyTest, RefusesWrongDtypeForUse) {
   EXPECT_THROW(read_npy_expect(path("d.npy"), DType::f64, 3, "--k"), Error);
 }
 
-TEST_F(NpyTest, MissingFileNamesPath) { expect_refused(path("nope.npy"), "cannot open"); }
+TEST_F(NpyTest, MissingFileNamesPath) {
+  expect_refused(path("nope.npy"), "cannot open");
+}
 
 TEST_F(NpyTest, SixDimensionsRoundTrip) {
   std::vector<int64_t> shape(6, 1);
@@ -191,25 +203,33 @@ TEST_F(NpyTest, SixDimensionsRoundTrip) {
   write_npy(path("small.npy"), DType::f32, shape, &x);
   auto a = read_npy(path("small.npy"));
   EXPECT_EQ(a.shape.size(), 6u);
-  expect_refused(raw("seven.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1), }",
-                     floats({1})),
-                 "at most 6");
+  expect_refused(
+      raw("seven.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1), }",
+          floats({1})),
+      "at most 6");
 }
 
 // issue 20: a shape whose element count overflows int64 wrapped to 0 and was accepted with no
 // data, so `longseq attention` ran on until killed.
 TEST_F(NpyTest, RefusesShapeWhoseElementCountOverflows) {
-  expect_refused(raw("ovf.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536, 4294967296), }", ""),
-                 "overflows the element count");
+  expect_refused(
+      raw("ovf.npy",
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536, 4294967296), }", ""),
+      "overflows the element count");
   // The byte count overflows even where the element count does not (2^62 floats).
-  expect_refused(raw("ovf2.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2147483648, 2147483648), }", ""),
-                 "overflows");
+  expect_refused(
+      raw("ovf2.npy",
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (2147483648, 2147483648), }", ""),
+      "overflows");
   // A huge but representable shape is a size mismatch, named as such.
-  expect_refused(raw("big.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536), }", floats({1})),
-                 "truncated data");
+  expect_refused(
+      raw("big.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536), }",
+          floats({1})),
+      "truncated data");
 }
 
 TEST_F(NpyTest, RefusesDimensionsNotSeparatedByCommas) {
-  expect_refused(raw("sep.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1 2), }", floats({1, 2})),
-                 "expected ',' or ')'");
+  expect_refused(
+      raw("sep.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1 2), }", floats({1, 2})),
+      "expected ',' or ')'");
 }

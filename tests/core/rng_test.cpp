@@ -1,9 +1,10 @@
+#include "longseq/core/rng.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "longseq/core/rng.hpp"
 #include "longseq/core/timer.hpp"
 
 using namespace longseq::core;

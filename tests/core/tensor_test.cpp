@@ -1,10 +1,11 @@
+#include "longseq/core/tensor.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
 #include "longseq/core/arena.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/core/tensor.hpp"
 
 using namespace longseq::core;
 
@@ -82,5 +83,6 @@ TEST(Errors, MessageNamesComponent) {
 }
 
 TEST(ErrorsDeathTest, CheckAbortsWithLocation) {
-  EXPECT_DEATH(LONGSEQ_CHECK_MSG(1 + 1 == 3, "math is ", "broken"), "tensor_test.cpp:.*math is broken");
+  EXPECT_DEATH(LONGSEQ_CHECK_MSG(1 + 1 == 3, "math is ", "broken"),
+               "tensor_test.cpp:.*math is broken");
 }

@@ -142,8 +142,8 @@ TEST(Gemm, Bf16MatchesFp64OnRoundedInputs) {
     Operands o = make(c, seed++);
     const auto a16 = to_bf16_vec(o.a), b16 = to_bf16_vec(o.b);
     std::vector<float> got = o.c0;
-    k::gemm_bf16(c.ta, c.tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(), o.ldb,
-                 c.beta, got.data(), o.ldc);
+    k::gemm_bf16(c.ta, c.tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(), o.ldb, c.beta,
+                 got.data(), o.ldc);
     // bf16 products are exact in fp32, so the only error is fp32 accumulation: same tolerance.
     expect_close(c, got, o.ldc, naive(c, rounded(o.a), o.lda, rounded(o.b), o.ldb, o.c0, o.ldc),
                  o.c0);
@@ -177,11 +177,11 @@ TEST(Gemm, RepeatedShapesUseCurrentPointers) {
     std::vector<float> got32 = o.c0, got16 = o.c0;
     k::gemm_f32(c.ta, c.tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda, o.b.data(), o.ldb, c.beta,
                 got32.data(), o.ldc);
-    k::gemm_bf16(c.ta, c.tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(), o.ldb,
-                 c.beta, got16.data(), o.ldc);
+    k::gemm_bf16(c.ta, c.tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(), o.ldb, c.beta,
+                 got16.data(), o.ldc);
     expect_close(c, got32, o.ldc, naive(c, o.a, o.lda, o.b, o.ldb, o.c0, o.ldc), o.c0);
-    expect_close(c, got16, o.ldc,
-                 naive(c, rounded(o.a), o.lda, rounded(o.b), o.ldb, o.c0, o.ldc), o.c0);
+    expect_close(c, got16, o.ldc, naive(c, rounded(o.a), o.lda, rounded(o.b), o.ldb, o.c0, o.ldc),
+                 o.c0);
   }
 }
 
@@ -194,10 +194,10 @@ TEST(Gemm, ParallelBitIdenticalForOneAndTwoThreads) {
       Operands o = make(c, 77 + 2 * ta + tb);
       const auto a16 = to_bf16_vec(o.a), b16 = to_bf16_vec(o.b);
       std::vector<float> f1 = o.c0, f2 = o.c0, h1 = o.c0, h2 = o.c0;
-      k::gemm_f32_parallel(1, ta, tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda, o.b.data(),
-                           o.ldb, c.beta, f1.data(), o.ldc);
-      k::gemm_f32_parallel(2, ta, tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda, o.b.data(),
-                           o.ldb, c.beta, f2.data(), o.ldc);
+      k::gemm_f32_parallel(1, ta, tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda, o.b.data(), o.ldb,
+                           c.beta, f1.data(), o.ldc);
+      k::gemm_f32_parallel(2, ta, tb, c.m, c.n, c.kk, c.alpha, o.a.data(), o.lda, o.b.data(), o.ldb,
+                           c.beta, f2.data(), o.ldc);
       k::gemm_bf16_parallel(1, ta, tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(),
                             o.ldb, c.beta, h1.data(), o.ldc);
       k::gemm_bf16_parallel(2, ta, tb, c.m, c.n, c.kk, c.alpha, a16.data(), o.lda, b16.data(),

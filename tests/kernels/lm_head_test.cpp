@@ -4,6 +4,8 @@
 // (per-row losses are O(5), summed in fp64); dhidden and dweight 1e-6 + 1e-4 |ref| (sums of V or
 // T fp32 products of softmax probabilities). The one-hot sign error printed in BurstEngine's
 // Algorithm 3 would move every label's gradient by 2 * grad_scale and fail these by far.
+#include "longseq/kernels/cpu/lm_head.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/ref/cross_entropy.hpp"
-#include "longseq/kernels/cpu/lm_head.hpp"
 #include "model/model_test_util.hpp"
 
 namespace {
@@ -45,8 +46,8 @@ void check_against_ref(const Problem& p, bool fused, lm::LmHeadOptions o, double
   std::vector<float> dh(p.t * p.c, 7.0f), dw(p.v * p.c, 0.25f);
   const auto got = fused ? lm::lm_head_ce_fused(p.hidden.data(), p.weight.data(), p.labels.data(),
                                                 d, scale, dh.data(), dw.data(), o)
-                         : lm::lm_head_ce_unfused(p.hidden.data(), p.weight.data(),
-                                                  p.labels.data(), d, scale, dh.data(), dw.data(), o);
+                         : lm::lm_head_ce_unfused(p.hidden.data(), p.weight.data(), p.labels.data(),
+                                                  d, scale, dh.data(), dw.data(), o);
   const std::string tag = std::string(fused ? "fused" : "unfused") + " tile " +
                           std::to_string(o.token_tile) + "x" + std::to_string(o.vocab_tile);
   EXPECT_EQ(got.count, ref.count) << tag;

@@ -4,6 +4,8 @@
 //   rmsnorm out/dx/dweight 1e-5 + 1e-5 rel; linear and MLP 1e-5 + 1e-4 rel (sums of C or F fp32
 //   products); rope 1e-5 + 1e-5 rel (angles up to 1e6 rad, computed in fp64 then rounded);
 //   swiglu 1e-6 + 1e-6 rel.
+#include "longseq/model/layers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -13,7 +15,6 @@
 #include "longseq/kernels/ref/rope.hpp"
 #include "longseq/kernels/ref/swiglu.hpp"
 #include "longseq/model/config.hpp"
-#include "longseq/model/layers.hpp"
 #include "model_test_util.hpp"
 
 namespace {
@@ -24,8 +25,8 @@ namespace lt = longseq::test;
 using longseq::core::Error;
 
 // out[t, n] = sum_k in[t, k] w[n, k], fp64.
-std::vector<double> matmul_t(const std::vector<double>& in, const std::vector<double>& w,
-                             int64_t t, int64_t k, int64_t n) {
+std::vector<double> matmul_t(const std::vector<double>& in, const std::vector<double>& w, int64_t t,
+                             int64_t k, int64_t n) {
   std::vector<double> out(t * n, 0.0);
   for (int64_t i = 0; i < t; ++i)
     for (int64_t j = 0; j < n; ++j)
@@ -117,7 +118,8 @@ TEST(ModelLayers, EmbeddingGathersRowsZeroesPaddingAndScattersGradients) {
 TEST(ModelLayers, RmsNormMatchesReference) {
   const int64_t t = 6, c = 24;
   const float eps = 1e-5f;
-  std::vector<float> x = lt::normal_f(t * c, 3), w = lt::normal_f(c, 4), dout = lt::normal_f(t * c, 5);
+  std::vector<float> x = lt::normal_f(t * c, 3), w = lt::normal_f(c, 4),
+                     dout = lt::normal_f(t * c, 5);
   std::vector<float> out(t * c), rstd(t), dx(t * c), dw(c, 0.0f);
   lm::rmsnorm_forward(x.data(), w.data(), t, c, eps, out.data(), rstd.data(), 2);
   lm::rmsnorm_backward(dout.data(), x.data(), w.data(), rstd.data(), t, c, dx.data(), dw.data(),
@@ -195,8 +197,9 @@ TEST(ModelLayers, SwigluMatchesReference) {
 // sizes that divide T, do not divide it, and exceed it.
 TEST(ModelLayers, BlockwiseMlpMatchesReferenceForEveryChunk) {
   const int64_t t = 11, c = 8, f = 20;
-  auto x = lt::normal_f(t * c, 13), wg = lt::normal_f(f * c, 14, 0.3), wu = lt::normal_f(f * c, 15, 0.3),
-       wd = lt::normal_f(c * f, 16, 0.3), dout = lt::normal_f(t * c, 17);
+  auto x = lt::normal_f(t * c, 13), wg = lt::normal_f(f * c, 14, 0.3),
+       wu = lt::normal_f(f * c, 15, 0.3), wd = lt::normal_f(c * f, 16, 0.3),
+       dout = lt::normal_f(t * c, 17);
   auto xd = lt::widen(x), wgd = lt::widen(wg), wud = lt::widen(wu), wdd = lt::widen(wd);
   auto g = matmul_t(xd, wgd, t, c, f), u = matmul_t(xd, wud, t, c, f);
   std::vector<double> a(t * f);
@@ -223,7 +226,8 @@ TEST(ModelLayers, BlockwiseMlpMatchesReferenceForEveryChunk) {
   for (int64_t chunk : {0, 1, 4, 11, 64}) {
     lm::MlpDims d{t, c, f, chunk};
     std::vector<float> ws(lm::mlp_workspace_floats(d));
-    EXPECT_LE(static_cast<int64_t>(ws.size()), 3 * std::max<int64_t>(chunk > 0 ? std::min(chunk, t) : t, 1) * f);
+    EXPECT_LE(static_cast<int64_t>(ws.size()),
+              3 * std::max<int64_t>(chunk > 0 ? std::min(chunk, t) : t, 1) * f);
     std::vector<float> out(t * c, 0.5f);
     lm::mlp_forward(x.data(), wg.data(), wu.data(), wd.data(), d, out.data(), true, ws.data(), 2);
     std::vector<double> want(t * c);

@@ -19,7 +19,8 @@ using attention::Layout;
 using attention::MaskSpec;
 
 // What the kernels do, on explicit position arrays: kernels/cpu/tiles.hpp classify + trim.
-TileWork kernel_truth(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec& m, int64_t tq, int64_t tk) {
+TileWork kernel_truth(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec& m, int64_t tq,
+                      int64_t tk) {
   auto positions = [n](const Chunk& c) {
     std::vector<int64_t> p(c.len);
     for (int64_t i = 0; i < c.len; ++i) {
@@ -69,9 +70,10 @@ TEST(KernelTiles, ReplayEqualsTheKernelsClassification) {
                   for (auto [tq, tk] : {std::pair<int64_t, int64_t>{64, 128}, {32, 32}}) {
                     const TileWork a = kernel_tile_work(q, k, n, m, tq, tk);
                     const TileWork b = kernel_truth(q, k, n, m, tq, tk);
-                    ASSERT_EQ(a.full, b.full) << attention::balance_name(bal) << " n " << n << " " << m.describe();
-                    ASSERT_EQ(a.partial, b.partial) << attention::balance_name(bal) << " n " << n << " "
-                                                    << m.describe();
+                    ASSERT_EQ(a.full, b.full)
+                        << attention::balance_name(bal) << " n " << n << " " << m.describe();
+                    ASSERT_EQ(a.partial, b.partial)
+                        << attention::balance_name(bal) << " n " << n << " " << m.describe();
                     // The kernels compute every visible pair (and, in partial tiles, some masked).
                     ASSERT_GE(a.full + a.partial, visible_pairs(q, k, n, m));
                   }
@@ -137,15 +139,17 @@ TEST(LocalModel, TileReplayCostsMaskedWorkOnly) {
   AttnProblem full = problem(2, Balance::zigzag);
   full.mask = MaskSpec{};
   const double plain = cost_attention(burst, full, hw).forward.compute_s;
-  hw.tiles = {kernels::cpu::kForwardTileQ, kernels::cpu::kForwardTileK, kernels::cpu::kBackwardTileQ,
-              kernels::cpu::kBackwardTileK};
+  hw.tiles = {kernels::cpu::kForwardTileQ, kernels::cpu::kForwardTileK,
+              kernels::cpu::kBackwardTileQ, kernels::cpu::kBackwardTileK};
   hw.corrections.partial_tile_cost_fwd = 3.0;
   // Full mask: every tile is full, the partial cost never enters.
   EXPECT_NEAR(cost_attention(burst, full, hw).forward.compute_s, plain, 1e-12);
-  // Causal striped: partial tiles cost more than the visible pairs say; FLOPs stay the visible ones.
+  // Causal striped: partial tiles cost more than the visible pairs say; FLOPs stay the visible
+  // ones.
   Hardware no_tiles = local_like();
   const AttnProblem st = problem(2, Balance::striped);
-  const PassCost a = cost_attention(burst, st, no_tiles).forward, b = cost_attention(burst, st, hw).forward;
+  const PassCost a = cost_attention(burst, st, no_tiles).forward,
+                 b = cost_attention(burst, st, hw).forward;
   EXPECT_DOUBLE_EQ(a.flops, b.flops);
   EXPECT_GT(b.compute_s, 1.2 * a.compute_s);
 }

@@ -15,7 +15,8 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // A cluster whose compute is free, so a replay measures communication alone.
-Hardware comm_only(double lat_intra, double bw_intra, double lat_inter, double bw_inter_per_gpu, int gpn) {
+Hardware comm_only(double lat_intra, double bw_intra, double lat_inter, double bw_inter_per_gpu,
+                   int gpn) {
   Hardware hw;
   hw.name = "test";
   hw.gpus_per_node = gpn;
@@ -28,7 +29,8 @@ Hardware comm_only(double lat_intra, double bw_intra, double lat_inter, double b
   return hw;
 }
 
-AttnProblem problem(int64_t n, int64_t hq, int64_t hkv, int64_t d, int world, int gpn, bool causal) {
+AttnProblem problem(int64_t n, int64_t hq, int64_t hkv, int64_t d, int world, int gpn,
+                    bool causal) {
   AttnProblem p;
   p.n = n;
   p.hq = hq;
@@ -40,7 +42,9 @@ AttnProblem problem(int64_t n, int64_t hq, int64_t hkv, int64_t d, int world, in
   return p;
 }
 
-double total_bytes(const PassCost& c) { return c.bytes_intra + c.bytes_inter; }
+double total_bytes(const PassCost& c) {
+  return c.bytes_intra + c.bytes_inter;
+}
 
 // BurstAttention / BurstEngine §3.1: the backward moves 3Nd + 2N instead of RingAttention's 4Nd.
 TEST(PaperValidation, BurstBackwardMovesAQuarterLessThanRing) {
@@ -61,12 +65,15 @@ TEST(PaperValidation, BurstBackwardMovesAQuarterLessThanRing) {
   EXPECT_DOUBLE_EQ(total_bytes(ring.forward), 7 * 2 * l * 8 * d * 2);
 }
 
-// design.md §5: with GQA g = 4 the KV backward moves less (the planner decides, nothing hard-coded).
+// design.md §5: with GQA g = 4 the KV backward moves less (the planner decides, nothing
+// hard-coded).
 TEST(PaperValidation, RingBackwardWinsUnderGqa) {
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const AttnProblem p = problem(4096, 32, 8, 128, 8, 8, true);
-  const double ring = total_bytes(cost_attention(attention::Algorithm::parse("ring"), p, hw).backward);
-  const double burst = total_bytes(cost_attention(attention::Algorithm::parse("burst"), p, hw).backward);
+  const double ring =
+      total_bytes(cost_attention(attention::Algorithm::parse("ring"), p, hw).backward);
+  const double burst =
+      total_bytes(cost_attention(attention::Algorithm::parse("burst"), p, hw).backward);
   EXPECT_GT(burst / ring, 2.9);  // (3*32*128 + 2*32) / (4*8*128) = 3.02
   EXPECT_LT(burst / ring, 3.1);
 }
@@ -105,11 +112,14 @@ TEST(PaperValidation, StarTrailFormulaMatchesExecutorVolume) {
     const int64_t l = 4096 / 16;
     const auto fv = attention::startrail_forward_volume(cfg, mover, l, 8, 4, 16);
     const auto bv = attention::startrail_backward_volume(cfg, mover, l, 8, 4, 16);
-    const AttentionCost st = cost_attention(attention::Algorithm::parse("startrail:" + std::to_string(c)), p, hw);
+    const AttentionCost st =
+        cost_attention(attention::Algorithm::parse("startrail:" + std::to_string(c)), p, hw);
     EXPECT_DOUBLE_EQ(st.forward.collective_bytes, 2.0 * fv.collective) << "C=" << c;
-    EXPECT_DOUBLE_EQ(total_bytes(st.forward) - st.forward.collective_bytes, 2.0 * fv.p2p) << "C=" << c;
+    EXPECT_DOUBLE_EQ(total_bytes(st.forward) - st.forward.collective_bytes, 2.0 * fv.p2p)
+        << "C=" << c;
     EXPECT_DOUBLE_EQ(st.backward.collective_bytes, 2.0 * bv.collective) << "C=" << c;
-    EXPECT_DOUBLE_EQ(total_bytes(st.backward) - st.backward.collective_bytes, 2.0 * bv.p2p) << "C=" << c;
+    EXPECT_DOUBLE_EQ(total_bytes(st.backward) - st.backward.collective_bytes, 2.0 * bv.p2p)
+        << "C=" << c;
   }
 }
 
@@ -128,7 +138,8 @@ TEST(PaperValidation, WallFacerPeakMemoryUnits) {
     in.checkpoint = Checkpoint::full;
     in.attention_extra_bytes = ac.extra_activation_bytes;
     const MemoryBreakdown b = memory_model(in);
-    EXPECT_DOUBLE_EQ((b.checkpoints + b.qkv + b.attention_extra) / b.activation_unit, units) << algo;
+    EXPECT_DOUBLE_EQ((b.checkpoints + b.qkv + b.attention_extra) / b.activation_unit, units)
+        << algo;
   }
 }
 
@@ -157,8 +168,10 @@ TEST(PaperValidation, BurstEngineTable1CommunicationTimes) {
   // BurstAttention: 5 max((N-Ninter) T_intra, Ninter T_inter).
   const double burst_table = 5 * std::max((g - nodes) * t_intra, nodes * t_inter);
   const double dr = seconds("double-ring:8:ring"), burst = seconds("double-ring:8");
-  std::printf("Table 1 (G=16, 2 nodes): ring %.4g s vs %.4g; double-ring %.4g vs %.4g; burst %.4g vs %.4g\n",
-              seconds("ring"), ring_table, dr, dr_table, burst, burst_table);
+  std::printf(
+      "Table 1 (G=16, 2 nodes): ring %.4g s vs %.4g; double-ring %.4g vs %.4g; burst %.4g vs "
+      "%.4g\n",
+      seconds("ring"), ring_table, dr, dr_table, burst, burst_table);
   EXPECT_LT(burst, dr);
   EXPECT_LT(dr, seconds("ring") / 3);
   // Burst: the table's 5 units against Q, dO, dQ (+ D, LSE: 2/D of a unit) and K, V.

@@ -1,10 +1,11 @@
 // Planner, simulator, profiles and CLI-facing errors.
+#include "longseq/plan/planner.hpp"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "longseq/core/error.hpp"
-#include "longseq/plan/planner.hpp"
 #include "longseq/plan/simulator.hpp"
 
 namespace longseq::plan {
@@ -42,7 +43,8 @@ TEST(Hardware, EveryShippedProfileLoads) {
     // Round trip.
     const Hardware back = parse_hardware(hardware_to_json(hw), "round trip");
     EXPECT_DOUBLE_EQ(back.inter.bandwidth_Bps, hw.inter.bandwidth_Bps) << n;
-    EXPECT_DOUBLE_EQ(back.corrections.attention_bwd_efficiency, hw.corrections.attention_bwd_efficiency);
+    EXPECT_DOUBLE_EQ(back.corrections.attention_bwd_efficiency,
+                     hw.corrections.attention_bwd_efficiency);
   }
   const Hardware a800 = load_hardware("a800");
   EXPECT_DOUBLE_EQ(a800.inter.bandwidth_Bps, 25e9);  // 8 x 200 Gb/s over 8 GPUs
@@ -52,8 +54,9 @@ TEST(Hardware, EveryShippedProfileLoads) {
 TEST(Hardware, ErrorsNameTheValue) {
   EXPECT_NE(error_of([] { load_hardware("a900"); }).find("--hardware 'a900'"), std::string::npos);
   EXPECT_NE(error_of([] { load_hardware("a900"); }).find("a800"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_hardware("{\"gpus_per_node\": 8}", "x.json"); }).find("memory_bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_hardware("{\"gpus_per_node\": 8}", "x.json"); }).find("memory_bytes"),
+      std::string::npos);
 }
 
 TEST(ModelConfig, PresetsCountsAndErrors) {
@@ -63,7 +66,8 @@ TEST(ModelConfig, PresetsCountsAndErrors) {
   EXPECT_EQ(parse_count("32k", "--seq"), 32768);
   EXPECT_EQ(parse_count("65536", "--seq"), 65536);
   EXPECT_NE(error_of([] { parse_count("1.5M", "--seq"); }).find("--seq '1.5M'"), std::string::npos);
-  EXPECT_NE(error_of([] { load_model("llama-99b"); }).find("--model 'llama-99b'"), std::string::npos);
+  EXPECT_NE(error_of([] { load_model("llama-99b"); }).find("--model 'llama-99b'"),
+            std::string::npos);
 }
 
 TEST(Planner, BadInputNamesTheFlags) {
@@ -73,7 +77,8 @@ TEST(Planner, BadInputNamesTheFlags) {
   EXPECT_NE(e.find("--gpus-per-node 8"), std::string::npos) << e;
   o = options("llama-7b", "1M", 32, 16, "a800");
   EXPECT_NE(error_of([&] { o.validate(); }).find("--gpus-per-node 16"), std::string::npos);
-  EXPECT_NE(error_of([] { attention::Algorithm::parse("startrail:x"); }).find("startrail:x"), std::string::npos);
+  EXPECT_NE(error_of([] { attention::Algorithm::parse("startrail:x"); }).find("startrail:x"),
+            std::string::npos);
 }
 
 TEST(Planner, RanksFeasibleFirstWithReasons) {
@@ -102,8 +107,9 @@ TEST(Planner, RanksFeasibleFirstWithReasons) {
   // JSON shape.
   const auto j = nlohmann::json::parse(plan_json(evals));
   ASSERT_EQ(j["configs"].size(), evals.size());
-  for (const char* k : {"algo", "inner_ring", "team_c", "ulysses", "checkpoint", "loss", "feasible", "reason",
-                        "step_seconds", "tokens_per_sec_per_gpu", "mfu", "peak_memory_bytes", "comm_bytes"})
+  for (const char* k :
+       {"algo", "inner_ring", "team_c", "ulysses", "checkpoint", "loss", "feasible", "reason",
+        "step_seconds", "tokens_per_sec_per_gpu", "mfu", "peak_memory_bytes", "comm_bytes"})
     EXPECT_TRUE(j["configs"][0].contains(k)) << k;
   EXPECT_TRUE(j["configs"][0]["comm_bytes"].contains("inter"));
 }
@@ -118,7 +124,8 @@ TEST(Planner, MemoryLimitAndCheckpointTradeOff) {
     ADD_FAILURE();
     return Evaluation{};
   };
-  const auto none = find(Checkpoint::none, LossMode::fused), full = find(Checkpoint::full, LossMode::fused),
+  const auto none = find(Checkpoint::none, LossMode::fused),
+             full = find(Checkpoint::full, LossMode::fused),
              sel = find(Checkpoint::selective_pp, LossMode::fused),
              seq = find(Checkpoint::seq_selective, LossMode::fused),
              unfused = find(Checkpoint::full, LossMode::unfused);
@@ -143,7 +150,8 @@ TEST(Simulator, OverlapAndCommBoundLimits) {
   p.d = 8;
   p.world = 4;
   p.gpus_per_node = 4;
-  const ScheduleSet set = make_schedules(attention::Algorithm::parse("burst"), p, attention::Pass::forward);
+  const ScheduleSet set =
+      make_schedules(attention::Algorithm::parse("burst"), p, attention::Pass::forward);
   ReplayModel m;
   m.same_node = [](int, int) { return true; };
   m.intra = {0.0, 1.0};

@@ -34,7 +34,9 @@ using longseq::core::Error;
 using Ids = std::vector<uint32_t>;
 using Strs = std::vector<std::string>;
 
-std::string tmp(const std::string& name) { return longseq::testing::temp_path("bpe", name); }
+std::string tmp(const std::string& name) {
+  return longseq::testing::temp_path("bpe", name);
+}
 using longseq::testing::error_of;
 
 std::string utf8(char32_t c) {

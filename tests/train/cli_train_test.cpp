@@ -1,8 +1,8 @@
-// `longseq train` as a user calls it (issue contract: --preset NAME with overrides, DIR/metrics.json
-// = {"config": {...}, "steps": [{"step", "loss", "tokens_per_sec", "mfu", "peak_rss_mib",
-// "compute_s", "comm_wait_s"}, ...]}, the checkpoint under DIR), on the tiny preset with an odd
-// length and an odd world, in both precisions; bad values end with a non-zero status and a message
-// naming them, never a hang or a crash.
+// `longseq train` as a user calls it (issue contract: --preset NAME with overrides,
+// DIR/metrics.json = {"config": {...}, "steps": [{"step", "loss", "tokens_per_sec", "mfu",
+// "peak_rss_mib", "compute_s", "comm_wait_s"}, ...]}, the checkpoint under DIR), on the tiny preset
+// with an odd length and an odd world, in both precisions; bad values end with a non-zero status
+// and a message naming them, never a hang or a crash.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,12 +29,13 @@ TEST(TrainCli, WritesMetricsAndCheckpointPerTheContract) {
     const std::string dir = temp_path("cli_train", precision);
     fs::remove_all(dir);
     std::string log;
-    ASSERT_EQ(run(train_cmd(std::string("--steps 3 --seq 77 --world 3 --algo ring --balance striped "
-                                        "--checkpoint seq-selective --seq-selective-fraction 0.75 "
-                                        "--precision ") +
-                            precision + " --out " + dir),
-                  log),
-              0)
+    ASSERT_EQ(
+        run(train_cmd(std::string("--steps 3 --seq 77 --world 3 --algo ring --balance striped "
+                                  "--checkpoint seq-selective --seq-selective-fraction 0.75 "
+                                  "--precision ") +
+                      precision + " --out " + dir),
+            log),
+        0)
         << log;
     const nlohmann::json m = nlohmann::json::parse(longseq::core::read_file(dir + "/metrics.json"));
     EXPECT_EQ(m["config"]["precision"], precision);
@@ -46,7 +47,8 @@ TEST(TrainCli, WritesMetricsAndCheckpointPerTheContract) {
     for (size_t i = 0; i < 3; ++i) {
       const auto& s = m["steps"][i];
       EXPECT_EQ(s["step"], static_cast<int>(i));
-      for (const char* k : {"loss", "tokens_per_sec", "mfu", "peak_rss_mib", "compute_s", "comm_wait_s"}) {
+      for (const char* k :
+           {"loss", "tokens_per_sec", "mfu", "peak_rss_mib", "compute_s", "comm_wait_s"}) {
         ASSERT_TRUE(s.contains(k)) << k;
         EXPECT_TRUE(std::isfinite(s[k].get<double>())) << k;
         EXPECT_GE(s[k].get<double>(), 0.0) << k;
@@ -62,13 +64,13 @@ TEST(TrainCli, RefusesBadValuesNamingThem) {
     const char* args;
     const char* want;
   };
-  for (const Case& c : {Case{"--precision fp16", "--precision 'fp16'"},
-                        Case{"--checkpoint seq-selective --seq-selective-fraction 1",
-                             "--seq-selective-fraction 1"},
-                        Case{"--checkpoint lots", "--checkpoint 'lots'"},
-                        Case{"--world 3 --seq 4", "--seq 4 must be at least 2 tokens per rank"},
-                        Case{"--vocab 100", "larger than the model's 100 (set --vocab)"},
-                        Case{"--init-from /nonexistent/hf", "--init-from /nonexistent/hf: no config.json"}}) {
+  for (const Case& c :
+       {Case{"--precision fp16", "--precision 'fp16'"},
+        Case{"--checkpoint seq-selective --seq-selective-fraction 1", "--seq-selective-fraction 1"},
+        Case{"--checkpoint lots", "--checkpoint 'lots'"},
+        Case{"--world 3 --seq 4", "--seq 4 must be at least 2 tokens per rank"},
+        Case{"--vocab 100", "larger than the model's 100 (set --vocab)"},
+        Case{"--init-from /nonexistent/hf", "--init-from /nonexistent/hf: no config.json"}}) {
     std::string log;
     EXPECT_EQ(run(train_cmd(c.args), log), 1) << c.args << "\n" << log;
     EXPECT_NE(log.find(c.want), std::string::npos) << c.args << "\n" << log;
@@ -86,7 +88,8 @@ TEST(TrainCli, MpirunEqualsTheLocalBackend) {
   const std::string args = "--steps 2 --seq 61 --world 3 --algo ring --precision bf16 --out ";
   const std::string a = temp_path("cli_mpi", "mpi"), b = temp_path("cli_mpi", "local");
   ASSERT_EQ(run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
-                "-np 3 " + train_cmd(args + a),
+                "-np 3 " +
+                    train_cmd(args + a),
                 log),
             0)
       << log;

@@ -1,5 +1,7 @@
 // Token files, the byte tokenizer and the loader: global label shift across rank boundaries for
 // every layout and world, padding, document ids, sequence order, malformed files refused.
+#include "longseq/train/data.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
-#include "longseq/train/data.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -19,7 +20,9 @@ namespace tr = longseq::train;
 namespace at = longseq::attention;
 using longseq::core::Error;
 
-std::string tmp(const std::string& name) { return longseq::testing::temp_path("data", name); }
+std::string tmp(const std::string& name) {
+  return longseq::testing::temp_path("data", name);
+}
 using longseq::testing::error_of;
 
 TEST(TokenFile, RoundTripsUint16AndUint32) {
@@ -89,7 +92,8 @@ TEST(Loader, LabelsShiftInGlobalOrderAcrossRanksForEveryLayout) {
             }
             ++seen[p];
             EXPECT_EQ(rt.tokens[i], static_cast<int32_t>(f.tokens[seq * n + p]));
-            EXPECT_EQ(rt.labels[i], p + 1 < n ? static_cast<int32_t>(f.tokens[seq * n + p + 1]) : -100)
+            EXPECT_EQ(rt.labels[i],
+                      p + 1 < n ? static_cast<int32_t>(f.tokens[seq * n + p + 1]) : -100)
                 << "position " << p << " rank " << r << " world " << world;
           }
         }
@@ -114,7 +118,9 @@ TEST(Loader, SequenceOrderDocumentIdsAndShortFiles) {
   EXPECT_EQ(loader.document_ids(1), (std::vector<int32_t>{0, 0, 0, 0, 1, 1}));
   f.eot = -1;
   EXPECT_TRUE(tr::Loader(f, 6).document_ids(0).empty());
-  EXPECT_NE(error_of([&] { tr::Loader(f, 13); }).find("holds 12 tokens, fewer than one sequence of --seq 13"),
+  EXPECT_NE(error_of([&] {
+              tr::Loader(f, 13);
+            }).find("holds 12 tokens, fewer than one sequence of --seq 13"),
             std::string::npos);
 }
 
@@ -130,8 +136,10 @@ TEST(TokenFile, RefusesATokenCountWhoseByteSizeOverflows) {
   std::memcpy(raw.data() + 12, &hi, 4);  // header[3]: high 32 bits of the count
   longseq::core::write_file_atomic(p, raw);
   const std::string m = error_of([&] { tr::read_token_file(p); });
-  EXPECT_NE(m.find("[data] " + p + ": header says 9223372036854775808 tokens of 2 bytes, the file has 0 data bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find("[data] " + p +
+             ": header says 9223372036854775808 tokens of 2 bytes, the file has 0 data bytes"),
+      std::string::npos)
       << m;
   std::remove(p.c_str());
 }
@@ -144,14 +152,16 @@ TEST(Loader, RefusesNegativeStepsAndSequencesOutOfRange) {
   f.vocab = 257;
   f.path = "synthetic";
   const tr::Loader loader(f, 6);
-  EXPECT_NE(error_of([&] { loader.sequence_index(-2147483648LL, 0, 1); })
-                .find("[data] synthetic: step -2147483648 replica 0 of 1 out of range"),
+  EXPECT_NE(error_of([&] {
+              loader.sequence_index(-2147483648LL, 0, 1);
+            }).find("[data] synthetic: step -2147483648 replica 0 of 1 out of range"),
             std::string::npos);
   EXPECT_NE(error_of([&] { loader.sequence_index(INT64_MAX / 2, 1, 4); }).find("overflows"),
             std::string::npos);
   const at::Layout lay(at::Balance::contiguous, 6, 1);
-  EXPECT_NE(error_of([&] { loader.rank_tokens(-1, lay, 0, -100); }).find("sequence -1 out of range"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { loader.rank_tokens(-1, lay, 0, -100); }).find("sequence -1 out of range"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { loader.rank_tokens(2, lay, 0, -100); }).find("sequence 2 out of range"),
             std::string::npos);
 }

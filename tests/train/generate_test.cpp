@@ -75,8 +75,8 @@ std::vector<int32_t> no_cache(const tr::GenerateConfig& g) {
       const longseq::attention::Layout l(longseq::attention::Balance::contiguous, n, 1);
       auto mask = std::make_shared<longseq::attention::MaskSpec>();
       mask->causal = true;
-      auto attn =
-          lm::make_distributed_attention(longseq::attention::Algorithm::parse("ring"), mask, l, group, 1);
+      auto attn = lm::make_distributed_attention(longseq::attention::Algorithm::parse("ring"), mask,
+                                                 l, group, 1);
       std::vector<int64_t> pos(static_cast<size_t>(n));
       for (int64_t p = 0; p < n; ++p) pos[p] = p;
       lm::StepBatch b;

@@ -90,8 +90,9 @@ TEST(InitFrom, Bf16ShardsWithAnIndexLoadRounded) {
   }
   core::write_safetensors(dir + "/model-00001-of-00002.safetensors", shard[0]);
   core::write_safetensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
-  core::write_file_atomic(dir + "/model.safetensors.index.json",
-                          nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump());
+  core::write_file_atomic(
+      dir + "/model.safetensors.index.json",
+      nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump());
   const std::vector<float> p = loaded(dir);
   ASSERT_EQ(p.size(), t.params.size());
   int differ = 0;
@@ -155,7 +156,8 @@ TEST(InitFrom, RefusesWhatItCannotLoadNamingIt) {
   expect("tensor model.layers.0.self_attn.q_proj.bias is not part of this model");
   fresh();
   rewrite("", "", "model.layers.0.self_attn.o_proj.weight");
-  expect("tensor model.layers.0.self_attn.o_proj.weight has shape [1024], the model needs [32, 32]");
+  expect(
+      "tensor model.layers.0.self_attn.o_proj.weight has shape [1024], the model needs [32, 32]");
   fs::remove_all(dir);
   // exclusive with --resume
   tr::TrainConfig c = tiny_config();

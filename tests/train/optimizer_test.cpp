@@ -1,5 +1,7 @@
 // AdamW against the closed form of torch.optim.AdamW (two steps by hand in fp64), the schedule's
 // values at its corners, clipping, and the global norm over ranks of a real comm group.
+#include "longseq/train/optimizer.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
-#include "longseq/train/optimizer.hpp"
 
 namespace {
 

@@ -35,7 +35,9 @@ namespace {
 
 namespace tr = longseq::train;
 
-tr::TrainConfig tiny() { return longseq::testing::tiny_config(); }
+tr::TrainConfig tiny() {
+  return longseq::testing::tiny_config();
+}
 
 double norm(const std::vector<float>& g) {
   double s = 0;
@@ -84,11 +86,12 @@ TEST(Precision, DistributedBf16StepEqualsSingleRankBf16) {
     const char* balance;
     const char* policy;
   };
-  for (const Case& k : {Case{2, 1, "ring", "zigzag", "none"}, Case{2, 1, "burst", "striped", "full"},
-                        Case{4, 1, "burst", "zigzag", "seq-selective"},
-                        Case{4, 1, "ring", "contiguous", "selective++"},
-                        Case{4, 2, "double-ring", "zigzag", "seq-selective"},
-                        Case{4, 1, "ulysses", "zigzag", "seq-selective"}}) {
+  for (const Case& k :
+       {Case{2, 1, "ring", "zigzag", "none"}, Case{2, 1, "burst", "striped", "full"},
+        Case{4, 1, "burst", "zigzag", "seq-selective"},
+        Case{4, 1, "ring", "contiguous", "selective++"},
+        Case{4, 2, "double-ring", "zigzag", "seq-selective"},
+        Case{4, 1, "ulysses", "zigzag", "seq-selective"}}) {
     tr::TrainConfig c = tiny();
     c.precision = "bf16";
     c.world = k.world;

@@ -1,5 +1,7 @@
 // core/safetensors: round trip of every dtype with metadata, the byte layout the format specifies
 // (8-byte length, JSON header padded to 8, data offsets), atomic replacement, malformed files.
+#include "longseq/core/safetensors.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "longseq/core/error.hpp"
-#include "longseq/core/safetensors.hpp"
 
 namespace {
 
@@ -65,19 +66,22 @@ TEST(SafeTensors, RefusesMalformedFilesAndMismatches) {
   EXPECT_NE(msg([&] { f.get("y", lc::DType::f32); }).find("no tensor 'y'"), std::string::npos);
   EXPECT_NE(msg([&] { f.get("x", lc::DType::i32); }).find("tensor 'x' is F32, expected I32"),
             std::string::npos);
-  EXPECT_NE(msg([&] { f.get("x", lc::DType::f32, {2, 2}); }).find("has shape [4,], expected [2,2,]"),
+  EXPECT_NE(msg([&] {
+              f.get("x", lc::DType::f32, {2, 2});
+            }).find("has shape [4,], expected [2,2,]"),
             std::string::npos);
   const std::string raw = lc::read_file(p);
   lc::write_file_atomic(p, raw.substr(0, raw.size() - 4));
-  EXPECT_NE(msg([&] { lc::read_safetensors(p); }).find("data_offsets out of range"), std::string::npos);
+  EXPECT_NE(msg([&] { lc::read_safetensors(p); }).find("data_offsets out of range"),
+            std::string::npos);
   lc::write_file_atomic(p, std::string("\x05\0\0\0\0\0\0\0{oops", 13));
   EXPECT_NE(msg([&] { lc::read_safetensors(p); }).find("malformed header JSON"), std::string::npos);
   lc::write_file_atomic(p, "abc");
   EXPECT_NE(msg([&] { lc::read_safetensors(p); }).find("shorter than the 8-byte header length"),
             std::string::npos);
   EXPECT_NE(msg([&] {
-              lc::write_safetensors(p, {{"x", lc::DType::f32, {1}, a.data()},
-                                        {"x", lc::DType::f32, {1}, a.data()}});
+              lc::write_safetensors(
+                  p, {{"x", lc::DType::f32, {1}, a.data()}, {"x", lc::DType::f32, {1}, a.data()}});
             }).find("duplicate tensor name 'x'"),
             std::string::npos);
   std::remove(p.c_str());
@@ -110,14 +114,15 @@ TEST(SafeTensors, RefusesMalformedHeadersNamingFileAndTensor) {
     std::string what;
   };
   const std::vector<Case> cases = {
-      {R"({"__metadata__": [1, 2], "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4,
-       "__metadata__ is array, expected an object"},
+      {R"({"__metadata__": [1, 2], "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+       4, "__metadata__ is array, expected an object"},
       {R"({"__metadata__": "pt"})", 0, "__metadata__ is string"},
       {R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-           "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8, "overlaps 'x'"},
+           "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+       8, "overlaps 'x'"},
       {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-           "y": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12,
-       "hole of 4 bytes before tensor 'y'"},
+           "y": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+       12, "hole of 4 bytes before tensor 'y'"},
       {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8,
        "4 bytes after the last tensor 'x' belong to no tensor"},
       {R"({"x": {"dtype": "F32", "shape": [65536, 65536, 4294967296], "data_offsets": [0, 0]}})", 0,
@@ -132,8 +137,10 @@ TEST(SafeTensors, RefusesMalformedHeadersNamingFileAndTensor) {
       {R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4,
        "tensor 'x': data_offsets missing or not [begin, end]"},
       {R"({"x": 7})", 0, "entry 'x' is number"},
-      {R"({"x": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", 4, "dtype missing or not a string"},
-      {R"({"x": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1, "unsupported dtype 'F8'"},
+      {R"({"x": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", 4,
+       "dtype missing or not a string"},
+      {R"({"x": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1,
+       "unsupported dtype 'F8'"},
       {R"([1, 2])", 0, "header is not a JSON object"},
   };
   for (const Case& c : cases) {
@@ -149,7 +156,8 @@ TEST(SafeTensors, RefusesMalformedHeadersNamingFileAndTensor) {
   EXPECT_NE(refusal(p).find("exceeds the file"), std::string::npos);
   // Zero-size tensors may share an offset with their neighbour.
   write_raw(p, R"({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
-                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+            4);
   EXPECT_EQ(lc::read_safetensors(p).tensors.size(), 2u);
   std::remove(p.c_str());
 }
@@ -158,8 +166,9 @@ TEST(SafeTensors, RefusesMalformedHeadersNamingFileAndTensor) {
 TEST(SafeTensors, ChecksumsCatchAFlippedByteNamingTheTensor) {
   const std::string p = tmp("c.safetensors");
   std::vector<float> a(16, 1.0f), b(8, 2.0f);
-  lc::write_safetensors(p, {{"first", lc::DType::f32, {16}, a.data()}, {"second", lc::DType::f32, {8}, b.data()}},
-                        {{"format", "pt"}});
+  lc::write_safetensors(
+      p, {{"first", lc::DType::f32, {16}, a.data()}, {"second", lc::DType::f32, {8}, b.data()}},
+      {{"format", "pt"}});
   EXPECT_EQ(lc::verify_checksums(lc::read_safetensors(p)), 2);
   const std::string raw = lc::read_file(p);
   // Flip one bit in each byte position of the data section in turn (sampled): always caught.
@@ -179,10 +188,12 @@ TEST(SafeTensors, ChecksumsCatchAFlippedByteNamingTheTensor) {
   EXPECT_EQ(lc::verify_checksums(lc::read_safetensors(p)), -1);
   // A tensor added without a checksum, or a checksum of a tensor not there, is refused.
   write_raw(p, R"({"__metadata__": {"longseq.crc32c": "{\"y\": \"00000000\"}"},
-                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+            4);
   EXPECT_NE(refusal(p).find("a checksum names tensor 'y'"), std::string::npos) << refusal(p);
   write_raw(p, R"({"__metadata__": {"longseq.crc32c": "{}"},
-                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+                 "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+            4);
   EXPECT_NE(refusal(p).find("tensor 'x' has no checksum"), std::string::npos) << refusal(p);
   std::remove(p.c_str());
 }

@@ -26,7 +26,8 @@ inline std::string error_of(const std::function<void()>& f) {
 
 /// A per-process file name in the test temp directory: TempDir/longseq_<prefix>_<pid>_<name>.
 inline std::string temp_path(const std::string& prefix, const std::string& name) {
-  return ::testing::TempDir() + "/longseq_" + prefix + "_" + std::to_string(::getpid()) + "_" + name;
+  return ::testing::TempDir() + "/longseq_" + prefix + "_" + std::to_string(::getpid()) + "_" +
+         name;
 }
 
 /// Preset "tiny" (2 layers, hidden 32, 4 query / 2 key-value heads, vocabulary 257) on the shipped

@@ -15,19 +15,20 @@
 // 3. Resume equals uninterrupted training bit for bit (parameters and losses), at world 2.
 // 4. Bad configurations are refused with the values named (presets: config_test.cpp).
 // 5. The loss falls over a few steps.
+#include "longseq/train/trainer.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/data.hpp"
-#include "longseq/train/trainer.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -35,8 +36,9 @@ namespace {
 namespace tr = longseq::train;
 using longseq::core::Error;
 
-
-tr::TrainConfig tiny() { return longseq::testing::tiny_config(); }
+tr::TrainConfig tiny() {
+  return longseq::testing::tiny_config();
+}
 
 struct Baseline {
   tr::TrainSummary s;
@@ -80,11 +82,10 @@ TEST(Trainer, DistributedStepEqualsSingleRankForEveryAlgorithm) {
     int world, nodes;
     const char* algo;
   };
-  for (const Case& k : {Case{2, 1, "ring"}, Case{2, 1, "burst"}, Case{4, 1, "ring"},
-                        Case{4, 1, "burst"}, Case{4, 2, "double-ring"},
-                        Case{4, 2, "double-ring:ring"}, Case{4, 1, "double-ring:2:ring"},
-                        Case{4, 1, "startrail:2"},
-                        Case{2, 1, "ulysses"}, Case{4, 1, "usp:2"}}) {
+  for (const Case& k :
+       {Case{2, 1, "ring"}, Case{2, 1, "burst"}, Case{4, 1, "ring"}, Case{4, 1, "burst"},
+        Case{4, 2, "double-ring"}, Case{4, 2, "double-ring:ring"}, Case{4, 1, "double-ring:2:ring"},
+        Case{4, 1, "startrail:2"}, Case{2, 1, "ulysses"}, Case{4, 1, "usp:2"}}) {
     tr::TrainConfig c = tiny();
     c.world = k.world;
     c.nodes = k.nodes;
@@ -110,7 +111,8 @@ TEST(Trainer, DistributedStepEqualsSingleRankForEveryLayoutPolicyAndLoss) {
       c.balance = balance;
       c.checkpoint = "seq-selective";
       c.seq_selective_fraction = f;
-      expect_same_step(c, std::string(balance) + " seq-selective f=" + std::to_string(f).substr(0, 4));
+      expect_same_step(c,
+                       std::string(balance) + " seq-selective f=" + std::to_string(f).substr(0, 4));
     }
   for (const char* loss : {"fused", "unfused"})
     for (int world : {1, 2}) {
@@ -140,7 +142,8 @@ TEST(Trainer, CheckpointPoliciesKeepLessActivationsInTheDocumentedOrder) {
     c.checkpoint = policies[i];
     kept[i] = tr::train(c).steps[0].saved_activation_mib;
   }
-  for (int i = 0; i + 1 < 4; ++i) EXPECT_GT(kept[i], kept[i + 1]) << policies[i] << " vs " << policies[i + 1];
+  for (int i = 0; i + 1 < 4; ++i)
+    EXPECT_GT(kept[i], kept[i + 1]) << policies[i] << " vs " << policies[i + 1];
   // Per block: x (C) for every policy; o (Hq D = C) + lse (Hq) for selective++, half of it for
   // seq-selective. Tiny: C = 32, Hq = 4, 64 tokens per rank, 2 layers.
   const double mib = 4.0 / (1024 * 1024) * 64 * 2;
@@ -166,7 +169,8 @@ TEST(Trainer, CheckpointPoliciesKeepLessActivationsInTheDocumentedOrder) {
 TEST(Trainer, DocumentMaskEqualsAcrossWorldsAndChangesTheLoss) {
   // A token file of short documents: with --doc-mask a token attends only within its document.
   std::vector<std::string> docs;
-  for (int i = 0; i < 12; ++i) docs.push_back(std::string(5 + 3 * i, static_cast<char>('a' + i)) + " end.");
+  for (int i = 0; i < 12; ++i)
+    docs.push_back(std::string(5 + 3 * i, static_cast<char>('a' + i)) + " end.");
   const std::string p = testing::TempDir() + "/longseq_docs_" + std::to_string(::getpid()) + ".tok";
   tr::write_token_file(p, tr::byte_tokenize(docs), tr::kByteVocab, tr::kByteEot);
   tr::TrainConfig a = tiny(), b = tiny(), plain = tiny();

@@ -260,8 +260,8 @@ TEST(WindowAttention64, PastTwoToThe31ScoreElementsEqualsBruteForce) {
         return t;
       };
       const auto lq = local(q), lk = local(k), lv = local(v), ldo = local(dout);
-      auto op =
-          md::make_distributed_attention(longseq::attention::Algorithm::parse("burst"), tm.base, layout, g, 1);
+      auto op = md::make_distributed_attention(longseq::attention::Algorithm::parse("burst"),
+                                               tm.base, layout, g, 1);
       const at::AttentionSaved s = op->forward(lq.view(), lk.view(), lv.view());
       const at::AttentionGrads gr = op->backward(ldo.view(), s);
       layout.unshard(s.o.data(), d, r, o.data());

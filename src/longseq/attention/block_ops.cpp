@@ -16,26 +16,27 @@ static void ensure(std::vector<float>& v, size_t n) {
 }
 
 template <class T>
-void BlockOps::forward_merge(const T* q, const kernels::Tokens& qt, int64_t tq, const T* k, const T* v,
-                             const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask, float* o_acc,
-                             float* lse_acc) {
+void BlockOps::forward_merge(const T* q, const kernels::Tokens& qt, int64_t tq, const T* k,
+                             const T* v, const kernels::Tokens& kt, int64_t tk,
+                             const kernels::Mask& mask, float* o_acc, float* lse_acc) {
   const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_};
   ensure(o_part_, static_cast<size_t>(tq * hq_ * d_));
   ensure(lse_part_, static_cast<size_t>(tq * hq_));
   ensure(work_, cpu::attention_forward_workspace_floats(dims, threads_));
-  cpu::attention_block_forward(q, k, v, qt, kt, mask, static_cast<float>(scale_), dims, threads_, work_,
-                               o_part_.data(), lse_part_.data());
+  cpu::attention_block_forward(q, k, v, qt, kt, mask, static_cast<float>(scale_), dims, threads_,
+                               work_, o_part_.data(), lse_part_.data());
   cpu::merge_partials(o_acc, lse_acc, o_part_.data(), lse_part_.data(), tq, hq_, d_, threads_);
 }
 
 template <class T>
 void BlockOps::backward(const T* q, const T* k, const T* v, const T* dout, const float* lse,
-                        const float* dvec, const kernels::Tokens& qt, int64_t tq, const kernels::Tokens& kt,
-                        int64_t tk, const kernels::Mask& mask, float* dq, float* dk, float* dv) {
+                        const float* dvec, const kernels::Tokens& qt, int64_t tq,
+                        const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask, float* dq,
+                        float* dk, float* dv) {
   const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_};
   ensure(work_, cpu::attention_backward_workspace_floats(dims, threads_));
-  cpu::attention_block_backward(q, k, v, dout, lse, dvec, qt, kt, mask, static_cast<float>(scale_), dims, threads_,
-                                work_, dq, dk, dv);
+  cpu::attention_block_backward(q, k, v, dout, lse, dvec, qt, kt, mask, static_cast<float>(scale_),
+                                dims, threads_, work_, dq, dk, dv);
 }
 
 template <class T>
@@ -48,10 +49,9 @@ void BlockOps::compute_d(const float* o, const T* dout, int64_t l, float* dvec) 
   template void BlockOps::forward_merge<T>(const T*, const kernels::Tokens&, int64_t, const T*,   \
                                            const T*, const kernels::Tokens&, int64_t,             \
                                            const kernels::Mask&, float*, float*);                 \
-  template void BlockOps::backward<T>(const T*, const T*, const T*, const T*, const float*,       \
-                                      const float*, const kernels::Tokens&, int64_t,              \
-                                      const kernels::Tokens&, int64_t, const kernels::Mask&,      \
-                                      float*, float*, float*);                                    \
+  template void BlockOps::backward<T>(                                                            \
+      const T*, const T*, const T*, const T*, const float*, const float*, const kernels::Tokens&, \
+      int64_t, const kernels::Tokens&, int64_t, const kernels::Mask&, float*, float*, float*);    \
   template void BlockOps::compute_d<T>(const float*, const T*, int64_t, float*);
 LONGSEQ_BLOCK_OPS_INSTANTIATE(float)
 LONGSEQ_BLOCK_OPS_INSTANTIATE(core::bf16)

@@ -23,8 +23,8 @@ class BlockOps {
   /// (o_acc [tq, Hq, D], lse_acc [tq, Hq]) with LSE weights.
   template <class T>
   void forward_merge(const T* q, const kernels::Tokens& qt, int64_t tq, const T* k, const T* v,
-                     const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask,
-                     float* o_acc, float* lse_acc);
+                     const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask, float* o_acc,
+                     float* lse_acc);
 
   /// Accumulates dq [tq, Hq, D], dk and dv [tk, Hkv, D] of one chunk pair, given the final lse and
   /// D = rowsum(dO * O) of the query rows.

@@ -46,7 +46,8 @@ struct TokenTable {
       pos[r] = layout.positions(r);
       if (!mask.doc_ids.empty()) {
         doc[r].resize(pos[r].size());
-        for (size_t i = 0; i < pos[r].size(); ++i) doc[r][i] = pos[r][i] >= 0 ? mask.doc_ids[pos[r][i]] : -1;
+        for (size_t i = 0; i < pos[r].size(); ++i)
+          doc[r][i] = pos[r][i] >= 0 ? mask.doc_ids[pos[r][i]] : -1;
       }
     }
   }
@@ -123,7 +124,8 @@ class DataSlot {
 // Posts and waits the schedule's transfers; times the waits.
 class Transport {
  public:
-  Transport(comm::Group& g, int tag_base, AttentionStats* st) : g_(g), tag_base_(tag_base), st_(st) {}
+  Transport(comm::Group& g, int tag_base, AttentionStats* st)
+      : g_(g), tag_base_(tag_base), st_(st) {}
 
   void post(const Xfer& x, void* slot_ptr, size_t bytes) {
     comm::Request r = x.send ? g_.isend(x.peer, slot_ptr, bytes, tag_base_ + x.tag())
@@ -152,7 +154,8 @@ class Transport {
 
 // Checks that the schedule never waits on something it has not posted (a bug, not user input).
 void check_schedule(const RankSchedule& rs) {
-  for (const Xfer& x : rs.xfers) LONGSEQ_CHECK(x.post_step < x.wait_step && x.wait_step < rs.num_steps);
+  for (const Xfer& x : rs.xfers)
+    LONGSEQ_CHECK(x.post_step < x.wait_step && x.wait_step < rs.num_steps);
 }
 
 }  // namespace
@@ -162,31 +165,34 @@ void validate_precision(core::DType precision) {
                 "precision ", core::dtype_name(precision), " is not supported (f32 or bf16)");
 }
 
-void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& group_topo, int64_t hq,
-              int64_t hkv,
-              int64_t d) {
+void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& group_topo,
+              int64_t hq, int64_t hkv, int64_t d) {
   using core::require;
   validate_precision(spec.precision);
   const int world = group_topo.size();
   spec.algo.validate(world, hq, hkv);
   require(spec.mask != nullptr, "attention", "no mask given");
-  require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq, ", Hkv ",
-          hkv, ", D ", d);
-  require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ", hkv);
-  require(world <= (1 << 16), "attention", "world ", world, " exceeds the 65536 ranks the "
+  require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq,
+          ", Hkv ", hkv, ", D ", d);
+  require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ",
+          hkv);
+  require(world <= (1 << 16), "attention", "world ", world,
+          " exceeds the 65536 ranks the "
           "message tags can address");
   require(layout.world() == world, "attention", "layout is for world ", layout.world(),
           ", the group has ", world, " ranks");
   require(spec.threads >= 1, "attention", "threads must be >= 1, got ", spec.threads);
   spec.mask->validate(layout.global_len());
   if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
-    require(spec.mask->block_size % layout.world() == 0, "attention", "block-striped needs block size ",
-            spec.mask->block_size, " to be a multiple of world ", layout.world());
+    require(spec.mask->block_size % layout.world() == 0, "attention",
+            "block-striped needs block size ", spec.mask->block_size, " to be a multiple of world ",
+            layout.world());
   if (spec.algo.ring_family() && spec.algo.route == Route::double_ring && world > 1) {
     const comm::Topology topo = schedule_topology(spec.algo, group_topo);
-    require(topo.num_nodes() > 1 && topo.num_nodes() < world, "attention", "--algo ", spec.algo.name(),
-            " needs several inner rings of several ranks each; got ", topo.num_nodes(),
-            " inner ring(s) for world ", world, " (use ring or burst, set --nodes, or double-ring:I)");
+    require(topo.num_nodes() > 1 && topo.num_nodes() < world, "attention", "--algo ",
+            spec.algo.name(), " needs several inner rings of several ranks each; got ",
+            topo.num_nodes(), " inner ring(s) for world ", world,
+            " (use ring or burst, set --nodes, or double-ring:I)");
   }
 }
 
@@ -195,15 +201,18 @@ namespace {
 // The ring-family forward with q, k, v in the compute type T (float or bf16) in the kernels and
 // in the bundles.
 template <class T>
-AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const float> v, const AttentionSpec& spec,
-                            const Layout& layout, comm::Group& group, AttentionStats* stats) {
+AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const float> v,
+                            const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                            AttentionStats* stats) {
   const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
-  core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention", "q, k, v must be [L, H, D]");
-  core::require(q.dim(0) == dm.l && k.dim(0) == dm.l && v.dim(0) == dm.l, "attention", "rank ", group.rank(),
-                " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0), " q/k/v tokens, the layout gives ", dm.l);
-  core::require(k.shape() == v.shape() && k.dim(2) == dm.d, "attention", "k ", k.shape().str(), " and v ",
-                v.shape().str(), " must match and share D with q ", q.shape().str());
+  core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention",
+                "q, k, v must be [L, H, D]");
+  core::require(q.dim(0) == dm.l && k.dim(0) == dm.l && v.dim(0) == dm.l, "attention", "rank ",
+                group.rank(), " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0),
+                " q/k/v tokens, the layout gives ", dm.l);
+  core::require(k.shape() == v.shape() && k.dim(2) == dm.d, "attention", "k ", k.shape().str(),
+                " and v ", v.shape().str(), " must match and share D with q ", q.shape().str());
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
   const MaskSpec& mask = *spec.mask;
@@ -259,10 +268,12 @@ AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const
         const Chunk& kc = kv_chunks[p.kc];
         const int64_t q_len = std::clamp<int64_t>(q_rows - qc.local_begin, 0, qc.len);
         if (q_len == 0) continue;  // rows past spec.query_rows are not asked for
-        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin), q_len,
-                          kb + kc.local_begin * dm.hkv * dm.d, vb + kc.local_begin * dm.hkv * dm.d,
+        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin),
+                          q_len, kb + kc.local_begin * dm.hkv * dm.d,
+                          vb + kc.local_begin * dm.hkv * dm.d,
                           tokens.tokens(w.origin, kc.local_begin), kc.len, kmask,
-                          saved.o.data() + qc.local_begin * dm.hq * dm.d, saved.lse.data() + qc.local_begin * dm.hq);
+                          saved.o.data() + qc.local_begin * dm.hq * dm.d,
+                          saved.lse.data() + qc.local_begin * dm.hq);
         if (stats) ++stats->pairs;
       }
     }
@@ -275,12 +286,13 @@ AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const
 // The ring-family backward with q, k, v, dO in the compute type T in the kernels and the data
 // bundles; D, LSE and every gradient (the gradient bundles too) are fp32.
 template <class T>
-AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved, const AttentionSpec& spec,
-                             const Layout& layout, comm::Group& group, AttentionStats* stats) {
+AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved,
+                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+                             AttentionStats* stats) {
   const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
-  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
-                saved.q.shape().str());
+  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(),
+                " must match q ", saved.q.shape().str());
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
   const MaskSpec& mask = *spec.mask;
@@ -301,14 +313,16 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
   const T* dop = compute_input(dout, dkeep, "do");
   BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
 
-  const int64_t q_elems = dm.l * dm.hq * dm.d, row_elems = dm.l * dm.hq, kv_elems = dm.l * dm.hkv * dm.d;
+  const int64_t q_elems = dm.l * dm.hq * dm.d, row_elems = dm.l * dm.hq,
+                kv_elems = dm.l * dm.hkv * dm.d;
   // D = rowsum(dO * O): computed once at home; burst ships it instead of O.
   std::vector<float> dvec(static_cast<size_t>(row_elems));
   ops.compute_d(saved.o.data(), dop, dm.l, dvec.data());
 
   // Data part: burst [Q | dO | D | LSE] (Q, dO in T), ring [K | V] (in T). Gradient part, fp32
   // so partial gradients accumulate in fp32 along the ring: burst dQ, ring [dK | dV].
-  const BundleLayout bl = bq ? BundleLayout::of<T>(q_elems, row_elems) : BundleLayout::of<T>(kv_elems, 0);
+  const BundleLayout bl =
+      bq ? BundleLayout::of<T>(q_elems, row_elems) : BundleLayout::of<T>(kv_elems, 0);
   const int64_t grad_elems = bq ? q_elems : 2 * kv_elems;
   std::vector<DataSlot> dslots;
   std::vector<core::Buffer<float>> gslots;
@@ -370,8 +384,8 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
           const Chunk& kc = my_chunks[p.kc];
           const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
           const int64_t ko = kc.local_begin * dm.hkv * dm.d;
-          ops.backward(b0 + qo, kp + ko, vp + ko, b1 + qo, b.at<float>(bl.lse) + ro, b.at<float>(bl.dvec) + ro,
-                       tokens.tokens(w.origin, qc.local_begin), qc.len,
+          ops.backward(b0 + qo, kp + ko, vp + ko, b1 + qo, b.at<float>(bl.lse) + ro,
+                       b.at<float>(bl.dvec) + ro, tokens.tokens(w.origin, qc.local_begin), qc.len,
                        tokens.tokens(me, kc.local_begin), kc.len, kmask, gout + qo,
                        g.dk.data() + ko, g.dv.data() + ko);
         } else {
@@ -381,8 +395,9 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
           const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
           const int64_t ko = kc.local_begin * dm.hkv * dm.d;
           ops.backward(qp + qo, b0 + ko, b1 + ko, dop + qo, saved.lse.data() + ro, dvec.data() + ro,
-                       tokens.tokens(me, qc.local_begin), qc.len, tokens.tokens(w.origin, kc.local_begin), kc.len,
-                       kmask, g.dq.data() + qo, gout + ko, gout + kv_elems + ko);
+                       tokens.tokens(me, qc.local_begin), qc.len,
+                       tokens.tokens(w.origin, kc.local_begin), kc.len, kmask, g.dq.data() + qo,
+                       gout + ko, gout + kv_elems + ko);
         }
         if (stats) ++stats->pairs;
       }
@@ -399,21 +414,26 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
 
 }  // namespace
 
-AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k, View<const float> v,
-                                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k,
+                                             View<const float> v, const AttentionSpec& spec,
+                                             const Layout& layout, comm::Group& group,
                                              AttentionStats* stats) {
-  if (!spec.algo.ring_family()) return hybrid_forward(spec.algo, q, k, v, spec, layout, group, stats);
+  if (!spec.algo.ring_family())
+    return hybrid_forward(spec.algo, q, k, v, spec, layout, group, stats);
   validate_precision(spec.precision);
-  if (spec.precision == core::DType::bf16) return ring_forward<core::bf16>(q, k, v, spec, layout, group, stats);
+  if (spec.precision == core::DType::bf16)
+    return ring_forward<core::bf16>(q, k, v, spec, layout, group, stats);
   return ring_forward<float>(q, k, v, spec, layout, group, stats);
 }
 
 AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
-                                              const AttentionSpec& spec, const Layout& layout, comm::Group& group,
-                                              AttentionStats* stats) {
-  if (!spec.algo.ring_family()) return hybrid_backward(spec.algo, dout, saved, spec, layout, group, stats);
+                                              const AttentionSpec& spec, const Layout& layout,
+                                              comm::Group& group, AttentionStats* stats) {
+  if (!spec.algo.ring_family())
+    return hybrid_backward(spec.algo, dout, saved, spec, layout, group, stats);
   validate_precision(spec.precision);
-  if (spec.precision == core::DType::bf16) return ring_backward<core::bf16>(dout, saved, spec, layout, group, stats);
+  if (spec.precision == core::DType::bf16)
+    return ring_backward<core::bf16>(dout, saved, spec, layout, group, stats);
   return ring_backward<float>(dout, saved, spec, layout, group, stats);
 }
 

@@ -70,11 +70,13 @@ struct AttentionGrads {
   core::Tensor<float> dq, dk, dv;
 };
 
-/// Throws core::Error naming the dtype unless `precision` is f32 or bf16 (AttentionSpec::precision).
+/// Throws core::Error naming the dtype unless `precision` is f32 or bf16
+/// (AttentionSpec::precision).
 void validate_precision(core::DType precision);
 
-/// Checks the precision, shapes and the algorithm/layout/mask/topology combination; throws core::Error naming
-/// the values (e.g. a head count that does not divide, a world that does not match the layout).
+/// Checks the precision, shapes and the algorithm/layout/mask/topology combination; throws
+/// core::Error naming the values (e.g. a head count that does not divide, a world that does not
+/// match the layout).
 void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& topo,
               int64_t hq, int64_t hkv, int64_t d);
 

@@ -24,7 +24,9 @@ core::View<const float> at_precision(core::View<const float> x, const AttentionS
 }
 
 // The options of the second stack's entry points, from the one algorithm name.
-StarTrailOptions startrail_options(const Algorithm& a) { return {a.team, a.placement}; }
+StarTrailOptions startrail_options(const Algorithm& a) {
+  return {a.team, a.placement};
+}
 UspOptions usp_options(const Algorithm& a) {
   return a.family == Algorithm::Family::ulysses ? UspOptions{} : UspOptions{a.degree, a.backward};
 }
@@ -45,11 +47,14 @@ AttentionSaved hybrid_forward(const Algorithm& algo, core::View<const float> q,
     case Algorithm::Family::startrail:
       saved = startrail_forward(rq, rk, rv, spec, layout, group, stats, startrail_options(algo));
       break;
-    case Algorithm::Family::ulysses: saved = ulysses_forward(rq, rk, rv, spec, layout, group, stats); break;
+    case Algorithm::Family::ulysses:
+      saved = ulysses_forward(rq, rk, rv, spec, layout, group, stats);
+      break;
     case Algorithm::Family::usp:
       saved = usp_forward(rq, rk, rv, spec, layout, group, stats, usp_options(algo));
       break;
-    case Algorithm::Family::ring: LONGSEQ_CHECK_MSG(false, "hybrid_forward got ", algo.name());
+    case Algorithm::Family::ring:
+      LONGSEQ_CHECK_MSG(false, "hybrid_forward got ", algo.name());
   }
   // The rounded copies die here; the backward rounds the caller's inputs again (same values).
   saved.q = q;
@@ -80,9 +85,12 @@ AttentionGrads hybrid_backward(const Algorithm& algo, core::View<const float> do
   switch (algo.family) {
     case Algorithm::Family::startrail:
       return startrail_backward(dout, saved, spec, layout, group, stats, startrail_options(algo));
-    case Algorithm::Family::ulysses: return ulysses_backward(dout, saved, spec, layout, group, stats);
-    case Algorithm::Family::usp: return usp_backward(dout, saved, spec, layout, group, stats, usp_options(algo));
-    case Algorithm::Family::ring: break;
+    case Algorithm::Family::ulysses:
+      return ulysses_backward(dout, saved, spec, layout, group, stats);
+    case Algorithm::Family::usp:
+      return usp_backward(dout, saved, spec, layout, group, stats, usp_options(algo));
+    case Algorithm::Family::ring:
+      break;
   }
   LONGSEQ_CHECK(false);
   return {};

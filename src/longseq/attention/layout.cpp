@@ -12,20 +12,27 @@ Balance parse_balance(std::string_view s) {
   if (s == "zigzag") return Balance::zigzag;
   if (s == "striped") return Balance::striped;
   if (s == "block-striped") return Balance::block_striped;
-  fail("attention", "unknown balance '", s, "' (expected contiguous, zigzag, striped or block-striped)");
+  fail("attention", "unknown balance '", s,
+       "' (expected contiguous, zigzag, striped or block-striped)");
 }
 
 std::string_view balance_name(Balance b) {
   switch (b) {
-    case Balance::contiguous: return "contiguous";
-    case Balance::zigzag: return "zigzag";
-    case Balance::striped: return "striped";
-    case Balance::block_striped: return "block-striped";
+    case Balance::contiguous:
+      return "contiguous";
+    case Balance::zigzag:
+      return "zigzag";
+    case Balance::striped:
+      return "striped";
+    case Balance::block_striped:
+      return "block-striped";
   }
   return "?";
 }
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 Layout::Layout(Balance balance, int64_t n, int world, int64_t block)
     : balance_(balance), n_(n), world_(world), block_(block) {
@@ -54,13 +61,15 @@ Layout::Layout(Balance balance, int64_t n, int world, int64_t block)
       break;
     }
     case Balance::block_striped: {
-      require(block > 0, "attention", "block-striped balance needs the block mask's block size, got ", block);
+      require(block > 0, "attention",
+              "block-striped balance needs the block mask's block size, got ", block);
       require(block % p == 0, "attention", "block-striped balance needs the block size ", block,
               " to be a multiple of world ", world);
       padded_ = round_up(n, block);
       const int64_t run = block / p, blocks = padded_ / block;
       for (int r = 0; r < world; ++r)
-        for (int64_t b = 0; b < blocks; ++b) chunks_[r].push_back(Chunk{b * run, run, b * block + r * run, 1});
+        for (int64_t b = 0; b < blocks; ++b)
+          chunks_[r].push_back(Chunk{b * run, run, b * block + r * run, 1});
       break;
     }
   }

@@ -17,7 +17,8 @@ int64_t parse_int(std::string_view s, std::string_view what) {
   int64_t v = 0;
   if (s.empty()) fail("attention", "--mask ", what, ": missing number");
   for (char c : s) {
-    if (c < '0' || c > '9') fail("attention", "--mask ", what, ": '", s, "' is not a positive integer");
+    if (c < '0' || c > '9')
+      fail("attention", "--mask ", what, ": '", s, "' is not a positive integer");
     v = v * 10 + (c - '0');
     if (v > (int64_t{1} << 50)) fail("attention", "--mask ", what, ": '", s, "' is too large");
   }
@@ -29,7 +30,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   size_t start = 0;
   while (true) {
     const size_t i = s.find(sep, start);
-    out.push_back(s.substr(start, i == std::string_view::npos ? std::string_view::npos : i - start));
+    out.push_back(
+        s.substr(start, i == std::string_view::npos ? std::string_view::npos : i - start));
     if (i == std::string_view::npos) break;
     start = i + 1;
   }
@@ -68,7 +70,8 @@ MaskSpec MaskSpec::parse(std::string_view text, bool causal, int64_t n) {
       m.num_blocks = (n + m.block_size - 1) / m.block_size;
       core::NpyArray a = core::read_npy(file);
       require(a.dtype == core::DType::u8 || a.dtype == core::DType::boolean, "attention",
-              "block mask ", file, " has dtype ", core::dtype_name(a.dtype), ", expected u8 or bool");
+              "block mask ", file, " has dtype ", core::dtype_name(a.dtype),
+              ", expected u8 or bool");
       require(a.shape.size() == 2 && a.shape[0] == m.num_blocks && a.shape[1] == m.num_blocks,
               "attention", "block mask ", file, " has shape ",
               core::Shape(a.shape.begin(), a.shape.end()).str(), ", expected [", m.num_blocks, ", ",
@@ -85,14 +88,14 @@ MaskSpec MaskSpec::parse(std::string_view text, bool causal, int64_t n) {
 
 void MaskSpec::validate(int64_t n) const {
   require(window >= 0, "attention", "mask window must be >= 0, got ", window);
-  require(doc_ids.empty() || static_cast<int64_t>(doc_ids.size()) == n, "attention",
-          "mask has ", doc_ids.size(), " document ids for ", n, " tokens");
+  require(doc_ids.empty() || static_cast<int64_t>(doc_ids.size()) == n, "attention", "mask has ",
+          doc_ids.size(), " document ids for ", n, " tokens");
   if (!block_mask.empty()) {
     require(block_size > 0, "attention", "block mask needs block_size >= 1, got ", block_size);
     const int64_t nb = (n + block_size - 1) / block_size;
     require(num_blocks == nb && static_cast<int64_t>(block_mask.size()) == nb * nb, "attention",
-            "block mask is ", num_blocks, "x", num_blocks, " (", block_mask.size(), " entries), ", n,
-            " tokens in blocks of ", block_size, " need ", nb, "x", nb);
+            "block mask is ", num_blocks, "x", num_blocks, " (", block_mask.size(), " entries), ",
+            n, " tokens in blocks of ", block_size, " need ", nb, "x", nb);
   }
 }
 
@@ -121,9 +124,12 @@ std::string MaskSpec::describe() const {
 
 std::string_view pair_kind_name(PairKind k) {
   switch (k) {
-    case PairKind::empty: return "empty";
-    case PairKind::partial: return "partial";
-    case PairKind::full: return "full";
+    case PairKind::empty:
+      return "empty";
+    case PairKind::partial:
+      return "partial";
+    case PairKind::full:
+      return "full";
   }
   return "?";
 }
@@ -184,7 +190,8 @@ PairTable::PairTable(const Layout& layout, const MaskSpec& mask)
     : world_(layout.world()), chunks_(static_cast<int>(layout.chunks(0).size())) {
   std::vector<ChunkInfo> info(static_cast<size_t>(world_) * chunks_);
   for (int r = 0; r < world_; ++r)
-    for (int c = 0; c < chunks_; ++c) info[r * chunks_ + c] = chunk_info(layout.chunks(r)[c], layout.global_len(), mask);
+    for (int c = 0; c < chunks_; ++c)
+      info[r * chunks_ + c] = chunk_info(layout.chunks(r)[c], layout.global_len(), mask);
   const size_t per = static_cast<size_t>(world_) * chunks_;
   kinds_.resize(per * per);
   any_.assign(static_cast<size_t>(world_) * world_, 0);

@@ -20,9 +20,9 @@ namespace longseq::attention {
 
 struct MaskSpec {
   bool causal = false;
-  int64_t window = 0;                ///< > 0: sliding window, k <= q and q - k < window
-  std::vector<int32_t> doc_ids;      ///< [n] when non-empty: a token sees only its own document
-  std::vector<uint8_t> block_mask;   ///< [num_blocks, num_blocks] when non-empty, 1 = visible
+  int64_t window = 0;               ///< > 0: sliding window, k <= q and q - k < window
+  std::vector<int32_t> doc_ids;     ///< [n] when non-empty: a token sees only its own document
+  std::vector<uint8_t> block_mask;  ///< [num_blocks, num_blocks] when non-empty, 1 = visible
   int64_t block_size = 0;
   int64_t num_blocks = 0;
 

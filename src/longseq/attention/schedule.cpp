@@ -13,8 +13,9 @@ using core::require;
 
 comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group) {
   if (algo.route != Route::double_ring || algo.inner == 0) return group;
-  require(group.size() % algo.inner == 0, "attention", "--algo ", algo.name(), " needs the inner ring size ",
-          algo.inner, " to divide the group's ", group.size(), " ranks");
+  require(group.size() % algo.inner == 0, "attention", "--algo ", algo.name(),
+          " needs the inner ring size ", algo.inner, " to divide the group's ", group.size(),
+          " ranks");
   return comm::Topology::declared(group.size(), group.size() / algo.inner);
 }
 
@@ -31,8 +32,9 @@ Grid make_grid(const comm::Topology& topo) {
   Grid g;
   const int world = topo.size();
   g.nodes = topo.num_nodes();
-  require(topo.uniform(), "attention", "the double ring needs the same number of ranks on every node; ",
-          g.nodes, " nodes hold ", world, " ranks unevenly");
+  require(topo.uniform(), "attention",
+          "the double ring needs the same number of ranks on every node; ", g.nodes, " nodes hold ",
+          world, " ranks unevenly");
   g.per = world / g.nodes;
   g.node.resize(world);
   g.local.resize(world);
@@ -116,12 +118,14 @@ struct Interval {
 
 }  // namespace
 
-RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout, const PairTable& pairs,
-                           Algorithm algo, Pass pass) {
+RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
+                           const PairTable& pairs, Algorithm algo, Pass pass) {
   const int world = topo.size();
-  require(layout.world() == world, "attention", "layout world ", layout.world(), " != topology world ", world);
+  require(layout.world() == world, "attention", "layout world ", layout.world(),
+          " != topology world ", world);
   LONGSEQ_CHECK(rank >= 0 && rank < world);
-  require(algo.ring_family(), "attention", "--algo ", algo.name(), " has no schedule (ring family only)");
+  require(algo.ring_family(), "attention", "--algo ", algo.name(),
+          " has no schedule (ring family only)");
   // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
   const Grid g = make_grid(algo.route == Route::flat ? comm::Topology(world) : topo);
   const bool bq = bundle_is_query(algo, pass);
@@ -192,7 +196,8 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
     for (int r = 0; r < world; ++r)
       if (r != j && t.needs[r]) chains[t.chain[r]].push_back(r);
     for (auto& [id, members] : chains) {
-      std::sort(members.begin(), members.end(), [&](int a, int b) { return t.step[a] < t.step[b]; });
+      std::sort(members.begin(), members.end(),
+                [&](int a, int b) { return t.step[a] < t.step[b]; });
       for (size_t m = 0; m < members.size(); ++m) {
         const int a = members[m];
         const bool last = m + 1 == members.size();
@@ -221,7 +226,8 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
     // Receives for this bundle add into our contribution slot, or home when we are the origin.
     for (auto& acc : accs)
       if (acc.into_interval == -2) acc.into_interval = j == rank ? -1 : contrib_iv;
-    if (contrib_iv >= 0) grad_of_work.push_back({rs.work.size() - 1, static_cast<size_t>(contrib_iv)});
+    if (contrib_iv >= 0)
+      grad_of_work.push_back({rs.work.size() - 1, static_cast<size_t>(contrib_iv)});
   }
 
   // ---- colour data and grad intervals separately, in order of start.
@@ -246,9 +252,11 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   }
   for (auto [w, iv] : grad_of_work) rs.work[w].grad_slot = slot[iv];
   for (const auto& acc : accs)
-    rs.accumulates.push_back({acc.step, slot[acc.from_interval],
-                              acc.into_interval < 0 ? -1 : slot[static_cast<size_t>(acc.into_interval)]});
-  std::sort(rs.work.begin(), rs.work.end(), [](const Work& a, const Work& b) { return a.step < b.step; });
+    rs.accumulates.push_back(
+        {acc.step, slot[acc.from_interval],
+         acc.into_interval < 0 ? -1 : slot[static_cast<size_t>(acc.into_interval)]});
+  std::sort(rs.work.begin(), rs.work.end(),
+            [](const Work& a, const Work& b) { return a.step < b.step; });
   std::stable_sort(rs.accumulates.begin(), rs.accumulates.end(),
                    [](const Accumulate& a, const Accumulate& b) { return a.step < b.step; });
   for (const Xfer& x : rs.xfers) last_step = std::max(last_step, x.wait_step);

@@ -48,7 +48,7 @@ struct Xfer {
   int peer = -1;
   int origin = -1;  ///< bundle origin rank
   Part part = Part::data;
-  int slot = -1;    ///< data or grad slot (by part) read from / written into
+  int slot = -1;  ///< data or grad slot (by part) read from / written into
   int post_step = 0;
   int wait_step = 0;
   int tag() const { return origin * 2 + static_cast<int>(part); }
@@ -82,11 +82,11 @@ struct Accumulate {
 /// Everything one rank does in one pass.
 struct RankSchedule {
   int rank = 0;
-  int num_steps = 0;   ///< steps 0 .. num_steps-1 (the last ones may have only waits)
-  int data_slots = 0;  ///< buffers of one bundle's data part
-  int grad_slots = 0;  ///< buffers of one bundle's gradient part (backward only)
-  int own_slot = -1;   ///< data slot the executor packs this rank's own bundle into at step 0
-  std::vector<Work> work;            ///< by step, at most one per step
+  int num_steps = 0;       ///< steps 0 .. num_steps-1 (the last ones may have only waits)
+  int data_slots = 0;      ///< buffers of one bundle's data part
+  int grad_slots = 0;      ///< buffers of one bundle's gradient part (backward only)
+  int own_slot = -1;       ///< data slot the executor packs this rank's own bundle into at step 0
+  std::vector<Work> work;  ///< by step, at most one per step
   std::vector<Xfer> xfers;
   std::vector<Accumulate> accumulates;
 };

@@ -12,7 +12,6 @@
 
 namespace longseq::attention {
 
-
 // ---------------------------------------------------------------------------------------------
 // Configuration generator
 
@@ -22,8 +21,8 @@ StarTrailConfig::StarTrailConfig(int world, int c, TeamPlacement placement)
   core::require(c >= 1, "attention", "--algo startrail:", c, " needs C >= 1");
   core::require(world % c == 0, "attention", "--algo startrail:", c, " needs C to divide world ",
                 world);
-  core::require(world % (c * c) == 0, "attention", "--algo startrail:", c,
-                " needs C*C = ", c * c, " to divide world ", world);
+  core::require(world % (c * c) == 0, "attention", "--algo startrail:", c, " needs C*C = ", c * c,
+                " to divide world ", world);
 }
 
 StarTrailConfig::Coord StarTrailConfig::coord(int rank) const {
@@ -137,9 +136,9 @@ constexpr int kTagCombine = 3200;  // + tensor index
 constexpr int kTagRing = 4000;     // ring_pass uses 2*G+4 tags from here
 
 void check_input(const char* what, core::View<const float> x, int64_t l, int64_t h, int64_t d) {
-  LONGSEQ_CHECK_MSG(x.rank() == 3 && x.dim(0) == l && x.dim(1) == h && x.dim(2) == d &&
-                        x.is_contiguous(),
-                    what, " must be contiguous [", l, ", ", h, ", ", d, "], got ", x.shape().str());
+  LONGSEQ_CHECK_MSG(
+      x.rank() == 3 && x.dim(0) == l && x.dim(1) == h && x.dim(2) == d && x.is_contiguous(), what,
+      " must be contiguous [", l, ", ", h, ", ", d, "], got ", x.shape().str());
 }
 
 // What both passes derive from (config, layout, rank).
@@ -173,8 +172,8 @@ struct Setup {
 // The reduce-scatter that ends both passes: member m receives every member's partial for its own
 // L rows. Posts sends of rows [m*L, (m+1)*L) of `full` ([C*L, row]) and receives into staging
 // [C][L, row] (member order; the own part is copied).
-void post_scatter(Exchange& ex, const Setup& s, const float* full, int64_t row, std::vector<float>& staging,
-                  int tag) {
+void post_scatter(Exchange& ex, const Setup& s, const float* full, int64_t row,
+                  std::vector<float>& staging, int tag) {
   const int64_t piece = s.l * row;
   staging.resize(static_cast<size_t>(s.c * piece));
   for (int m = 0; m < s.c; ++m) ex.send(full + m * piece, piece, s.team_ranks[m], tag);
@@ -208,7 +207,8 @@ AttentionSaved startrail_forward(core::View<const float> q, core::View<const flo
   Exchange ex(group);
   std::vector<float> qt(static_cast<size_t>(tt * hq * d)), kvt(static_cast<size_t>(2 * kve));
   detail::post_all_gather(ex, s.team_ranks, s.member, q.data(), l * hq * d, qt.data(), kTagGather);
-  detail::post_all_gather(ex, s.team_ranks, s.member, k.data(), l * hkv * d, kvt.data(), kTagGather + 1);
+  detail::post_all_gather(ex, s.team_ranks, s.member, k.data(), l * hkv * d, kvt.data(),
+                          kTagGather + 1);
   detail::post_all_gather(ex, s.team_ranks, s.member, v.data(), l * hkv * d, kvt.data() + kve,
                           kTagGather + 2);
   ex.wait_all(stats);
@@ -222,7 +222,8 @@ AttentionSaved startrail_forward(core::View<const float> q, core::View<const flo
   // (3) Sub-ring: the team's queries against the G shards of this sub-ring.
   std::vector<Pieces> shard_pieces(s.ring.size());
   for (int j = 0; j < s.ring.size(); ++j)
-    shard_pieces[j] = Pieces(s.cfg.team_ranks(s.cfg.initial_shard(s.ring.ranks[j])), layout, *spec.mask);
+    shard_pieces[j] =
+        Pieces(s.cfg.team_ranks(s.cfg.initial_shard(s.ring.ranks[j])), layout, *spec.mask);
   std::vector<float> ot(static_cast<size_t>(tt * hq * d), 0.f);
   std::vector<float> lset(static_cast<size_t>(tt * hq), -std::numeric_limits<float>::infinity());
   BlockOps ops(hq, hkv, d, s.scale, spec.threads);
@@ -231,7 +232,8 @@ AttentionSaved startrail_forward(core::View<const float> q, core::View<const flo
   detail::ring_pass(
       ex, s.ring, kv0.data(), 2 * kve, nullptr, 0, kTagRing,
       [&](int origin, const float* b, float*) {
-        at.forward(s.team_pieces, qt.data(), shard_pieces[origin], b, b + kve, ot.data(), lset.data());
+        at.forward(s.team_pieces, qt.data(), shard_pieces[origin], b, b + kve, ot.data(),
+                   lset.data());
       },
       stats);
 
@@ -256,7 +258,8 @@ AttentionGrads startrail_backward(core::View<const float> dout, const AttentionS
                                   const AttentionSpec& spec, const Layout& layout,
                                   comm::Group& group, AttentionStats* stats,
                                   const StarTrailOptions& opt) {
-  const int64_t l = layout.local_len(), hq = saved.q.dim(1), hkv = saved.k.dim(1), d = saved.q.dim(2);
+  const int64_t l = layout.local_len(), hq = saved.q.dim(1), hkv = saved.k.dim(1),
+                d = saved.q.dim(2);
   core::require(group.size() == layout.world(), "attention", "group of ", group.size(),
                 " ranks runs a layout over ", layout.world());
   check_input("dout", dout, l, hq, d);
@@ -271,14 +274,18 @@ AttentionGrads startrail_backward(core::View<const float> dout, const AttentionS
   }
   // Team all-gather of the circulating bundle [Q | dO | D | LSE] and of K, V.
   Exchange ex(group);
-  std::vector<float> bundle(static_cast<size_t>(2 * qe + 2 * re)), kvt(static_cast<size_t>(2 * kve));
+  std::vector<float> bundle(static_cast<size_t>(2 * qe + 2 * re)),
+      kvt(static_cast<size_t>(2 * kve));
   float* qt = bundle.data();
   detail::post_all_gather(ex, s.team_ranks, s.member, saved.q.data(), l * hq * d, qt, kTagGather);
-  detail::post_all_gather(ex, s.team_ranks, s.member, dout.data(), l * hq * d, qt + qe, kTagGather + 1);
-  detail::post_all_gather(ex, s.team_ranks, s.member, dvec.data(), l * hq, qt + 2 * qe, kTagGather + 2);
+  detail::post_all_gather(ex, s.team_ranks, s.member, dout.data(), l * hq * d, qt + qe,
+                          kTagGather + 1);
+  detail::post_all_gather(ex, s.team_ranks, s.member, dvec.data(), l * hq, qt + 2 * qe,
+                          kTagGather + 2);
   detail::post_all_gather(ex, s.team_ranks, s.member, saved.lse.data(), l * hq, qt + 2 * qe + re,
                           kTagGather + 3);
-  detail::post_all_gather(ex, s.team_ranks, s.member, saved.k.data(), l * hkv * d, kvt.data(), kTagGather + 4);
+  detail::post_all_gather(ex, s.team_ranks, s.member, saved.k.data(), l * hkv * d, kvt.data(),
+                          kTagGather + 4);
   detail::post_all_gather(ex, s.team_ranks, s.member, saved.v.data(), l * hkv * d, kvt.data() + kve,
                           kTagGather + 5);
   ex.wait_all(stats);
@@ -318,7 +325,8 @@ AttentionGrads startrail_backward(core::View<const float> dout, const AttentionS
   post_scatter(ex, s, dkv_home.data(), hkv * d, sk, kTagCombine + 1);
   post_scatter(ex, s, dkv_home.data() + kve, hkv * d, sv, kTagCombine + 2);
   ex.wait_all(stats);
-  AttentionGrads g{core::Tensor<float>(core::Shape{l, hq, d}), core::Tensor<float>(core::Shape{l, hkv, d}),
+  AttentionGrads g{core::Tensor<float>(core::Shape{l, hq, d}),
+                   core::Tensor<float>(core::Shape{l, hkv, d}),
                    core::Tensor<float>(core::Shape{l, hkv, d})};
   const core::Timer t;
   sum_staging(sq, s.c, l * hq * d, g.dq.data());
@@ -342,7 +350,8 @@ StarTrailVolume startrail_backward_volume(const StarTrailConfig& cfg, int rank, 
   const int64_t c = cfg.c(), g = cfg.ring_len(), kv = 2 * c * l * hkv * d;
   StarTrailVolume vol;
   // Gathers: Q, dO, D, LSE, K, V. Reduce-scatters: dQ, dK, dV.
-  vol.collective = (c - 1) * l * (2 * hq * d + 2 * hq + 2 * hkv * d) + (c - 1) * l * (hq + 2 * hkv) * d;
+  vol.collective =
+      (c - 1) * l * (2 * hq * d + 2 * hq + 2 * hkv * d) + (c - 1) * l * (hq + 2 * hkv) * d;
   const bool moves = cfg.init_send_target(rank) != rank;
   vol.p2p = (moves ? 2 * kv : 0) + (g - 1) * c * l * (hq * (2 * d + 2) + hq * d);
   return vol;

@@ -35,7 +35,6 @@
 
 namespace longseq::attention {
 
-
 /// The communication configuration generator (WallFacer §4.3), as pure functions of
 /// (world, C, placement). Value type; every query is O(1) except team_ranks / ring_ranks.
 class StarTrailConfig {
@@ -53,8 +52,10 @@ class StarTrailConfig {
   int world() const { return world_; }
   int c() const { return c_; }
   TeamPlacement placement() const { return placement_; }
-  int teams() const { return world_ / c_; }             ///< T
-  int ring_len() const { return world_ / (c_ * c_); }  ///< G: teams per team group, ranks per sub-ring
+  int teams() const { return world_ / c_; }  ///< T
+  int ring_len() const {
+    return world_ / (c_ * c_);
+  }  ///< G: teams per team group, ranks per sub-ring
 
   Coord coord(int rank) const;
   int rank_of(const Coord& x) const;

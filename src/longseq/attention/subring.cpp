@@ -56,20 +56,24 @@ void for_each_pair(const Pieces& qp, const Pieces& kp, const Layout& layout, con
 
 void Attend::forward(const Pieces& qp, const float* q, const Pieces& kp, const float* k,
                      const float* v, float* o, float* lse) const {
-  for_each_pair(qp, kp, *layout, *pairs, stats, [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
-    ops->forward_merge(q + qrow * hq * d, qp.at(qrow), qlen, k + krow * hkv * d, v + krow * hkv * d,
-                       kp.at(krow), klen, mask, o + qrow * hq * d, lse + qrow * hq);
-  });
+  for_each_pair(qp, kp, *layout, *pairs, stats,
+                [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
+                  ops->forward_merge(q + qrow * hq * d, qp.at(qrow), qlen, k + krow * hkv * d,
+                                     v + krow * hkv * d, kp.at(krow), klen, mask, o + qrow * hq * d,
+                                     lse + qrow * hq);
+                });
 }
 
 void Attend::backward(const Pieces& qp, const float* q, const float* dout, const float* lse,
                       const float* dvec, const Pieces& kp, const float* k, const float* v,
                       float* dq, float* dk, float* dv) const {
-  for_each_pair(qp, kp, *layout, *pairs, stats, [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
-    ops->backward(q + qrow * hq * d, k + krow * hkv * d, v + krow * hkv * d, dout + qrow * hq * d,
-                  lse + qrow * hq, dvec + qrow * hq, qp.at(qrow), qlen, kp.at(krow), klen, mask,
-                  dq + qrow * hq * d, dk + krow * hkv * d, dv + krow * hkv * d);
-  });
+  for_each_pair(qp, kp, *layout, *pairs, stats,
+                [&](int64_t qrow, int64_t qlen, int64_t krow, int64_t klen) {
+                  ops->backward(q + qrow * hq * d, k + krow * hkv * d, v + krow * hkv * d,
+                                dout + qrow * hq * d, lse + qrow * hq, dvec + qrow * hq,
+                                qp.at(qrow), qlen, kp.at(krow), klen, mask, dq + qrow * hq * d,
+                                dk + krow * hkv * d, dv + krow * hkv * d);
+                });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,7 +111,8 @@ void Exchange::recv(float* p, int64_t n, int peer, int tag) {
     auto it = self_.find(tag);
     LONGSEQ_CHECK_MSG(it != self_.end(), "self-receive with tag ", tag, " before its send");
     LONGSEQ_CHECK(it->second.second == n);
-    if (it->second.first != p) std::memcpy(p, it->second.first, static_cast<size_t>(n) * sizeof(float));
+    if (it->second.first != p)
+      std::memcpy(p, it->second.first, static_cast<size_t>(n) * sizeof(float));
     self_.erase(it);
     return;
   }

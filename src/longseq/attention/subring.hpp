@@ -24,8 +24,8 @@ namespace longseq::attention::detail {
 struct Pieces {
   std::vector<int> ranks;
   int64_t l = 0;
-  std::vector<int64_t> pos;   ///< [ranks.size() * l], -1 for padding
-  std::vector<int32_t> doc;   ///< same length when the mask has documents, else empty
+  std::vector<int64_t> pos;  ///< [ranks.size() * l], -1 for padding
+  std::vector<int32_t> doc;  ///< same length when the mask has documents, else empty
   Pieces() = default;
   Pieces(std::vector<int> ranks, const Layout& layout, const MaskSpec& mask);
   int64_t tokens() const { return static_cast<int64_t>(ranks.size()) * l; }

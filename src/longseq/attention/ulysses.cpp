@@ -48,9 +48,9 @@ void validate_usp(const UspOptions& opt, int world, int64_t hq, int64_t hkv) {
 
 namespace {
 
-constexpr int kTagA2A = 1000;    // + tensor index
-constexpr int kTagBack = 1100;   // + tensor index
-constexpr int kTagRing = 2000;   // ring_pass uses 2*size()+4 tags from here
+constexpr int kTagA2A = 1000;   // + tensor index
+constexpr int kTagBack = 1100;  // + tensor index
+constexpr int kTagRing = 2000;  // ring_pass uses 2*size()+4 tags from here
 
 // Sequence-sharded x [L, H, D] -> head-sharded out [U*L, per, D]: member j receives heads
 // [begin(j), begin(j) + per) of every token; source i's rows land at out[i*L ...]. `pack` must
@@ -66,7 +66,8 @@ void post_to_heads(Exchange& ex, const std::vector<int>& ranks, const float* x, 
     float* dst = pack.data() + j * piece;
     const int64_t b = begin(j);
     for (int64_t t = 0; t < l; ++t)
-      std::memcpy(dst + t * per * d, x + (t * h + b) * d, static_cast<size_t>(per * d) * sizeof(float));
+      std::memcpy(dst + t * per * d, x + (t * h + b) * d,
+                  static_cast<size_t>(per * d) * sizeof(float));
   }
   for (int j = 0; j < u; ++j) ex.send(pack.data() + j * piece, piece, ranks[j], tag);
   for (int i = 0; i < u; ++i) ex.recv(out + i * piece, piece, ranks[i], tag);
@@ -101,9 +102,9 @@ void unpack_from_heads(const std::vector<float>& staging, int u, int64_t l, int6
 }
 
 void check_input(const char* what, core::View<const float> x, int64_t l, int64_t h, int64_t d) {
-  LONGSEQ_CHECK_MSG(x.rank() == 3 && x.dim(0) == l && x.dim(1) == h && x.dim(2) == d &&
-                        x.is_contiguous(),
-                    what, " must be contiguous [", l, ", ", h, ", ", d, "], got ", x.shape().str());
+  LONGSEQ_CHECK_MSG(
+      x.rank() == 3 && x.dim(0) == l && x.dim(1) == h && x.dim(2) == d && x.is_contiguous(), what,
+      " must be contiguous [", l, ", ", h, ", ", d, "], got ", x.shape().str());
 }
 
 // Everything both passes derive from (layout, spec, options, rank).
@@ -168,20 +169,23 @@ AttentionSaved usp_forward(core::View<const float> q, core::View<const float> k,
   auto kb = [&](int i) { return s.kv_begin(i); };
 
   Exchange ex(group);
-  std::vector<float> qh(static_cast<size_t>(tq * hs.hq_per * d)), kvh(static_cast<size_t>(2 * kv_elems));
+  std::vector<float> qh(static_cast<size_t>(tq * hs.hq_per * d)),
+      kvh(static_cast<size_t>(2 * kv_elems));
   std::vector<float> pq, pk, pv;
   {
     const core::Timer t;
     post_to_heads(ex, s.group_ranks, q.data(), l, hq, d, hs.hq_per, qb, pq, qh.data(), kTagA2A);
-    post_to_heads(ex, s.group_ranks, k.data(), l, hkv, d, hs.kv_per, kb, pk, kvh.data(), kTagA2A + 1);
-    post_to_heads(ex, s.group_ranks, v.data(), l, hkv, d, hs.kv_per, kb, pv,
-                  kvh.data() + kv_elems, kTagA2A + 2);
+    post_to_heads(ex, s.group_ranks, k.data(), l, hkv, d, hs.kv_per, kb, pk, kvh.data(),
+                  kTagA2A + 1);
+    post_to_heads(ex, s.group_ranks, v.data(), l, hkv, d, hs.kv_per, kb, pv, kvh.data() + kv_elems,
+                  kTagA2A + 2);
     if (stats) stats->compute_s += t.elapsed();
   }
   ex.wait_all(stats);
 
   std::vector<float> oh(static_cast<size_t>(tq * hs.hq_per * d), 0.f);
-  std::vector<float> lseh(static_cast<size_t>(tq * hs.hq_per), -std::numeric_limits<float>::infinity());
+  std::vector<float> lseh(static_cast<size_t>(tq * hs.hq_per),
+                          -std::numeric_limits<float>::infinity());
   BlockOps ops(hs.hq_per, hs.kv_per, d, s.scale, spec.threads);
   const PairTable pairs(layout, *spec.mask);
   const Attend at{&ops, hs.hq_per, hs.kv_per, d, &pairs, &layout, spec.mask->kernel_mask(), stats};
@@ -189,7 +193,8 @@ AttentionSaved usp_forward(core::View<const float> q, core::View<const float> k,
   detail::ring_pass(
       ex, s.ring, kvh.data(), 2 * kv_elems, nullptr, 0, kTagRing,
       [&](int origin, const float* data, float*) {
-        at.forward(mine, qh.data(), s.pieces[origin], data, data + kv_elems, oh.data(), lseh.data());
+        at.forward(mine, qh.data(), s.pieces[origin], data, data + kv_elems, oh.data(),
+                   lseh.data());
       },
       stats);
 
@@ -211,7 +216,8 @@ AttentionSaved usp_forward(core::View<const float> q, core::View<const float> k,
 AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& saved,
                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
                             AttentionStats* stats, const UspOptions& opt) {
-  const int64_t l = layout.local_len(), hq = saved.q.dim(1), hkv = saved.k.dim(1), d = saved.q.dim(2);
+  const int64_t l = layout.local_len(), hq = saved.q.dim(1), hkv = saved.k.dim(1),
+                d = saved.q.dim(2);
   core::require(group.size() == layout.world(), "attention", "group of ", group.size(),
                 " ranks runs a layout over ", layout.world());
   check_input("dout", dout, l, hq, d);
@@ -231,7 +237,8 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
     if (stats) stats->compute_s += t.elapsed();
   }
   // The query-side bundle [q | dO | D | LSE] and the kv bundle [k | v], head-sharded.
-  std::vector<float> qside(static_cast<size_t>(2 * qe + 2 * re)), kvh(static_cast<size_t>(2 * kv_elems));
+  std::vector<float> qside(static_cast<size_t>(2 * qe + 2 * re)),
+      kvh(static_cast<size_t>(2 * kv_elems));
   float* qh = qside.data();
   float* doh = qh + qe;
   float* dvh = doh + qe;
@@ -241,8 +248,10 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
   post_to_heads(ex, s.group_ranks, saved.q.data(), l, hq, d, hs.hq_per, qb, p0, qh, kTagA2A);
   post_to_heads(ex, s.group_ranks, dout.data(), l, hq, d, hs.hq_per, qb, p1, doh, kTagA2A + 1);
   post_to_heads(ex, s.group_ranks, dvec.data(), l, hq, 1, hs.hq_per, qb, p2, dvh, kTagA2A + 2);
-  post_to_heads(ex, s.group_ranks, saved.lse.data(), l, hq, 1, hs.hq_per, qb, p3, lseh, kTagA2A + 3);
-  post_to_heads(ex, s.group_ranks, saved.k.data(), l, hkv, d, hs.kv_per, kb, p4, kvh.data(), kTagA2A + 4);
+  post_to_heads(ex, s.group_ranks, saved.lse.data(), l, hq, 1, hs.hq_per, qb, p3, lseh,
+                kTagA2A + 3);
+  post_to_heads(ex, s.group_ranks, saved.k.data(), l, hkv, d, hs.kv_per, kb, p4, kvh.data(),
+                kTagA2A + 4);
   post_to_heads(ex, s.group_ranks, saved.v.data(), l, hkv, d, hs.kv_per, kb, p5,
                 kvh.data() + kv_elems, kTagA2A + 5);
   ex.wait_all(stats);
@@ -251,7 +260,8 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
   const PairTable pairs(layout, *spec.mask);
   const Attend at{&ops, hs.hq_per, hs.kv_per, d, &pairs, &layout, spec.mask->kernel_mask(), stats};
   const Pieces& mine = s.pieces[s.group];
-  std::vector<float> dqh(static_cast<size_t>(qe), 0.f), dkvh(static_cast<size_t>(2 * kv_elems), 0.f);
+  std::vector<float> dqh(static_cast<size_t>(qe), 0.f),
+      dkvh(static_cast<size_t>(2 * kv_elems), 0.f);
   if (opt.backward == Backward::q) {
     // Burst: Q, dO, D, LSE and dQ circulate; K, V, dK, dV stay.
     detail::ring_pass(
@@ -272,7 +282,8 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
         stats);
   }
 
-  AttentionGrads g{core::Tensor<float>(core::Shape{l, hq, d}), core::Tensor<float>(core::Shape{l, hkv, d}),
+  AttentionGrads g{core::Tensor<float>(core::Shape{l, hq, d}),
+                   core::Tensor<float>(core::Shape{l, hkv, d}),
                    core::Tensor<float>(core::Shape{l, hkv, d})};
   std::vector<float> s0, s1, s2;
   post_from_heads(ex, s.group_ranks, dqh.data(), l, hs.hq_per, d, s0, kTagBack);
@@ -290,8 +301,8 @@ AttentionGrads usp_backward(core::View<const float> dout, const AttentionSaved& 
   return g;
 }
 
-UspVolume usp_forward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq,
-                             int64_t hkv, int64_t d) {
+UspVolume usp_forward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq, int64_t hkv,
+                             int64_t d) {
   const int u = opt.u == 0 ? world : opt.u;
   const HeadSplit hs(hq, hkv, u);
   UspVolume vol;
@@ -300,14 +311,15 @@ UspVolume usp_forward_volume(const UspOptions& opt, int world, int64_t l, int64_
   return vol;
 }
 
-UspVolume usp_backward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq,
-                              int64_t hkv, int64_t d) {
+UspVolume usp_backward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq, int64_t hkv,
+                              int64_t d) {
   const int u = opt.u == 0 ? world : opt.u;
   const HeadSplit hs(hq, hkv, u);
   UspVolume vol;
   // In: q, dO, D, LSE, k, v. Out: dq, dk, dv.
-  vol.all_to_all = (u - 1) * l *
-                   ((2 * hs.hq_per * d + 2 * hs.hq_per + 2 * hs.kv_per * d) + (hs.hq_per + 2 * hs.kv_per) * d);
+  vol.all_to_all =
+      (u - 1) * l *
+      ((2 * hs.hq_per * d + 2 * hs.hq_per + 2 * hs.kv_per * d) + (hs.hq_per + 2 * hs.kv_per) * d);
   const int64_t hops = world / u - 1, tg = u * l;
   if (opt.backward == Backward::q)
     vol.ring = hops * (tg * hs.hq_per * (2 * d + 2) + tg * hs.hq_per * d);

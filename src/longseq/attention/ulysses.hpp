@@ -33,9 +33,10 @@ struct HeadSplit {
   HeadSplit(int64_t hq, int64_t hkv, int u);
   int64_t hq = 0, hkv = 0;
   int u = 1;
-  int64_t hq_per = 0;       ///< query heads per rank: Hq / U
-  int64_t kv_per = 0;       ///< kv heads per rank: Hkv / U, or 1 when replicated
-  bool replicated = false;  ///< Hkv < U: kv head h is held by the U / Hkv ranks whose queries use it
+  int64_t hq_per = 0;  ///< query heads per rank: Hq / U
+  int64_t kv_per = 0;  ///< kv heads per rank: Hkv / U, or 1 when replicated
+  bool replicated =
+      false;  ///< Hkv < U: kv head h is held by the U / Hkv ranks whose queries use it
   int64_t q_begin(int i) const { return i * hq_per; }
   /// First kv head of member i; its query heads q_begin(i) .. + hq_per use kv heads kv_begin(i) ..
   /// + kv_per with the usual GQA map (local query head h uses local kv head h / (hq_per / kv_per)).
@@ -82,9 +83,9 @@ struct UspVolume {
   int64_t all_to_all = 0;  ///< inside the Ulysses group
   int64_t ring = 0;        ///< across groups (data and gradient hops)
 };
-UspVolume usp_forward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq,
-                             int64_t hkv, int64_t d);
-UspVolume usp_backward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq,
-                              int64_t hkv, int64_t d);
+UspVolume usp_forward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq, int64_t hkv,
+                             int64_t d);
+UspVolume usp_backward_volume(const UspOptions& opt, int world, int64_t l, int64_t hq, int64_t hkv,
+                              int64_t d);
 
 }  // namespace longseq::attention

@@ -5,7 +5,8 @@
 //   --backend local|mpi|any     [any]   MPI when started by mpirun, else local threads
 //   --world N                   [0]     local ranks, 0 = 1 (MPI: 0 = mpirun's -np)
 //   --nodes M                   [0]     declared nodes (local: must divide world; MPI: 0 = real)
-//   --link SPEC                 [none]  local link model, e.g. intra=2us,100GB/s:inter=10us,12.5GB/s
+//   --link SPEC                 [none]  local link model, e.g.
+//   intra=2us,100GB/s:inter=10us,12.5GB/s
 //   --comm-timeout SECONDS      [300]   a wait blocked this long fails the whole job
 #include <CLI/CLI.hpp>
 #include <string>

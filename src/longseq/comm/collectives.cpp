@@ -43,18 +43,26 @@ void combine_bf16(void* dst, const void* a, const void* b, size_t n, Op op) {
 void combine(void* dst, const void* a, const void* b, size_t n, DType dt, ReduceOp op) {
   auto run = [&](auto fn) {
     switch (dt) {
-      case DType::f32: return combine_typed<float>(dst, a, b, n, fn);
-      case DType::f64: return combine_typed<double>(dst, a, b, n, fn);
-      case DType::i32: return combine_typed<int32_t>(dst, a, b, n, fn);
-      case DType::i64: return combine_typed<int64_t>(dst, a, b, n, fn);
-      case DType::bf16: return combine_bf16(dst, a, b, n, fn);
-      default: break;
+      case DType::f32:
+        return combine_typed<float>(dst, a, b, n, fn);
+      case DType::f64:
+        return combine_typed<double>(dst, a, b, n, fn);
+      case DType::i32:
+        return combine_typed<int32_t>(dst, a, b, n, fn);
+      case DType::i64:
+        return combine_typed<int64_t>(dst, a, b, n, fn);
+      case DType::bf16:
+        return combine_bf16(dst, a, b, n, fn);
+      default:
+        break;
     }
     core::fail("comm", "reduction over dtype ", core::dtype_name(dt),
                " (raw bytes cannot be reduced; use f32, bf16, f64, i32 or i64)");
   };
-  if (op == ReduceOp::sum) run([](auto x, auto y) { return x + y; });
-  else run([](auto x, auto y) { return std::max(x, y); });
+  if (op == ReduceOp::sum)
+    run([](auto x, auto y) { return x + y; });
+  else
+    run([](auto x, auto y) { return std::max(x, y); });
 }
 
 void require_reducible(DType dt) {
@@ -64,7 +72,9 @@ void require_reducible(DType dt) {
                 " (raw bytes cannot be reduced; use f32, bf16, f64, i32 or i64)");
 }
 
-int mod(int a, int p) { return ((a % p) + p) % p; }
+int mod(int a, int p) {
+  return ((a % p) + p) % p;
+}
 
 /// P blocks of a buffer: block q is `count[q]` elements at element offset `offset[q]`.
 struct Blocks {
@@ -211,13 +221,13 @@ void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const 
 
 void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
                          std::span<const size_t> send_displs, void* out,
-                         std::span<const size_t> recv_counts,
-                         std::span<const size_t> recv_displs, DType dt) const {
+                         std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                         DType dt) const {
   GroupImpl& g = impl();
   const int p = g.size(), r = g.rank();
   const auto up = static_cast<size_t>(p);
-  core::require(send_counts.size() == up && send_displs.size() == up &&
-                    recv_counts.size() == up && recv_displs.size() == up,
+  core::require(send_counts.size() == up && send_displs.size() == up && recv_counts.size() == up &&
+                    recv_displs.size() == up,
                 "comm", "all_to_all_v needs ", p, " counts and displacements, got ",
                 send_counts.size(), "/", send_displs.size(), "/", recv_counts.size(), "/",
                 recv_displs.size());

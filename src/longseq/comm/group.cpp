@@ -21,7 +21,9 @@ void Request::wait() {
   if (impl_) impl_->wait();
 }
 
-bool Request::test() { return impl_ ? impl_->test() : true; }
+bool Request::test() {
+  return impl_ ? impl_->test() : true;
+}
 
 void wait_all(std::span<Request> requests) {
   for (Request& r : requests) r.wait();
@@ -167,17 +169,29 @@ GroupImpl& Group::impl() const {
   return *impl_;
 }
 
-int Group::rank() const { return impl().rank(); }
-int Group::size() const { return impl().size(); }
-std::string_view Group::backend() const { return impl().backend(); }
-double Group::timeout_seconds() const { return impl().timeout_s(); }
-const Topology& Group::topology() const { return impl().topology(); }
+int Group::rank() const {
+  return impl().rank();
+}
+int Group::size() const {
+  return impl().size();
+}
+std::string_view Group::backend() const {
+  return impl().backend();
+}
+double Group::timeout_seconds() const {
+  return impl().timeout_s();
+}
+const Topology& Group::topology() const {
+  return impl().topology();
+}
 
 int Group::ring_next(int k) const {
   const int p = size();
   return ((rank() + k) % p + p) % p;
 }
-int Group::ring_prev(int k) const { return ring_next(-k); }
+int Group::ring_prev(int k) const {
+  return ring_next(-k);
+}
 
 Request Group::isend(int dst, const void* data, size_t bytes, int tag) const {
   return impl().send(Channel::user, dst, tag, data, bytes);
@@ -270,26 +284,36 @@ Group Group::inter_group() const {
   return sub;
 }
 
-Stats Group::stats() const { return impl().counters().load(rank(), node()); }
-void Group::reset_stats() const { impl().counters().reset(); }
+Stats Group::stats() const {
+  return impl().counters().load(rank(), node());
+}
+void Group::reset_stats() const {
+  impl().counters().reset();
+}
 
 Stats Group::rank_stats() const {
   const RankState& rs = impl().rank_state();
   return rs.totals.load(rs.world_rank, rs.world_node);
 }
-void Group::reset_rank_stats() const { impl().rank_state().totals.reset(); }
+void Group::reset_rank_stats() const {
+  impl().rank_state().totals.reset();
+}
 
 std::vector<Stats> Group::gather_stats() const {
   // The gather's own messages are not counted (t_uncounted), so gathering statistics leaves
   // them unchanged even while other threads of this rank keep sending.
   const Stats mine = stats();
   constexpr int kFields = 10;
-  const uint64_t packed[kFields] = {
-      static_cast<uint64_t>(mine.rank), static_cast<uint64_t>(mine.node),
-      mine.sent_intra.bytes,            mine.sent_intra.messages,
-      mine.sent_inter.bytes,            mine.sent_inter.messages,
-      mine.recv_intra.bytes,            mine.recv_intra.messages,
-      mine.recv_inter.bytes,            mine.recv_inter.messages};
+  const uint64_t packed[kFields] = {static_cast<uint64_t>(mine.rank),
+                                    static_cast<uint64_t>(mine.node),
+                                    mine.sent_intra.bytes,
+                                    mine.sent_intra.messages,
+                                    mine.sent_inter.bytes,
+                                    mine.sent_inter.messages,
+                                    mine.recv_intra.bytes,
+                                    mine.recv_intra.messages,
+                                    mine.recv_inter.bytes,
+                                    mine.recv_inter.messages};
   std::vector<uint64_t> all(static_cast<size_t>(kFields * size()));
   {
     UncountedScope uncounted;

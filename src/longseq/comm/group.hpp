@@ -148,7 +148,9 @@ using range_value = std::remove_cv_t<std::ranges::range_value_t<R>>;
 template <class R>
 concept ByteRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R>;
 template <class R>
-concept TypedRange = ByteRange<R> && requires { core::dtype_of<range_value<R>>(); };
+concept TypedRange = ByteRange<R> && requires {
+  core::dtype_of<range_value<R>>();
+};
 template <class R>
 size_t byte_size(const R& r) {
   return std::ranges::size(r) * sizeof(range_value<R>);
@@ -301,8 +303,8 @@ class Group {
   static void check_typed(const char* what, size_t expected, size_t got) {
     static_assert(std::is_same_v<detail::range_value<In>, detail::range_value<Out>>,
                   "input and output element types must match");
-    core::require(expected == got, "comm", what, ": output/input of ", got,
-                  " elements, expected ", expected);
+    core::require(expected == got, "comm", what, ": output/input of ", got, " elements, expected ",
+                  expected);
   }
 
   std::shared_ptr<GroupImpl> impl_;

@@ -108,8 +108,7 @@ class GroupImpl {
   }
 
   /// Backend posting. `dst`/`src` are group ranks; world_rank() maps them.
-  virtual Request post_send(uint32_t channel, int dst, int tag, const void* data,
-                            size_t bytes) = 0;
+  virtual Request post_send(uint32_t channel, int dst, int tag, const void* data, size_t bytes) = 0;
   virtual Request post_recv(uint32_t channel, int src, int tag, void* data, size_t bytes) = 0;
   /// Posts a validated step; the default posts one by one (posting never blocks, so that alone
   /// cannot deadlock). The MPI backend overrides it to hand the step over in one batch.

@@ -9,7 +9,9 @@
 
 namespace longseq::comm {
 
-std::string_view backend_name(Backend b) { return b == Backend::mpi ? "mpi" : "local"; }
+std::string_view backend_name(Backend b) {
+  return b == Backend::mpi ? "mpi" : "local";
+}
 
 bool launched_by_mpirun() {
   // OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers (prterun, srun --mpi=pmix) set
@@ -25,7 +27,9 @@ int launcher_rank() {
   return 0;
 }
 
-bool mpi_available() { return mpi_built(); }
+bool mpi_available() {
+  return mpi_built();
+}
 
 Backend resolve_backend(std::string_view name) {
   if (name == "local") return Backend::local;

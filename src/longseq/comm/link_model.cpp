@@ -21,18 +21,22 @@ std::pair<double, std::string_view> number_and_unit(std::string_view text, const
   text = trim(text);
   double v = 0.0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  core::require(ec == std::errc() && std::isfinite(v) && v >= 0.0, "comm", "bad ", what, " '",
-                text, "': expected a non-negative number with a unit");
+  core::require(ec == std::errc() && std::isfinite(v) && v >= 0.0, "comm", "bad ", what, " '", text,
+                "': expected a non-negative number with a unit");
   return {v, trim(text.substr(static_cast<size_t>(ptr - text.data())))};
 }
 
 std::string format_duration(double s) {
   char buf[64];
   if (s == 0.0) return "0s";
-  if (s < 1e-6) std::snprintf(buf, sizeof buf, "%gns", s * 1e9);
-  else if (s < 1e-3) std::snprintf(buf, sizeof buf, "%gus", s * 1e6);
-  else if (s < 1.0) std::snprintf(buf, sizeof buf, "%gms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%gs", s);
+  if (s < 1e-6)
+    std::snprintf(buf, sizeof buf, "%gns", s * 1e9);
+  else if (s < 1e-3)
+    std::snprintf(buf, sizeof buf, "%gus", s * 1e6);
+  else if (s < 1.0)
+    std::snprintf(buf, sizeof buf, "%gms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%gs", s);
   return buf;
 }
 
@@ -62,10 +66,9 @@ double parse_bandwidth(std::string_view text) {
     double scale;
   };
   static constexpr Unit kUnits[] = {
-      {"B/s", 1.0},       {"KB/s", 1e3},           {"MB/s", 1e6},
-      {"GB/s", 1e9},      {"TB/s", 1e12},          {"KiB/s", 1024.0},
-      {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0}, {"Mb/s", 1e6 / 8},
-      {"Gb/s", 1e9 / 8},
+      {"B/s", 1.0},      {"KB/s", 1e3},     {"MB/s", 1e6},        {"GB/s", 1e9},
+      {"TB/s", 1e12},    {"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
+      {"Mb/s", 1e6 / 8}, {"Gb/s", 1e9 / 8},
   };
   for (const Unit& u : kUnits)
     if (unit == u.name) {

@@ -39,18 +39,19 @@ struct Transfer {
   size_t rbytes = 0;
   bool has_recv = false;
   enum class Copy : uint8_t { waiting, running, done } copy = Copy::waiting;
-  std::string error;          // set at matching on a size mismatch, or when a side is dropped
+  std::string error;  // set at matching on a size mismatch, or when a side is dropped
   // World rank that dropped its side while unwinding an exception (-1: none). Its peer reports
   // the world's failure (that exception, recorded once the unwinding reaches run_local_world)
   // rather than the drop, which is only a consequence of it.
   int dropped_by = -1;
-  Clock::time_point ready_at; // earliest completion (link model); epoch when unmodelled
+  Clock::time_point ready_at;  // earliest completion (link model); epoch when unmodelled
   bool matched() const { return has_send && has_recv; }
 };
 
 std::string rank_name(int group_rank, int world_rank) {
-  return group_rank == world_rank ? core::cat("rank ", group_rank)
-                                  : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
+  return group_rank == world_rank
+             ? core::cat("rank ", group_rank)
+             : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
 }
 
 struct Key {
@@ -193,8 +194,8 @@ class LocalWorld {
           is_send ? core::cat(rank_name(t.src_g, t.src_w), " sends ", t.sbytes, " bytes to ",
                               rank_name(t.dst_g, t.dst_w), " (tag ", t.tag,
                               "), but that rank returned without posting the receive")
-                  : core::cat(rank_name(t.dst_g, t.dst_w), " waits for ", t.rbytes,
-                              " bytes from ", rank_name(t.src_g, t.src_w), " (tag ", t.tag,
+                  : core::cat(rank_name(t.dst_g, t.dst_w), " waits for ", t.rbytes, " bytes from ",
+                              rank_name(t.src_g, t.src_w), " (tag ", t.tag,
                               "), but that rank returned without posting the send");
       throw core::Error("comm", msg);
     }
@@ -330,11 +331,10 @@ class LocalGroupImpl final : public GroupImpl {
 
   std::string_view backend() const override { return "local"; }
 
-  std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank,
-                                        uint32_t gid) override {
+  std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank, uint32_t gid) override {
     auto [world_ranks, topo] = child_layout(members);
-    return std::make_shared<LocalGroupImpl>(world_, std::move(world_ranks), rank, std::move(topo), gid,
-                                          rank_state_ptr());
+    return std::make_shared<LocalGroupImpl>(world_, std::move(world_ranks), rank, std::move(topo),
+                                            gid, rank_state_ptr());
   }
 
  protected:
@@ -355,8 +355,8 @@ class LocalGroupImpl final : public GroupImpl {
 
 }  // namespace
 
-void run_local_world(int world, const Topology& topology, const LinkModel& link,
-                     double timeout_s, const std::function<void(Group&)>& fn) {
+void run_local_world(int world, const Topology& topology, const LinkModel& link, double timeout_s,
+                     const std::function<void(Group&)>& fn) {
   core::require(world >= 1, "comm", "world ", world, " must be at least 1");
   core::require(topology.size() == world, "comm", "topology of ", topology.size(),
                 " ranks for world ", world);

@@ -10,7 +10,7 @@ namespace longseq::comm {
 
 /// Runs fn on `world` threads (the caller is rank 0) over one fresh LocalWorld and joins them;
 /// throws RankFailed with the first failure.
-void run_local_world(int world, const Topology& topology, const LinkModel& link,
-                     double timeout_s, const std::function<void(Group&)>& fn);
+void run_local_world(int world, const Topology& topology, const LinkModel& link, double timeout_s,
+                     const std::function<void(Group&)>& fn);
 
 }  // namespace longseq::comm

@@ -21,8 +21,6 @@
 // collective} (< 4096). Sub-groups therefore cost no blocking MPI collective, and split runs over
 // the same non-blocking machinery as everything else. Channel 0 carries control messages: "done"
 // (a rank's function returned) and "fail" (first failure, broadcast to every rank).
-#include "longseq/comm/mpi_backend.hpp"
-
 #include <mpi.h>
 
 #include <algorithm>
@@ -41,6 +39,7 @@
 #include <thread>
 
 #include "longseq/comm/group_impl.hpp"
+#include "longseq/comm/mpi_backend.hpp"
 
 namespace longseq::comm {
 
@@ -71,8 +70,9 @@ Clock::duration to_duration(double seconds) {
 }
 
 std::string rank_name(int group_rank, int world_rank) {
-  return group_rank == world_rank ? core::cat("rank ", group_rank)
-                                  : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
+  return group_rank == world_rank
+             ? core::cat("rank ", group_rank)
+             : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
 }
 
 /// One posted send or receive. Fields other than done/error are immutable after posting.
@@ -143,8 +143,8 @@ class Runtime {
   // ---- progress-thread side (call only from commands and completion handlers) --------------
   /// Tracks `req`; `on_done(status)` runs on the progress thread when it completes.
   /// `background` requests (control receives) do not keep the thread polling fast.
-  void add_active(MPI_Request req, std::function<void(const MPI_Status&)> on_done,
-                  bool background, bool is_recv) {
+  void add_active(MPI_Request req, std::function<void(const MPI_Status&)> on_done, bool background,
+                  bool is_recv) {
     incoming_.push_back({req, std::move(on_done), background, is_recv});
   }
   void add_world(const std::shared_ptr<MpiWorld>& w) { worlds_.push_back(w); }
@@ -157,9 +157,9 @@ class Runtime {
   /// never matched" flake of docs/comm.md).
   void retire_world(const std::shared_ptr<MpiWorld>& w, bool failed);
   void remove_world(const MpiWorld* w) {
-    worlds_.erase(std::remove_if(worlds_.begin(), worlds_.end(),
-                                 [&](const auto& p) { return p.get() == w; }),
-                  worlds_.end());
+    worlds_.erase(
+        std::remove_if(worlds_.begin(), worlds_.end(), [&](const auto& p) { return p.get() == w; }),
+        worlds_.end());
   }
 
   /// Number of user threads blocked in wait(): while positive, poll without sleeping.
@@ -181,9 +181,8 @@ class Runtime {
       mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
       // One progress thread makes every MPI call after init: SERIALIZED is enough.
-      core::require(provided >= MPI_THREAD_SERIALIZED, "comm",
-                    "MPI provides thread level ", provided,
-                    "; the progress thread needs MPI_THREAD_SERIALIZED or better");
+      core::require(provided >= MPI_THREAD_SERIALIZED, "comm", "MPI provides thread level ",
+                    provided, "; the progress thread needs MPI_THREAD_SERIALIZED or better");
       owns_mpi_ = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -193,7 +192,8 @@ class Runtime {
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     core::require(flag && *static_cast<int*>(ub) >= INT_MAX, "comm", "MPI_TAG_UB is ",
-                  flag ? *static_cast<int*>(ub) : 0, "; longseq packs group ids into tags and "
+                  flag ? *static_cast<int*>(ub) : 0,
+                  "; longseq packs group ids into tags and "
                   "needs 2^31-1 (OpenMPI's value)");
     thread_ = std::thread([this] { loop(); });
     initialized_flag() = true;
@@ -303,7 +303,8 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
       MPI_Request req;
       if (MPI_Isend(buf->data(), static_cast<int>(buf->size()), MPI_BYTE, p, kCtrlTag, comm,
                     &req) == MPI_SUCCESS)
-        Runtime::get().add_active(req, [buf](const MPI_Status&) {}, false, false);
+        Runtime::get().add_active(
+            req, [buf](const MPI_Status&) {}, false, false);
     }
   }
 
@@ -369,8 +370,10 @@ void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w, bool failed) {
 }
 
 void MpiWorld::drop_or_submit(const std::function<void()>& fn) {
-  if (t_on_progress_thread) fn();
-  else Runtime::get().submit(fn);
+  if (t_on_progress_thread)
+    fn();
+  else
+    Runtime::get().submit(fn);
 }
 
 void Runtime::loop() {
@@ -381,9 +384,10 @@ void Runtime::loop() {
     {
       std::unique_lock<std::mutex> lk(qmu_);
       if (queue_.empty() && idle > 0) {
-        const bool user_pending =
-            std::any_of(active_.begin(), active_.end(), [](const Active& a) { return !a.background; }) ||
-            std::any_of(worlds_.begin(), worlds_.end(), [](const auto& w) { return !w->probes.empty(); });
+        const bool user_pending = std::any_of(active_.begin(), active_.end(),
+                                              [](const Active& a) { return !a.background; }) ||
+                                  std::any_of(worlds_.begin(), worlds_.end(),
+                                              [](const auto& w) { return !w->probes.empty(); });
         if (stop_) break;
         if (!user_pending) {
           // Only control receives: nothing is in flight, a rare check is enough.
@@ -454,7 +458,8 @@ bool Runtime::poll_probes() {
           // Drain the message so the sender completes, and fail the receive with both sizes.
           auto sink = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max(count, 1)));
           if (MPI_Imrecv(sink->data(), count, MPI_BYTE, &msg, &req) == MPI_SUCCESS)
-            add_active(req, [sink](const MPI_Status&) {}, false, true);
+            add_active(
+                req, [sink](const MPI_Status&) {}, false, true);
           w.complete(*op, core::cat("message size mismatch: ", rank_name(op->peer_g, op->peer_w),
                                     " sends ", count, " bytes to ", rank_name(op->me_g, op->me_w),
                                     " (tag ", op->tag, "), which posted a receive of ", op->bytes,
@@ -604,11 +609,10 @@ class MpiGroupImpl final : public GroupImpl {
 
   std::string_view backend() const override { return "mpi"; }
 
-  std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank,
-                                        uint32_t gid) override {
+  std::shared_ptr<GroupImpl> make_child(std::vector<int> members, int rank, uint32_t gid) override {
     auto [world_ranks, topo] = child_layout(members);
-    return std::make_shared<MpiGroupImpl>(world_, std::move(world_ranks), rank, std::move(topo), gid,
-                                          rank_state_ptr());
+    return std::make_shared<MpiGroupImpl>(world_, std::move(world_ranks), rank, std::move(topo),
+                                          gid, rank_state_ptr());
   }
 
  protected:
@@ -719,10 +723,18 @@ Topology detect_topology(MPI_Comm comm, int rank, int size) {
 
 }  // namespace
 
-bool mpi_built() { return true; }
-bool mpi_initialized() { return Runtime::initialized_flag().load(); }
-void mpi_init() { Runtime::get(); }
-int mpi_world_size() { return Runtime::get().size(); }
+bool mpi_built() {
+  return true;
+}
+bool mpi_initialized() {
+  return Runtime::initialized_flag().load();
+}
+void mpi_init() {
+  Runtime::get();
+}
+int mpi_world_size() {
+  return Runtime::get().size();
+}
 
 void mpi_wait_all_processes() {
   Runtime::get().run_sync([] {
@@ -746,9 +758,8 @@ void mpi_abort(int code) {
 
 void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn) {
   Runtime& rt = Runtime::get();
-  core::require(options.world == 0 || options.world == rt.size(),
-                "comm", "--world ", options.world, " but mpirun started ", rt.size(),
-                " processes");
+  core::require(options.world == 0 || options.world == rt.size(), "comm", "--world ", options.world,
+                " but mpirun started ", rt.size(), " processes");
   core::require(options.timeout_s > 0.0, "comm", "timeout ", options.timeout_s,
                 " s must be positive");
   auto world = std::make_shared<MpiWorld>();

@@ -7,7 +7,8 @@
 
 namespace longseq::comm {
 
-Topology::Topology(int size) : Topology(std::vector<int>(static_cast<size_t>(std::max(size, 0)), 0)) {}
+Topology::Topology(int size)
+    : Topology(std::vector<int>(static_cast<size_t>(std::max(size, 0)), 0)) {}
 
 Topology::Topology(const std::vector<int>& node_of_rank) {
   LONGSEQ_CHECK_MSG(!node_of_rank.empty(), "a topology needs at least one rank");
@@ -51,7 +52,9 @@ int Topology::local_rank(int rank) const {
   return local_rank_[static_cast<size_t>(rank)];
 }
 
-int Topology::local_size(int rank) const { return node_count_[static_cast<size_t>(node(rank))]; }
+int Topology::local_size(int rank) const {
+  return node_count_[static_cast<size_t>(node(rank))];
+}
 
 bool Topology::uniform() const {
   return std::all_of(node_count_.begin(), node_count_.end(),

@@ -1,7 +1,8 @@
 #pragma once
 // Topology: which ranks of a group share a node (design.md §4).
 //
-// Real under MPI (one node per host name from MPI_Get_processor_name), declared under the local backend
+// Real under MPI (one node per host name from MPI_Get_processor_name), declared under the local
+// backend
 // (`--nodes M`: ranks split evenly, ranks [0, P/M) on node 0, and so on). Node ids are dense,
 // numbered in order of each node's lowest rank, so node(0) == 0 always.
 #include <cstddef>

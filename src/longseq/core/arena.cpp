@@ -11,8 +11,8 @@ Arena::Arena(size_t capacity_bytes, std::string name)
 void* Arena::alloc_bytes(size_t bytes) {
   const size_t start = ((used_ + kAlignment - 1) / kAlignment) * kAlignment;
   if (start > buf_.size() || bytes > buf_.size() - start)
-    fail("core", "arena '", name_, "' cannot fit ", bytes, " bytes: ", buf_.size() - std::min(start, buf_.size()),
-         " of ", buf_.size(), " left");
+    fail("core", "arena '", name_, "' cannot fit ", bytes,
+         " bytes: ", buf_.size() - std::min(start, buf_.size()), " of ", buf_.size(), " left");
   used_ = start + bytes;
   peak_ = std::max(peak_, used_);
   std::byte* p = buf_.data() + start;

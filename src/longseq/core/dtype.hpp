@@ -46,7 +46,9 @@ inline float to_f32(bf16 x) {
 }
 
 /// Rounds an f32 to the nearest bf16 value and back (what storing in bf16 does to a value).
-inline float round_bf16(float x) { return to_f32(to_bf16(x)); }
+inline float round_bf16(float x) {
+  return to_f32(to_bf16(x));
+}
 
 void f32_to_bf16(const float* in, bf16* out, size_t n);
 void bf16_to_f32(const bf16* in, float* out, size_t n);
@@ -54,16 +56,28 @@ void bf16_to_f32(const bf16* in, float* out, size_t n);
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<bf16>() { return DType::bf16; }
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::f64; }
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::i32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::i64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
 template <>
-constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 
 }  // namespace longseq::core

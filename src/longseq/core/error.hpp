@@ -44,18 +44,18 @@ void require(bool ok, std::string_view component, const Args&... parts) {
   if (!ok) fail(component, parts...);
 }
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 
 }  // namespace longseq::core
 
-#define LONGSEQ_CHECK(cond)                                                     \
-  do {                                                                          \
+#define LONGSEQ_CHECK(cond)                                                    \
+  do {                                                                         \
     if (!(cond)) ::longseq::core::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
 
-#define LONGSEQ_CHECK_MSG(cond, ...)                                          \
-  do {                                                                        \
-    if (!(cond))                                                              \
-      ::longseq::core::check_failed(__FILE__, __LINE__, #cond,                \
-                                    ::longseq::core::cat(__VA_ARGS__));       \
+#define LONGSEQ_CHECK_MSG(cond, ...)                                                               \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      ::longseq::core::check_failed(__FILE__, __LINE__, #cond, ::longseq::core::cat(__VA_ARGS__)); \
   } while (0)

@@ -68,7 +68,8 @@ class HeaderParser {
         continue;
       }
       skip_ws();
-      if (peek() != '}') bad(path_, "bad header: expected ',' or '}' at offset " + std::to_string(i_));
+      if (peek() != '}')
+        bad(path_, "bad header: expected ',' or '}' at offset " + std::to_string(i_));
     }
     if (!have_descr || !have_fortran || !have_shape)
       bad(path_, "bad header: needs 'descr', 'fortran_order' and 'shape' (header: " + s_ + ")");
@@ -90,7 +91,8 @@ class HeaderParser {
   }
   std::string parse_string() {
     const char q = peek();
-    if (q != '\'' && q != '"') bad(path_, "bad header: expected a quoted string at offset " + std::to_string(i_));
+    if (q != '\'' && q != '"')
+      bad(path_, "bad header: expected a quoted string at offset " + std::to_string(i_));
     ++i_;
     const size_t end = s_.find(q, i_);
     if (end == std::string::npos) bad(path_, "bad header: unterminated string");
@@ -119,7 +121,8 @@ class HeaderParser {
         break;
       }
       if (peek() < '0' || peek() > '9')
-        bad(path_, "bad header: shape must be a tuple of non-negative integers (header: " + s_ + ")");
+        bad(path_,
+            "bad header: shape must be a tuple of non-negative integers (header: " + s_ + ")");
       int64_t v = 0;
       while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
         if (v > (int64_t{1} << 48)) bad(path_, "bad header: dimension too large");
@@ -130,8 +133,8 @@ class HeaderParser {
       if (peek() == ',')
         ++i_;
       else if (peek() != ')')
-        bad(path_, "bad header: expected ',' or ')' after a dimension at offset " + std::to_string(i_) +
-                       " (header: " + s_ + ")");
+        bad(path_, "bad header: expected ',' or ')' after a dimension at offset " +
+                       std::to_string(i_) + " (header: " + s_ + ")");
     }
     if (out.size() > static_cast<size_t>(kMaxDims))
       bad(path_, "shape has " + std::to_string(out.size()) + " dimensions, at most " +
@@ -161,11 +164,13 @@ NpyArray read_npy(const std::string& path) {
 
   unsigned char pre[8];
   if (file_size < 10 || !f.read(reinterpret_cast<char*>(pre), 8))
-    bad(path, "not a .npy file: shorter than the 10-byte preamble (" + std::to_string(file_size) + " bytes)");
+    bad(path, "not a .npy file: shorter than the 10-byte preamble (" + std::to_string(file_size) +
+                  " bytes)");
   if (std::memcmp(pre, kMagic, 6) != 0) bad(path, "not a .npy file: bad magic string");
   const int major = pre[6];
   if (major < 1 || major > 3)
-    bad(path, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(pre[7]));
+    bad(path,
+        "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(pre[7]));
   uint64_t header_len = 0;
   uint64_t prefix = 0;
   if (major == 1) {
@@ -176,28 +181,33 @@ NpyArray read_npy(const std::string& path) {
   } else {
     unsigned char l[4];
     if (!f.read(reinterpret_cast<char*>(l), 4)) bad(path, "truncated header length");
-    header_len = uint64_t(l[0]) | (uint64_t(l[1]) << 8) | (uint64_t(l[2]) << 16) | (uint64_t(l[3]) << 24);
+    header_len =
+        uint64_t(l[0]) | (uint64_t(l[1]) << 8) | (uint64_t(l[2]) << 16) | (uint64_t(l[3]) << 24);
     prefix = 12;
   }
   if (prefix + header_len > file_size)
     bad(path, "truncated header: declares " + std::to_string(header_len) + " bytes, file has " +
                   std::to_string(file_size - prefix));
   std::string header(header_len, '\0');
-  if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) bad(path, "truncated header");
-  while (!header.empty() && (header.back() == '\n' || header.back() == ' ' || header.back() == '\0'))
+  if (!f.read(header.data(), static_cast<std::streamsize>(header_len)))
+    bad(path, "truncated header");
+  while (!header.empty() &&
+         (header.back() == '\n' || header.back() == ' ' || header.back() == '\0'))
     header.pop_back();
 
   std::string descr;
   bool fortran = false;
   NpyArray out;
   HeaderParser(path, header).parse(descr, fortran, out.shape);
-  if (fortran) bad(path, "Fortran-order arrays are not supported; save with C order (np.ascontiguousarray)");
+  if (fortran)
+    bad(path, "Fortran-order arrays are not supported; save with C order (np.ascontiguousarray)");
   if (!descr.empty() && descr[0] == '>')
     bad(path, "big-endian dtype '" + descr + "' is not supported; convert to little-endian ('<')");
   bool known = false;
   for (const auto& d : kDescrs) {
     // '=' (native) is little-endian on every platform longseq runs on.
-    if (descr == d.descr || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(d.descr).substr(1))) {
+    if (descr == d.descr || (descr.size() == 3 && descr[0] == '=' &&
+                             descr.substr(1) == std::string(d.descr).substr(1))) {
       out.dtype = d.dtype;
       known = true;
     }
@@ -210,8 +220,8 @@ NpyArray read_npy(const std::string& path) {
   int64_t want_bytes = 0;
   if (!shape_bytes(out.shape, static_cast<int64_t>(dtype_size(out.dtype)), want_bytes))
     bad(path, "shape " + Shape(out.shape.begin(), out.shape.end()).str() + " of " +
-                  std::string(dtype_name(out.dtype)) + " overflows the element count (header: " +
-                  header + ")");
+                  std::string(dtype_name(out.dtype)) +
+                  " overflows the element count (header: " + header + ")");
   const uint64_t want = static_cast<uint64_t>(want_bytes);
   const uint64_t have = file_size - prefix - header_len;
   if (have < want)
@@ -219,21 +229,26 @@ NpyArray read_npy(const std::string& path) {
                   std::string(dtype_name(out.dtype)) + " needs " + std::to_string(want) +
                   " bytes, file has " + std::to_string(have));
   if (have > want)
-    bad(path, "trailing data: shape needs " + std::to_string(want) + " bytes, file has " + std::to_string(have));
+    bad(path, "trailing data: shape needs " + std::to_string(want) + " bytes, file has " +
+                  std::to_string(have));
   out.bytes.resize(want);
-  if (want && !f.read(reinterpret_cast<char*>(out.bytes.data()), static_cast<std::streamsize>(want)))
+  if (want &&
+      !f.read(reinterpret_cast<char*>(out.bytes.data()), static_cast<std::streamsize>(want)))
     bad(path, "read error in data section");
   return out;
 }
 
-NpyArray read_npy_expect(const std::string& path, DType want, int expect_rank, const std::string& what) {
+NpyArray read_npy_expect(const std::string& path, DType want, int expect_rank,
+                         const std::string& what) {
   NpyArray a = read_npy(path);
   const std::string use = what.empty() ? "" : " for " + what;
   if (a.dtype != want)
-    bad(path, "dtype " + std::string(dtype_name(a.dtype)) + use + ", expected " + std::string(dtype_name(want)));
+    bad(path, "dtype " + std::string(dtype_name(a.dtype)) + use + ", expected " +
+                  std::string(dtype_name(want)));
   if (expect_rank >= 0 && static_cast<int>(a.shape.size()) != expect_rank)
     bad(path, "shape " + Shape(a.shape.begin(), a.shape.end()).str() + use + " has rank " +
-                  std::to_string(a.shape.size()) + ", expected rank " + std::to_string(expect_rank));
+                  std::to_string(a.shape.size()) + ", expected rank " +
+                  std::to_string(expect_rank));
   return a;
 }
 
@@ -244,11 +259,14 @@ Tensor<float> read_npy_f32(const std::string& path, int expect_rank, const std::
   return t;
 }
 
-void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
+void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+               const void* data) {
   const char* descr = descr_of(dtype);
   if (!descr) fail("npy", path, ": cannot write dtype ", dtype_name(dtype));
   std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) dict += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    dict +=
+        std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   dict += "), }";
   // Total preamble + header is padded to a multiple of 64 and ends with '\n'.
   size_t prefix = 10;

@@ -33,7 +33,8 @@ NpyArray read_npy_expect(const std::string& path, DType want, int expect_rank = 
                          const std::string& what = "");
 
 /// Convenience: read a float32 array into a Tensor<float> (refusing other dtypes).
-Tensor<float> read_npy_f32(const std::string& path, int expect_rank = -1, const std::string& what = "");
+Tensor<float> read_npy_f32(const std::string& path, int expect_rank = -1,
+                           const std::string& what = "");
 
 /// Writes a C-order little-endian .npy (version 1.0, or 2.0 when the header needs it).
 /// dtype must be f32, f64, i32, i64, u8 or bool. Throws core::Error naming the file on I/O failure.

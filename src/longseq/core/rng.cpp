@@ -20,7 +20,8 @@ static void fill_with(T* out, size_t n, Conv conv) {
 }
 
 void fill_normal(float* out, size_t n, uint64_t seed, uint64_t offset, double mean, double sd) {
-  fill_with(out, n, [&](size_t j) { return static_cast<float>(mean + sd * normal01(seed, offset + j)); });
+  fill_with(out, n,
+            [&](size_t j) { return static_cast<float>(mean + sd * normal01(seed, offset + j)); });
 }
 void fill_normal(double* out, size_t n, uint64_t seed, uint64_t offset, double mean, double sd) {
   fill_with(out, n, [&](size_t j) { return mean + sd * normal01(seed, offset + j); });
@@ -31,7 +32,9 @@ void fill_normal(bf16* out, size_t n, uint64_t seed, uint64_t offset, double mea
   });
 }
 void fill_uniform(float* out, size_t n, uint64_t seed, uint64_t offset, double lo, double hi) {
-  fill_with(out, n, [&](size_t j) { return static_cast<float>(lo + (hi - lo) * uniform01(seed, offset + j)); });
+  fill_with(out, n, [&](size_t j) {
+    return static_cast<float>(lo + (hi - lo) * uniform01(seed, offset + j));
+  });
 }
 void fill_uniform(double* out, size_t n, uint64_t seed, uint64_t offset, double lo, double hi) {
   fill_with(out, n, [&](size_t j) { return lo + (hi - lo) * uniform01(seed, offset + j); });

@@ -18,7 +18,9 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 /// 64 random bits for counter `i` of stream `seed`.
-inline uint64_t random_bits(uint64_t seed, uint64_t i) { return mix64(mix64(seed) ^ mix64(i * 2 + 1)); }
+inline uint64_t random_bits(uint64_t seed, uint64_t i) {
+  return mix64(mix64(seed) ^ mix64(i * 2 + 1));
+}
 
 /// Uniform in [0, 1) with 53 random bits.
 inline double uniform01(uint64_t seed, uint64_t i) {
@@ -45,6 +47,8 @@ void fill_uniform(double* out, size_t n, uint64_t seed, uint64_t offset = 0, dou
 void fill_randint(int32_t* out, size_t n, uint64_t seed, int32_t bound, uint64_t offset = 0);
 
 /// Derives an independent stream seed: same (seed, tag) -> same result.
-inline uint64_t derive_seed(uint64_t seed, uint64_t tag) { return mix64(seed ^ mix64(tag + 0x51ed27)); }
+inline uint64_t derive_seed(uint64_t seed, uint64_t tag) {
+  return mix64(seed ^ mix64(tag + 0x51ed27));
+}
 
 }  // namespace longseq::core

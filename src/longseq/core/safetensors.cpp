@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,13 +21,20 @@ namespace {
 
 const char* st_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f64: return "F64";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-    case DType::u8: return "U8";
-    case DType::boolean: return "BOOL";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
+    case DType::boolean:
+      return "BOOL";
   }
   return "?";
 }
@@ -84,7 +91,8 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensorRef>
     require(shape_bytes(t.shape, static_cast<int64_t>(dtype_size(t.dtype)), b), "safetensors", path,
             ": tensor '", t.name, "' has a negative or overflowing shape");
     const uint64_t bytes = static_cast<uint64_t>(b);
-    h[t.name] = {{"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    h[t.name] = {
+        {"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
     sums[t.name] = crc32c_hex(crc32c(t.data, bytes));
     off += bytes;
   }
@@ -125,11 +133,12 @@ SafeTensorsFile parse_safetensors(const std::string& all, const std::string& pat
   require(all.size() >= 8, "safetensors", path, ": file of ", all.size(),
           " bytes is shorter than the 8-byte header length");
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(all[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(all[i])) << (8 * i);
   require(n <= all.size() - 8, "safetensors", path, ": header length ", n, " exceeds the file (",
           all.size(), " bytes)");
-  require(n <= kMaxHeaderBytes, "safetensors", path, ": header length ", n, " exceeds the limit of ",
-          kMaxHeaderBytes, " bytes");
+  require(n <= kMaxHeaderBytes, "safetensors", path, ": header length ", n,
+          " exceeds the limit of ", kMaxHeaderBytes, " bytes");
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(all.begin() + 8, all.begin() + 8 + static_cast<std::ptrdiff_t>(n));
@@ -157,8 +166,9 @@ SafeTensorsFile parse_safetensors(const std::string& all, const std::string& pat
             "': dtype missing or not a string");
     require(e.contains("shape") && e["shape"].is_array(), "safetensors", path, ": tensor '", key,
             "': shape missing or not an array");
-    require(e.contains("data_offsets") && e["data_offsets"].is_array() && e["data_offsets"].size() == 2,
-            "safetensors", path, ": tensor '", key, "': data_offsets missing or not [begin, end]");
+    require(
+        e.contains("data_offsets") && e["data_offsets"].is_array() && e["data_offsets"].size() == 2,
+        "safetensors", path, ": tensor '", key, "': data_offsets missing or not [begin, end]");
     SafeTensor t;
     t.dtype = st_dtype(e["dtype"].get<std::string>(), path);
     require(e["shape"].size() <= 64, "safetensors", path, ": tensor '", key, "' has ",
@@ -173,17 +183,20 @@ SafeTensorsFile parse_safetensors(const std::string& all, const std::string& pat
     uint64_t offs[2];
     for (int i = 0; i < 2; ++i) {
       const auto& o = e["data_offsets"][i];
-      require(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0), "safetensors",
-              path, ": tensor '", key, "': data_offsets entry ", o.dump(), " is not a non-negative integer");
+      require(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0),
+              "safetensors", path, ": tensor '", key, "': data_offsets entry ", o.dump(),
+              " is not a non-negative integer");
       offs[i] = o.get<uint64_t>();
     }
     require(offs[0] <= offs[1] && offs[1] <= data_size, "safetensors", path, ": tensor '", key,
-            "' data_offsets out of range: [", offs[0], ", ", offs[1], "] in ", data_size, " data bytes");
+            "' data_offsets out of range: [", offs[0], ", ", offs[1], "] in ", data_size,
+            " data bytes");
     int64_t need = 0;
-    require(shape_bytes(t.shape, static_cast<int64_t>(dtype_size(t.dtype)), need), "safetensors", path,
-            ": tensor '", key, "': shape ", e["shape"].dump(), " overflows the element count");
-    require(offs[1] - offs[0] == static_cast<uint64_t>(need), "safetensors", path, ": tensor '", key,
-            "' has ", offs[1] - offs[0], " bytes, its shape and dtype need ", need);
+    require(shape_bytes(t.shape, static_cast<int64_t>(dtype_size(t.dtype)), need), "safetensors",
+            path, ": tensor '", key, "': shape ", e["shape"].dump(),
+            " overflows the element count");
+    require(offs[1] - offs[0] == static_cast<uint64_t>(need), "safetensors", path, ": tensor '",
+            key, "' has ", offs[1] - offs[0], " bytes, its shape and dtype need ", need);
     t.bytes.assign(data + offs[0], data + offs[1]);
     spans.emplace_back(offs[0], offs[1], key);
     f.tensors.emplace(key, std::move(t));
@@ -201,8 +214,9 @@ SafeTensorsFile parse_safetensors(const std::string& all, const std::string& pat
     pos = e;
     prev = name;
   }
-  require(pos == data_size, "safetensors", path, ": ", data_size - pos, " bytes after the last tensor",
-          prev.empty() ? std::string() : " '" + prev + "'", " belong to no tensor");
+  require(pos == data_size, "safetensors", path, ": ", data_size - pos,
+          " bytes after the last tensor", prev.empty() ? std::string() : " '" + prev + "'",
+          " belong to no tensor");
   verify_checksums(f);
   return f;
 }
@@ -226,8 +240,8 @@ int verify_checksums(const SafeTensorsFile& f) {
     require(t != f.tensors.end(), "safetensors", f.path, ": a checksum names tensor '", s.key(),
             "', which the file does not hold");
     const uint32_t have = crc32c(t->second.bytes.data(), t->second.bytes.size());
-    require(have == want, "safetensors", f.path, ": tensor '", s.key(), "' fails its CRC-32C check (",
-            crc32c_hex(have), " read, ", crc32c_hex(want),
+    require(have == want, "safetensors", f.path, ": tensor '", s.key(),
+            "' fails its CRC-32C check (", crc32c_hex(have), " read, ", crc32c_hex(want),
             " written): the file was corrupted after it was saved");
   }
   for (const auto& [name, t] : f.tensors)

@@ -75,5 +75,4 @@ SafeTensorsFile parse_safetensors(const std::string& bytes, const std::string& p
 /// the first tensor whose bytes do not match, or a tensor without a checksum.
 int verify_checksums(const SafeTensorsFile& f);
 
-
 }  // namespace longseq::core

@@ -61,7 +61,8 @@ class View {
       : data_(data), shape_(shape), strides_(strides) {}
   /// A View<T> converts to a View<const T>.
   template <class U = T, class = std::enable_if_t<std::is_const_v<U>>>
-  View(const View<std::remove_const_t<U>>& o) : data_(o.data()), shape_(o.shape()), strides_(o.strides()) {}
+  View(const View<std::remove_const_t<U>>& o)
+      : data_(o.data()), shape_(o.shape()), strides_(o.strides()) {}
 
   T* data() const { return data_; }
   const Shape& shape() const { return shape_; }

@@ -28,7 +28,11 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-size_t peak_rss_bytes() { return read_status_kib("VmHWM:"); }
-size_t current_rss_bytes() { return read_status_kib("VmRSS:"); }
+size_t peak_rss_bytes() {
+  return read_status_kib("VmHWM:");
+}
+size_t current_rss_bytes() {
+  return read_status_kib("VmRSS:");
+}
 
 }  // namespace longseq::core

@@ -12,9 +12,8 @@
 #if defined(LONGSEQ_GEMM_OPENBLAS)
 #include <cblas.h>
 #elif defined(LONGSEQ_GEMM_ONEDNN)
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <map>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #else
 #error "kernels/gemm.cpp needs LONGSEQ_GEMM_OPENBLAS or LONGSEQ_GEMM_ONEDNN (set by CMake)"
@@ -70,8 +69,8 @@ const float* widen(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld, 
   auto& buf = widen_scratch(which);
   const size_t need = static_cast<size_t>(rows * cols);
   if (buf.size() < need) buf.resize(need);
-  for (int64_t i = 0; i < rows; ++i) core::bf16_to_f32(x + i * ld, buf.data() + i * cols,
-                                                        static_cast<size_t>(cols));
+  for (int64_t i = 0; i < rows; ++i)
+    core::bf16_to_f32(x + i * ld, buf.data() + i * cols, static_cast<size_t>(cols));
   return buf.data();
 }
 }  // namespace
@@ -100,7 +99,9 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   gemm_f32(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
 }
 
-const char* gemm_library() { return "openblas"; }
+const char* gemm_library() {
+  return "openblas";
+}
 
 #elif defined(LONGSEQ_GEMM_ONEDNN)
 // ---- oneDNN 2.6 (OpenMP runtime) ---------------------------------------------------------------
@@ -146,8 +147,8 @@ uint32_t float_bits(float x) {
   return u;
 }
 
-MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                        int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                        int64_t ldb, float beta, int64_t ldc) {
   using dt = dnnl::memory::data_type;
   const dnnl::memory::desc a_md({m, k}, dt::bf16,
                                 ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
@@ -174,8 +175,8 @@ MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   return e;
 }
 
-MatmulEntry& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                        int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+MatmulEntry& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                        int64_t ldb, float beta, int64_t ldc) {
   // Bounded: a caller sweeping many shapes (a benchmark) must not grow memory without end.
   constexpr size_t kMaxEntries = 256;
   thread_local std::map<MatmulKey, MatmulEntry> cache;
@@ -183,8 +184,7 @@ MatmulEntry& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= kMaxEntries) cache.clear();
-  return cache.emplace(key, make_matmul(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc))
-      .first->second;
+  return cache.emplace(key, make_matmul(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc)).first->second;
 }
 
 dnnl::stream& thread_stream() {
@@ -200,8 +200,8 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   OmpSingleThread one;
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
-                                      ldb, beta, c, ldc);
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
     core::fail("gemm", "dnnl_sgemm failed with status ", static_cast<int>(st), " for m=", m,
                " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
@@ -225,7 +225,8 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     if (ld == cols) return x;
     buf.resize(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(buf.data() + r * cols, x + r * ld, static_cast<size_t>(cols) * sizeof(core::bf16));
+      std::memcpy(buf.data() + r * cols, x + r * ld,
+                  static_cast<size_t>(cols) * sizeof(core::bf16));
     ld = cols;
     return static_cast<const core::bf16*>(buf.data());
   };
@@ -264,20 +265,23 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
       for (int64_t r = 0; r < m; ++r)
         std::memcpy(c_user + r * ldc_user, c + r * n, static_cast<size_t>(n) * sizeof(float));
   } catch (const dnnl::error& err) {
-    core::fail("gemm", "oneDNN bf16 matmul failed (", err.what(), ") for m=", m, " n=", n,
-               " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, " trans_a=", ta,
-               " trans_b=", tb);
+    core::fail("gemm", "oneDNN bf16 matmul failed (", err.what(), ") for m=", m, " n=", n, " k=", k,
+               " lda=", lda, " ldb=", ldb, " ldc=", ldc, " trans_a=", ta, " trans_b=", tb);
   }
 }
 
-const char* gemm_library() { return "onednn"; }
+const char* gemm_library() {
+  return "onednn";
+}
 #endif
 
 // ---- deterministic row-panel parallelism (library independent) -------------------------------
 
 // 128 rows: large enough that each panel is an efficient GEMM, small enough that a 256-row
 // attention tile still splits over 2 threads.
-int64_t gemm_panel_rows() { return 128; }
+int64_t gemm_panel_rows() {
+  return 128;
+}
 
 namespace {
 template <class T, class Gemm>
@@ -304,9 +308,9 @@ void gemm_f32_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int6
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_f32);
 }
 
-void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
-                        int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
+                        float beta, float* c, int64_t ldc) {
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
 

@@ -47,7 +47,8 @@ void gemm_bf16_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int6
 /// f32: gemm_f32_parallel. bf16: A and B are rounded to bf16 (round-to-nearest-even) into scratch
 /// of the calling thread (only the elements op() reads), then gemm_bf16_parallel: fp32
 /// accumulation and output, bit-identical for every `threads`. Operands that already hold bf16
-/// values (weights gathered in bf16) convert exactly. Other dtypes are a caller bug (LONGSEQ_CHECK).
+/// values (weights gathered in bf16) convert exactly. Other dtypes are a caller bug
+/// (LONGSEQ_CHECK).
 void gemm_parallel(core::DType compute, int threads, bool trans_a, bool trans_b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float beta, float* c, int64_t ldc);

@@ -38,7 +38,8 @@ inline bool visible(const Mask& m, int64_t qp, int64_t kp, int32_t qd, int32_t k
   if ((m.causal || m.window > 0) && kp > qp) return false;
   if (m.window > 0 && qp - kp >= m.window) return false;
   if (m.docs && qd != kd) return false;
-  if (m.block_mask && !m.block_mask[(qp / m.block_size) * m.num_blocks + kp / m.block_size]) return false;
+  if (m.block_mask && !m.block_mask[(qp / m.block_size) * m.num_blocks + kp / m.block_size])
+    return false;
   return true;
 }
 

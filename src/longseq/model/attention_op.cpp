@@ -11,7 +11,8 @@ namespace {
 
 class DistributedAttention final : public AttentionOp {
  public:
-  DistributedAttention(const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
+  DistributedAttention(const attention::Algorithm& algo,
+                       std::shared_ptr<const attention::MaskSpec> mask,
                        const attention::Layout& layout, comm::Group& group, int threads,
                        core::DType precision)
       : layout_(layout), group_(group) {
@@ -86,7 +87,8 @@ TrainMask TrainMask::parse(const std::string& text, int64_t seq) {
   size_t start = 0;
   while (true) {
     const size_t i = text.find(',', start);
-    const std::string term = text.substr(start, i == std::string::npos ? std::string::npos : i - start);
+    const std::string term =
+        text.substr(start, i == std::string::npos ? std::string::npos : i - start);
     if (term == "document") {
       core::require(!t.document, "train", "--mask '", text, "': document given twice");
       t.document = true;
@@ -115,7 +117,8 @@ TrainMask TrainMask::parse(const std::string& text, int64_t seq) {
   return t;
 }
 
-std::shared_ptr<const attention::MaskSpec> TrainMask::with_documents(std::vector<int32_t> docs) const {
+std::shared_ptr<const attention::MaskSpec> TrainMask::with_documents(
+    std::vector<int32_t> docs) const {
   LONGSEQ_CHECK(base != nullptr);
   if (docs.empty()) return base;
   auto m = std::make_shared<attention::MaskSpec>(*base);
@@ -149,7 +152,8 @@ double visible_pairs(const attention::MaskSpec& m, int64_t n) {
     const int64_t qb = i / m.block_size;
     for (int64_t kb = lo / m.block_size; kb <= hi / m.block_size; ++kb) {
       if (!m.block_mask[qb * m.num_blocks + kb]) continue;
-      const int64_t a = std::max(lo, kb * m.block_size), b = std::min(hi, (kb + 1) * m.block_size - 1);
+      const int64_t a = std::max(lo, kb * m.block_size),
+                    b = std::min(hi, (kb + 1) * m.block_size - 1);
       total += static_cast<double>(b - a + 1);
     }
   }

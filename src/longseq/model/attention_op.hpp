@@ -56,8 +56,8 @@ class AttentionOp {
 /// The same grammar as `attention --mask` (attention/mask_spec.hpp) plus the bare `document`;
 /// `full` is refused. W >= seq is the causal mask and is kept as written.
 struct TrainMask {
-  std::string text = "causal";  ///< as given (normalised: terms joined by ',')
-  bool document = false;        ///< per-sequence document ids from the data
+  std::string text = "causal";                      ///< as given (normalised: terms joined by ',')
+  bool document = false;                            ///< per-sequence document ids from the data
   std::shared_ptr<const attention::MaskSpec> base;  ///< everything but the per-step document ids
   /// Throws core::Error("[train] --mask ...") naming the term (unknown, full, document twice,
   /// files of the wrong length for `seq` tokens).
@@ -77,10 +77,9 @@ double visible_pairs(const attention::MaskSpec& mask, int64_t n);
 /// group calls with the same arguments). The mask
 /// is over the whole sequence (layout.global_len() tokens). `precision` (f32 | bf16) is
 /// attention::AttentionSpec::precision.
-std::unique_ptr<AttentionOp> make_distributed_attention(const attention::Algorithm& algo,
-                                                        std::shared_ptr<const attention::MaskSpec> mask,
-                                                        const attention::Layout& layout,
-                                                        comm::Group& group, int threads,
-                                                        core::DType precision = core::DType::f32);
+std::unique_ptr<AttentionOp> make_distributed_attention(
+    const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
+    const attention::Layout& layout, comm::Group& group, int threads,
+    core::DType precision = core::DType::f32);
 
 }  // namespace longseq::model

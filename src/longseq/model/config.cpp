@@ -44,12 +44,16 @@ std::string LlamaConfig::describe() const {
                    " rope_theta=", rope_theta, " norm_eps=", norm_eps,
                    " tied_embeddings=", tied_embeddings ? "true" : "false",
                    sliding_window > 0 ? " sliding_window=" + std::to_string(sliding_window) : "",
-                   max_position_embeddings > 0 ? core::cat(" max_position_embeddings=", max_position_embeddings) : "",
+                   max_position_embeddings > 0
+                       ? core::cat(" max_position_embeddings=", max_position_embeddings)
+                       : "",
                    rope_scaling.enabled() ? " rope_scaling=" + rope_scaling.describe() : "");
 }
 
 namespace {
-int64_t align_up(int64_t x) { return (x + kParamAlign - 1) / kParamAlign * kParamAlign; }
+int64_t align_up(int64_t x) {
+  return (x + kParamAlign - 1) / kParamAlign * kParamAlign;
+}
 
 int64_t add(ParamUnit& u, std::string name, std::vector<int64_t> shape) {
   ParamTensor t;
@@ -123,8 +127,8 @@ void init_unit(const ParamLayout& layout, int unit, uint64_t seed, float* out) {
       for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
       continue;
     }
-    const bool residual = t.name.find("o_proj") != std::string::npos ||
-                          t.name.find("down_proj") != std::string::npos;
+    const bool residual =
+        t.name.find("o_proj") != std::string::npos || t.name.find("down_proj") != std::string::npos;
     core::fill_normal(p, static_cast<size_t>(t.numel), s, static_cast<uint64_t>(t.offset), 0.0,
                       residual ? resid : 0.02);
   }

@@ -42,7 +42,8 @@ void embedding_backward(const int32_t* tokens, const int64_t* pos, const float* 
 
 void rmsnorm_forward(const float* x, const float* weight, int64_t t, int64_t c, float eps,
                      float* out, float* rstd, int threads) {
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t * c >= kParallelMin)
+#pragma omp parallel for num_threads(std::max(threads, 1)) \
+    schedule(static) if (t * c >= kParallelMin)
   for (int64_t i = 0; i < t; ++i) {
     const float* xi = x + i * c;
     double ss = 0.0;
@@ -58,7 +59,8 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
                       int64_t t, int64_t c, float* dx, float* dweight, bool accumulate,
                       int threads) {
   // dx = rstd * (w*dout - x * rstd^2 / C * sum(w*dout*x)); dweight = sum_t dout * x * rstd.
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t * c >= kParallelMin)
+#pragma omp parallel for num_threads(std::max(threads, 1)) \
+    schedule(static) if (t * c >= kParallelMin)
   for (int64_t i = 0; i < t; ++i) {
     const float* di = dout + i * c;
     const float* xi = x + i * c;
@@ -89,9 +91,9 @@ void linear_forward(const float* in, const float* weight, int64_t t, int64_t k, 
                          accumulate ? 1.0f : 0.0f, out, n);
 }
 
-void linear_backward(const float* dout, const float* in, const float* weight, int64_t t,
-                     int64_t k, int64_t n, float* din, bool accumulate_din, float* dweight,
-                     int threads, core::DType compute) {
+void linear_backward(const float* dout, const float* in, const float* weight, int64_t t, int64_t k,
+                     int64_t n, float* din, bool accumulate_din, float* dweight, int threads,
+                     core::DType compute) {
   // dweight [N, K] += dout^T [N, T] * in [T, K]; first, so that din may overwrite `in`.
   kernels::gemm_parallel(compute, threads, true, false, n, k, t, 1.0f, dout, n, in, k, 1.0f,
                          dweight, k);
@@ -126,7 +128,8 @@ RopeTable::RopeTable(const int64_t* pos, int64_t t, const RopeFrequencies& f)
 
 void RopeTable::rotate(float* x, int64_t h, float sign, int threads) const {
   const int64_t half = d_ / 2;
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (t_ * h * d_ >= kParallelMin)
+#pragma omp parallel for num_threads(std::max(threads, 1)) \
+    schedule(static) if (t_ * h * d_ >= kParallelMin)
   for (int64_t r = 0; r < t_; ++r) {
     if (pad_[r]) continue;
     const float* cs = cos_.data() + r * half;
@@ -142,7 +145,9 @@ void RopeTable::rotate(float* x, int64_t h, float sign, int threads) const {
   }
 }
 
-void RopeTable::forward(float* x, int64_t h, int threads) const { rotate(x, h, 1.0f, threads); }
+void RopeTable::forward(float* x, int64_t h, int threads) const {
+  rotate(x, h, 1.0f, threads);
+}
 void RopeTable::backward(float* dx, int64_t h, int threads) const {
   rotate(dx, h, -1.0f, threads);
 }
@@ -157,8 +162,8 @@ void swiglu_forward(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
-void swiglu_backward(const float* dout, const float* gate, const float* up, int64_t n,
-                     float* dgate, float* dup) {
+void swiglu_backward(const float* dout, const float* gate, const float* up, int64_t n, float* dgate,
+                     float* dup) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i], u = up[i], d = dout[i];
     const float s = 1.0f / (1.0f + std::exp(-g));
@@ -168,10 +173,14 @@ void swiglu_backward(const float* dout, const float* gate, const float* up, int6
 }
 
 namespace {
-int64_t chunk_of(const MlpDims& d) { return d.chunk > 0 ? std::min(d.chunk, d.t) : d.t; }
+int64_t chunk_of(const MlpDims& d) {
+  return d.chunk > 0 ? std::min(d.chunk, d.t) : d.t;
+}
 }  // namespace
 
-int64_t mlp_workspace_floats(const MlpDims& d) { return 3 * std::max<int64_t>(chunk_of(d), 1) * d.f; }
+int64_t mlp_workspace_floats(const MlpDims& d) {
+  return 3 * std::max<int64_t>(chunk_of(d), 1) * d.f;
+}
 
 void mlp_forward(const float* x, const float* wgate, const float* wup, const float* wdown,
                  const MlpDims& d, float* out, bool accumulate, float* workspace, int threads) {

@@ -2,8 +2,9 @@
 // The LLaMA layers as forward/backward pairs over explicit buffers (llm.c style, no autograd).
 // fp32 compute by default; every matrix product goes through kernels/gemm. The functions with a
 // `compute` argument run their matrix products at that precision (kernels::gemm_parallel: bf16
-// rounds both operands, accumulates and writes fp32); norms, RoPE, SwiGLU and residuals stay fp32. Each fast layer is tested against
-// its fp64 specification in kernels/ref (tests/model/layers_test.cpp).
+// rounds both operands, accumulates and writes fp32); norms, RoPE, SwiGLU and residuals stay fp32.
+// Each fast layer is tested against its fp64 specification in kernels/ref
+// (tests/model/layers_test.cpp).
 //
 // Legend: T tokens (this rank's, padding included), C hidden, Hq/Hkv heads, D head dim,
 // F intermediate, V vocabulary. Row-major everywhere: activations [T, C], q [T, Hq, D],
@@ -51,9 +52,9 @@ void linear_forward(const float* in, const float* weight, int64_t t, int64_t k, 
                     core::DType compute = core::DType::f32);
 /// din [T, K] = dout [T, N] * weight (+ din when accumulate_din); dweight [N, K] += dout^T in.
 /// din may be null (no input gradient wanted); din may alias `in` (dweight is computed first).
-void linear_backward(const float* dout, const float* in, const float* weight, int64_t t,
-                     int64_t k, int64_t n, float* din, bool accumulate_din, float* dweight,
-                     int threads, core::DType compute = core::DType::f32);
+void linear_backward(const float* dout, const float* in, const float* weight, int64_t t, int64_t k,
+                     int64_t n, float* din, bool accumulate_din, float* dweight, int threads,
+                     core::DType compute = core::DType::f32);
 
 // ---- RoPE on global positions ------------------------------------------------------------------
 
@@ -86,12 +87,12 @@ class RopeTable {
 /// Elementwise out = silu(gate) * up (n values); out may alias gate or up.
 void swiglu_forward(const float* gate, const float* up, int64_t n, float* out);
 /// dgate, dup from dout (overwritten); may alias dout/gate/up as in kernels/ref/swiglu.hpp.
-void swiglu_backward(const float* dout, const float* gate, const float* up, int64_t n,
-                     float* dgate, float* dup);
+void swiglu_backward(const float* dout, const float* gate, const float* up, int64_t n, float* dgate,
+                     float* dup);
 
 struct MlpDims {
   int64_t t = 0, c = 0, f = 0;
-  int64_t chunk = 0;  ///< tokens per block (<= 0: all T at once)
+  int64_t chunk = 0;                       ///< tokens per block (<= 0: all T at once)
   core::DType compute = core::DType::f32;  ///< precision of the three matrix products
 };
 

@@ -29,10 +29,14 @@ int64_t seq_selective_split(int64_t l, double fraction) {
 
 std::string_view checkpoint_policy_name(CheckpointPolicy p) {
   switch (p) {
-    case CheckpointPolicy::none: return "none";
-    case CheckpointPolicy::full: return "full";
-    case CheckpointPolicy::selective_pp: return "selective++";
-    case CheckpointPolicy::seq_selective: return "seq-selective";
+    case CheckpointPolicy::none:
+      return "none";
+    case CheckpointPolicy::full:
+      return "full";
+    case CheckpointPolicy::selective_pp:
+      return "selective++";
+    case CheckpointPolicy::seq_selective:
+      return "seq-selective";
   }
   return "?";
 }
@@ -53,7 +57,9 @@ struct Dims {
 };
 
 // Floats a tensor holds (a default-constructed Tensor has the scalar shape but no buffer).
-int64_t held(const Tensor<float>& t) { return t.data() ? t.numel() : 0; }
+int64_t held(const Tensor<float>& t) {
+  return t.data() ? t.numel() : 0;
+}
 
 // Activations of one block that its backward reads.
 struct Acts {
@@ -67,13 +73,15 @@ struct Acts {
 
 // What a block keeps between forward and backward (by policy).
 struct Saved {
-  Tensor<float> x;  // block input, every policy
-  Acts acts;        // none: everything; selective++: att.o / att.lse only
+  Tensor<float> x;                 // block input, every policy
+  Acts acts;                       // none: everything; selective++: att.o / att.lse only
   Tensor<float> o_late, lse_late;  // seq-selective: rows [split, L): [rows, Hq, D], [rows, Hq]
   int64_t floats() const { return held(x) + acts.floats() + held(o_late) + held(lse_late); }
 };
 
-View<const float> cview(const Tensor<float>& t) { return t.view(); }
+View<const float> cview(const Tensor<float>& t) {
+  return t.view();
+}
 
 void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
                  const RopeTable& rope, Acts& a) {
@@ -105,7 +113,9 @@ void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const 
                   dm.threads);
 }
 
-MlpDims mlp_dims(const Dims& dm) { return {dm.l, dm.c, dm.f, dm.ffn_chunk, dm.compute}; }
+MlpDims mlp_dims(const Dims& dm) {
+  return {dm.l, dm.c, dm.f, dm.ffn_chunk, dm.compute};
+}
 
 // x [L, C] in place: block input -> block output.
 Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
@@ -200,8 +210,8 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
                   g + o.wk, dm.threads, dm.compute);
   linear_backward(ag.dv.data(), a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
                   g + o.wv, dm.threads, dm.compute);
-  rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx,
-                   g + o.attn_norm, true, dm.threads);
+  rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx, g + o.attn_norm,
+                   true, dm.threads);
 }
 
 }  // namespace

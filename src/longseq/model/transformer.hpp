@@ -37,9 +37,9 @@
 #include <string>
 #include <string_view>
 
+#include "longseq/kernels/cpu/lm_head.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/config.hpp"
-#include "longseq/kernels/cpu/lm_head.hpp"
 #include "longseq/model/lm_head.hpp"
 
 namespace longseq::model {

@@ -28,7 +28,9 @@ bool schedule_based(const Algorithm& a) {
 namespace {
 
 // The double ring's inner ring size: named (double-ring:I) or the ranks of one node.
-int inner_ring(const Algorithm& a, const AttnProblem& p) { return a.inner > 0 ? a.inner : p.gpus_per_node; }
+int inner_ring(const Algorithm& a, const AttnProblem& p) {
+  return a.inner > 0 ? a.inner : p.gpus_per_node;
+}
 
 }  // namespace
 
@@ -109,7 +111,8 @@ TileRange tile_range(const Chunk& c, int64_t r0, int64_t rows, int64_t n) {
   TileRange t;
   const int64_t first = c.pos_begin + r0 * c.pos_stride;
   // Rows whose position is < n.
-  const int64_t valid = first >= n ? 0 : std::min<int64_t>(rows, (n - first + c.pos_stride - 1) / c.pos_stride);
+  const int64_t valid =
+      first >= n ? 0 : std::min<int64_t>(rows, (n - first + c.pos_stride - 1) / c.pos_stride);
   t.any_valid = valid > 0;
   t.all_valid = valid == rows;
   t.contiguous = t.all_valid && (c.pos_stride == 1 || rows == 1);
@@ -122,8 +125,8 @@ TileRange tile_range(const Chunk& c, int64_t r0, int64_t rows, int64_t n) {
 
 }  // namespace
 
-TileWork kernel_tile_work(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec& m, int64_t tile_q,
-                          int64_t tile_k, int64_t q_local_limit) {
+TileWork kernel_tile_work(const Chunk& q, const Chunk& k, int64_t n, const MaskSpec& m,
+                          int64_t tile_q, int64_t tile_k, int64_t q_local_limit) {
   LONGSEQ_CHECK(tile_q > 0 && tile_k > 0);
   int64_t qlen = q.len;
   if (q_local_limit >= 0) qlen = std::clamp<int64_t>(q_local_limit - q.local_begin, 0, q.len);
@@ -173,7 +176,8 @@ namespace {
 // for the same layout under many algorithms and passes.
 class PairCounts {
  public:
-  PairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q, int64_t tile_k) {
+  PairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q,
+             int64_t tile_k) {
     const int world = layout.world();
     chunks_ = static_cast<int>(layout.chunks(0).size());
     world_ = world;
@@ -201,7 +205,9 @@ class PairCounts {
   }
   int64_t at(int qr, int qc, int kr, int kc) const { return counts_[index(qr, qc, kr, kc)]; }
   /// Computed pairs (only when built with tiles).
-  const TileWork& tiles(int qr, int qc, int kr, int kc) const { return tiles_[index(qr, qc, kr, kc)]; }
+  const TileWork& tiles(int qr, int qc, int kr, int kc) const {
+    return tiles_[index(qr, qc, kr, kc)];
+  }
   int64_t total() const {
     int64_t t = 0;
     for (int64_t v : counts_) t += v;
@@ -217,18 +223,24 @@ class PairCounts {
   std::vector<TileWork> tiles_;
 };
 
-const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q = 0,
-                              int64_t tile_k = 0) {
+const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_t q_limit,
+                              int64_t tile_q = 0, int64_t tile_k = 0) {
   using Key = std::tuple<int, int64_t, int, int64_t, std::string, int64_t, int64_t>;
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<PairCounts>> cache;
-  const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(), q_limit,
-                mask.describe(), tile_q, tile_k};
+  const Key key{static_cast<int>(layout.balance()),
+                layout.global_len(),
+                layout.world(),
+                q_limit,
+                mask.describe(),
+                tile_q,
+                tile_k};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() > 64) cache.clear();
-    it = cache.emplace(key, std::make_unique<PairCounts>(layout, mask, q_limit, tile_q, tile_k)).first;
+    it = cache.emplace(key, std::make_unique<PairCounts>(layout, mask, q_limit, tile_q, tile_k))
+             .first;
   }
   return *it->second;
 }
@@ -238,7 +250,8 @@ const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_
 // ---------------------------------------------------------------------------------------------
 // Schedule-based passes
 
-int64_t data_part_elems(const Algorithm& algo, Pass pass, int64_t l, int64_t hq, int64_t hkv, int64_t d) {
+int64_t data_part_elems(const Algorithm& algo, Pass pass, int64_t l, int64_t hq, int64_t hkv,
+                        int64_t d) {
   if (attention::bundle_is_query(algo, pass)) return 2 * l * hq * d + 2 * l * hq;
   return 2 * l * hkv * d;
 }
@@ -265,9 +278,9 @@ namespace {
 
 struct RingProblem {
   Algorithm algo;
-  AttnProblem prob;     // world = ring length, heads per member
+  AttnProblem prob;                         // world = ring length, heads per member
   std::function<bool(int, int)> same_node;  // over ring positions
-  int host_ranks = 0;   // all ranks of the job (USP: groups x U), for Hardware::compute_share
+  int host_ranks = 0;  // all ranks of the job (USP: groups x U), for Hardware::compute_share
 };
 
 PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64_t q_limit,
@@ -276,7 +289,8 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
   const AttnProblem& p = rp.prob;
   const int64_t l = set.layout.local_len();
   const double e = hw.dtype_bytes;
-  const double data_b = static_cast<double>(data_part_elems(rp.algo, pass, l, p.hq, p.hkv, p.d)) * e;
+  const double data_b =
+      static_cast<double>(data_part_elems(rp.algo, pass, l, p.hq, p.hkv, p.d)) * e;
   const double grad_b = static_cast<double>(grad_part_elems(rp.algo, l, p.hq, p.hkv, p.d)) * e;
   const bool fwd = pass == Pass::forward;
   const int64_t tq = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_q : hw.tiles.bwd_q) : 0;
@@ -286,7 +300,9 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
   const double per_pair = (pass == Pass::forward ? 4.0 : 10.0) * static_cast<double>(p.hq * p.d);
 
   ReplayModel m;
-  m.bytes = [&](const attention::Xfer& x) { return x.part == attention::Part::data ? data_b : grad_b; };
+  m.bytes = [&](const attention::Xfer& x) {
+    return x.part == attention::Part::data ? data_b : grad_b;
+  };
   m.flops = [&](int rank, const attention::Work& w) {
     const int qr = bq ? w.origin : rank, kr = bq ? rank : w.origin;
     double f = 0;
@@ -297,7 +313,8 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
   if (tq > 0) {
     // Time from the pairs the kernels compute (full tiles, partial tiles at the labelled relative
     // cost); m.flops stays the useful (visible) FLOPs.
-    const double partial_cost = fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
+    const double partial_cost =
+        fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
     m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
       const int qr = bq ? w.origin : rank, kr = bq ? rank : w.origin;
       double f = 0;
@@ -363,7 +380,8 @@ CommTerm term(bool inter, int64_t msgs, double bytes_each, const Hardware& hw, b
   const double eff = collective ? hw.corrections.collective_efficiency : 1.0;
   (inter ? t.msgs_inter : t.msgs_intra) = msgs;
   (inter ? t.bytes_inter : t.bytes_intra) = static_cast<double>(msgs) * bytes_each;
-  t.seconds = static_cast<double>(msgs) * (link.latency_s + bytes_each / (link.bandwidth_Bps * eff));
+  t.seconds =
+      static_cast<double>(msgs) * (link.latency_s + bytes_each / (link.bandwidth_Bps * eff));
   return t;
 }
 
@@ -418,8 +436,9 @@ AttentionCost cost_usp(const Algorithm& a, const AttnProblem& p, const Hardware&
     pc.collective_bytes = in.bytes_intra + in.bytes_inter + out.bytes_intra + out.bytes_inter;
     pc.collective_s = in.seconds + out.seconds;
     pc.seconds += pc.collective_s;  // DeepSpeed-Ulysses does not overlap its all-to-alls
-    pc.model = (a.family == Algorithm::Family::ulysses ? std::string("formula: DeepSpeed-Ulysses all-to-all")
-                                                  : std::string("schedule (ring across groups) + formula: all-to-all")) +
+    pc.model = (a.family == Algorithm::Family::ulysses
+                    ? std::string("formula: DeepSpeed-Ulysses all-to-all")
+                    : std::string("schedule (ring across groups) + formula: all-to-all")) +
                " inside groups of " + std::to_string(u);
   };
   double buf_f = 0, buf_b = 0;
@@ -430,7 +449,8 @@ AttentionCost cost_usp(const Algorithm& a, const AttnProblem& p, const Hardware&
   finish(c.forward, l * dd * (hq_per + 2 * kv_per), l * hq_per * (dd + 1));
   c.backward = replay_pass(rp, Pass::backward, hw, -1, keep, &buf_b);
   all_rings(c.backward);
-  finish(c.backward, l * (2 * hq_per * dd + 2 * hq_per + 2 * kv_per * dd), l * dd * (hq_per + 2 * kv_per));
+  finish(c.backward, l * (2 * hq_per * dd + 2 * hq_per + 2 * kv_per * dd),
+         l * dd * (hq_per + 2 * kv_per));
   if (frac > 0) {
     // The group's U*L tokens per member: the first `frac` of them are recomputed.
     const int64_t limit = static_cast<int64_t>(frac * static_cast<double>(u) * l);
@@ -466,10 +486,12 @@ AttentionCost cost_startrail(const Algorithm& a, const AttnProblem& p, const Har
   const int64_t c = a.team, g = cfg.ring_len();
   const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
   const double l = static_cast<double>(layout.local_len()), e = hw.dtype_bytes;
-  const double hq = static_cast<double>(p.hq), hkv = static_cast<double>(p.hkv), d = static_cast<double>(p.d);
+  const double hq = static_cast<double>(p.hq), hkv = static_cast<double>(p.hkv),
+               d = static_cast<double>(p.d);
   const double kv_shard = 2 * c * l * hkv * d * e;  // one team shard of K,V
-  const std::string label = std::string("formula: WallFacer eq. (6)-(7) / StarTrail §3.2, placement ") +
-                            std::string(attention::team_placement_name(a.placement)) + " from StarTrailConfig";
+  const std::string label =
+      std::string("formula: WallFacer eq. (6)-(7) / StarTrail §3.2, placement ") +
+      std::string(attention::team_placement_name(a.placement)) + " from StarTrailConfig";
   // Mask-aware compute, assuming the team shards balance it (labelled; the schedule-based models
   // take it per rank from the schedule instead).
   auto pass = [&](bool fwd, int64_t q_limit) {
@@ -507,7 +529,8 @@ AttentionCost cost_startrail(const Algorithm& a, const AttnProblem& p, const Har
   }
   // WallFacer eq. (10): the gathered Q,K,V hold 3CA instead of 3A, i.e. 3(C-1)A extra.
   out.extra_activation_bytes = (c - 1) * l * (hq + 2 * hkv) * d * e;
-  out.buffer_bytes_forward = 2 * kv_shard + c * l * hq * (d + 1) * 4.0;  // ring double buffer + fp32 partials
+  out.buffer_bytes_forward =
+      2 * kv_shard + c * l * hq * (d + 1) * 4.0;  // ring double buffer + fp32 partials
   out.buffer_bytes_backward = kv_shard + 2 * c * l * (hq * (2 * d + 2) + hq * d) * e;
   return out;
 }
@@ -530,9 +553,9 @@ AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Har
   c.backward = replay_pass(rp, Pass::backward, hw, -1, keep, &c.buffer_bytes_backward);
   if (frac > 0) {
     const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
-    c.partial_recompute = replay_pass(rp, Pass::forward, hw,
-                                      static_cast<int64_t>(frac * static_cast<double>(layout.local_len())),
-                                      false, nullptr);
+    c.partial_recompute = replay_pass(
+        rp, Pass::forward, hw, static_cast<int64_t>(frac * static_cast<double>(layout.local_len())),
+        false, nullptr);
     c.recompute_fraction = frac;
   }
   return c;

@@ -38,25 +38,26 @@ bool schedule_based(const attention::Algorithm& algo);
 
 /// The attention problem of one layer.
 struct AttnProblem {
-  int64_t n = 0;                 ///< global sequence length
+  int64_t n = 0;  ///< global sequence length
   int64_t hq = 0, hkv = 0, d = 0;
   int world = 1;
   int gpus_per_node = 1;
   attention::Balance balance = attention::Balance::zigzag;
-  attention::MaskSpec mask;      ///< full, causal or causal+window (no files)
+  attention::MaskSpec mask;  ///< full, causal or causal+window (no files)
 };
 
 struct PassCost {
-  std::string model;         ///< "schedule" or "formula: <source>"
-  double seconds = 0;        ///< wall time of the pass on the critical rank
-  double compute_s = 0;      ///< compute time of the critical rank
-  double flops = 0;          ///< FLOPs of the busiest rank
-  double flops_total = 0;    ///< all ranks
+  std::string model;       ///< "schedule" or "formula: <source>"
+  double seconds = 0;      ///< wall time of the pass on the critical rank
+  double compute_s = 0;    ///< compute time of the critical rank
+  double flops = 0;        ///< FLOPs of the busiest rank
+  double flops_total = 0;  ///< all ranks
   // Sent per rank, mean over ranks (ranks at node boundaries send more inter-node traffic).
   double messages_intra = 0, messages_inter = 0;
   double bytes_intra = 0, bytes_inter = 0;
-  double bytes_inter_max = 0;  ///< the rank that sends most inter-node bytes (its NIC share is busiest)
-  double collective_s = 0;   ///< not-overlapped collective time inside `seconds` (formula models)
+  double bytes_inter_max =
+      0;  ///< the rank that sends most inter-node bytes (its NIC share is busiest)
+  double collective_s = 0;  ///< not-overlapped collective time inside `seconds` (formula models)
   double collective_bytes = 0;  ///< of bytes_intra + bytes_inter: team collectives / all-to-alls
   std::optional<Timeline> timeline;  ///< schedule models only
   double exposed_comm_s() const { return seconds > compute_s ? seconds - compute_s : 0.0; }
@@ -81,8 +82,9 @@ void validate_algo(const attention::Algorithm& algo, const AttnProblem& prob);
 
 /// Costs `algo` on `prob`. `recompute_fraction` in [0, 1]: the seq-selective share (0: skipped).
 /// `keep_timelines`: keep the simulator timelines in the PassCosts (for SVG output).
-AttentionCost cost_attention(const attention::Algorithm& algo, const AttnProblem& prob, const Hardware& hw,
-                             double recompute_fraction = 0, bool keep_timelines = false);
+AttentionCost cost_attention(const attention::Algorithm& algo, const AttnProblem& prob,
+                             const Hardware& hw, double recompute_fraction = 0,
+                             bool keep_timelines = false);
 
 /// The executor's schedules of a ring-family algorithm, one per rank, and the topology they run
 /// on (attention::schedule_topology: a double ring's inner rings are blocks of algo.inner ranks,

@@ -1,6 +1,8 @@
 // `longseq calibrate`'s measurements (plan/calibrate.hpp says what is measured and how).
 #include "longseq/plan/calibrate.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,7 +10,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "longseq/comm/group.hpp"
@@ -40,7 +41,6 @@ double best_time(int repeats, F&& f) {
   return best;
 }
 
-
 // One rank's attention block kernels on its own buffers.
 class AttnBench {
  public:
@@ -62,26 +62,29 @@ class AttnBench {
     ws_.resize(std::max(kernels::cpu::attention_forward_workspace_floats(dims_, threads),
                         kernels::cpu::attention_backward_workspace_floats(dims_, threads)));
     forward();
-    kernels::cpu::attention_delta(do_.data(), o_.data(), dims_.tq, dims_.hq, dims_.d, threads, delta_.data());
+    kernels::cpu::attention_delta(do_.data(), o_.data(), dims_.tq, dims_.hq, dims_.d, threads,
+                                  delta_.data());
   }
   void forward() {
     const kernels::Tokens qt{qpos_.data(), nullptr}, kt{kpos_.data(), nullptr};
-    kernels::cpu::attention_block_forward(q_.data(), k_.data(), v_.data(), qt, kt, mask(), scale(), dims_,
-                                          threads_, ws_, o_.data(), lse_.data());
+    kernels::cpu::attention_block_forward(q_.data(), k_.data(), v_.data(), qt, kt, mask(), scale(),
+                                          dims_, threads_, ws_, o_.data(), lse_.data());
   }
   void backward() {
     const kernels::Tokens qt{qpos_.data(), nullptr}, kt{kpos_.data(), nullptr};
-    kernels::cpu::attention_block_backward(q_.data(), k_.data(), v_.data(), do_.data(), lse_.data(), delta_.data(),
-                                           qt, kt, mask(), scale(), dims_, threads_, ws_, dq_.data(), dk_.data(),
-                                           dv_.data());
+    kernels::cpu::attention_block_backward(q_.data(), k_.data(), v_.data(), do_.data(), lse_.data(),
+                                           delta_.data(), qt, kt, mask(), scale(), dims_, threads_,
+                                           ws_, dq_.data(), dk_.data(), dv_.data());
   }
   /// (q, k) pairs the kernels compute in full and partial tiles (the planner's tile replay).
   TileWork tile_work(bool fwd) const {
     attention::MaskSpec m;
     m.causal = strided_;
-    const attention::Chunk q{0, dims_.tq, 0, strided_ ? 2 : 1}, k{0, dims_.tk, strided_ ? 1 : 0, strided_ ? 2 : 1};
-    return kernel_tile_work(q, k, 2 * dims_.tq, m, fwd ? kernels::cpu::kForwardTileQ : kernels::cpu::kBackwardTileQ,
-                                  fwd ? kernels::cpu::kForwardTileK : kernels::cpu::kBackwardTileK);
+    const attention::Chunk q{0, dims_.tq, 0, strided_ ? 2 : 1},
+        k{0, dims_.tk, strided_ ? 1 : 0, strided_ ? 2 : 1};
+    return kernel_tile_work(q, k, 2 * dims_.tq, m,
+                            fwd ? kernels::cpu::kForwardTileQ : kernels::cpu::kBackwardTileQ,
+                            fwd ? kernels::cpu::kForwardTileK : kernels::cpu::kBackwardTileK);
   }
   double hd() const { return static_cast<double>(dims_.hq * dims_.d); }
 
@@ -107,7 +110,8 @@ AttnRates attention_rates(int64_t block, int threads, int repeats, int ranks, bo
   auto concurrent = [&](auto&& op) {
     std::vector<double> t(ranks);
     std::vector<std::thread> th;
-    for (int r = 1; r < ranks; ++r) th.emplace_back([&, r] { t[r] = best_time(repeats, [&] { op(*b[r]); }); });
+    for (int r = 1; r < ranks; ++r)
+      th.emplace_back([&, r] { t[r] = best_time(repeats, [&] { op(*b[r]); }); });
     t[0] = best_time(repeats, [&] { op(*b[0]); });
     for (auto& x : th) x.join();
     return *std::max_element(t.begin(), t.end());
@@ -187,7 +191,9 @@ Link fit_link(const std::vector<PingPoint>& pts) {
 nlohmann::json points_json(const std::vector<PingPoint>& pts) {
   nlohmann::json a = nlohmann::json::array();
   for (const PingPoint& p : pts)
-    a.push_back({{"bytes", p.bytes}, {"iters", p.iters}, {"one_way_s", p.one_way_s},
+    a.push_back({{"bytes", p.bytes},
+                 {"iters", p.iters},
+                 {"one_way_s", p.one_way_s},
                  {"GBps", static_cast<double>(p.bytes) / p.one_way_s / 1e9}});
   return a;
 }
@@ -197,7 +203,8 @@ nlohmann::json points_json(const std::vector<PingPoint>& pts) {
 void CalibrateOptions::validate() const {
   core::require(threads >= 1, "calibrate", "--threads ", threads, " must be >= 1");
   core::require(repeats >= 1, "calibrate", "--repeats ", repeats, " must be >= 1");
-  core::require(block >= 64 && block <= 8192, "calibrate", "--block ", block, " must be in [64, 8192]");
+  core::require(block >= 64 && block <= 8192, "calibrate", "--block ", block,
+                " must be in [64, 8192]");
   core::require(pingpong_s > 0, "calibrate", "--pingpong-seconds ", pingpong_s, " must be > 0");
   core::require(memory_gib >= 0, "calibrate", "--memory-gib ", memory_gib, " must be >= 0");
 }
@@ -231,7 +238,8 @@ bool measure_mpi(const CalibrateOptions& o, Calibration& c) {
 // solved for c (a labelled correction).
 double partial_cost(double t, double rate, double per_pair, const TileWork& w) {
   if (w.partial == 0) return 1.0;
-  const double c = (t * rate / per_pair - static_cast<double>(w.full)) / static_cast<double>(w.partial);
+  const double c =
+      (t * rate / per_pair - static_cast<double>(w.full)) / static_cast<double>(w.partial);
   return std::clamp(c, 0.5, 10.0);
 }
 
@@ -266,7 +274,8 @@ void fill_profile(const CalibrateOptions& o, Calibration& c) {
   hw.host_cores = c.cores;
   hw.peak_flops = c.gemm_flops * o.threads;  // the rate a rank's GEMMs reach: the planner's "peak"
   hw.dtype_bytes = 4;
-  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double phys =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   hw.memory_bytes = o.memory_gib > 0 ? o.memory_gib * (1 << 30) : phys / 2;
   hw.intra = c.local;
   hw.inter = c.local;  // one host: a declared --nodes split uses the same memory
@@ -276,18 +285,21 @@ void fill_profile(const CalibrateOptions& o, Calibration& c) {
   hw.corrections.attention_fwd_efficiency = std::min(1.5, c.all.fwd / hw.peak_flops);
   hw.corrections.attention_bwd_efficiency = std::min(1.5, c.all.bwd / hw.peak_flops);
   hw.corrections.collective_efficiency = 1.0;
-  hw.tiles = {kernels::cpu::kForwardTileQ, kernels::cpu::kForwardTileK, kernels::cpu::kBackwardTileQ,
-              kernels::cpu::kBackwardTileK};
+  hw.tiles = {kernels::cpu::kForwardTileQ, kernels::cpu::kForwardTileK,
+              kernels::cpu::kBackwardTileQ, kernels::cpu::kBackwardTileK};
   hw.corrections.partial_tile_cost_fwd = c.partial_cost_fwd;
   hw.corrections.partial_tile_cost_bwd = c.partial_cost_bwd;
-  hw.corrections.source = core::cat(
-      "measured by longseq calibrate: kernels::cpu attention ", o.block, "x", o.block,
-      " full mask, 8 heads, D 128, ", o.threads, " thread(s) per rank, ", c.busy,
-      " rank(s) computing at once (all cores busy), relative to gemm_f32 1024^3 (", kernels::gemm_library(),
-      "); partial_tile_cost_* from the same block with striped causal positions (q 0,2,4.., k 1,3,5..): "
-      "(time x full-tile rate - full-tile pairs) / partial-tile pairs");
-  hw.source = "measured by longseq calibrate: link = comm local backend ping-pong (isend/irecv, world 2, "
-              "1 KiB..64 MiB), alpha = 1 KiB one-way time, beta = 64 MiB point";
+  hw.corrections.source =
+      core::cat("measured by longseq calibrate: kernels::cpu attention ", o.block, "x", o.block,
+                " full mask, 8 heads, D 128, ", o.threads, " thread(s) per rank, ", c.busy,
+                " rank(s) computing at once (all cores busy), relative to gemm_f32 1024^3 (",
+                kernels::gemm_library(),
+                "); partial_tile_cost_* from the same block with striped causal positions (q "
+                "0,2,4.., k 1,3,5..): "
+                "(time x full-tile rate - full-tile pairs) / partial-tile pairs");
+  hw.source =
+      "measured by longseq calibrate: link = comm local backend ping-pong (isend/irecv, world 2, "
+      "1 KiB..64 MiB), alpha = 1 KiB one-way time, beta = 64 MiB point";
   if (!c.mpi_pts.empty()) {
     hw.mpi = fit_link(c.mpi_pts);
     hw.mpi_measured = true;
@@ -314,35 +326,41 @@ std::string calibration_json(const Calibration& c) {
   j["measurements"] = {
       {"gemm_f32_flops", c.gemm_flops},
       {"attention_alone", {{"fwd_flops", c.alone.fwd}, {"bwd_flops", c.alone.bwd}}},
-      {"attention_all_cores_busy", {{"ranks", c.busy}, {"fwd_flops", c.all.fwd}, {"bwd_flops", c.all.bwd}}},
+      {"attention_all_cores_busy",
+       {{"ranks", c.busy}, {"fwd_flops", c.all.fwd}, {"bwd_flops", c.all.bwd}}},
       {"attention_strided_causal",
        {{"fwd_s", c.strided.fwd_s},
         {"bwd_s", c.strided.bwd_s},
         {"fwd_pairs", {{"full", c.strided.fwd_work.full}, {"partial", c.strided.fwd_work.partial}}},
-        {"bwd_pairs", {{"full", c.strided.bwd_work.full}, {"partial", c.strided.bwd_work.partial}}}}},
+        {"bwd_pairs",
+         {{"full", c.strided.bwd_work.full}, {"partial", c.strided.bwd_work.partial}}}}},
       {"load_average_1min", load_average()},
       {"host", this_host()},  // `plan --hardware` compares it with the machine it runs on
       {"pingpong_local", points_json(c.local_pts)},
-      {"pingpong_mpi", c.mpi_pts.empty() ? nlohmann::json("not measured") : points_json(c.mpi_pts)}};
+      {"pingpong_mpi",
+       c.mpi_pts.empty() ? nlohmann::json("not measured") : points_json(c.mpi_pts)}};
   return j.dump(2) + "\n";
 }
 
 std::string calibration_summary(const Calibration& c, int64_t block) {
   const long long b = static_cast<long long>(block);
   std::string s = core::cat("gemm_f32 1024^3: ", c.gemm_flops / 1e9, " GFLOP/s per thread\n");
-  s += core::cat("attention ", b, "x", b, ": forward ", c.alone.fwd / 1e9, " GFLOP/s alone, ", c.all.fwd / 1e9,
-                 " with ", c.busy, " rank(s) busy; backward ", c.alone.bwd / 1e9, " / ", c.all.bwd / 1e9, "\n");
+  s += core::cat("attention ", b, "x", b, ": forward ", c.alone.fwd / 1e9, " GFLOP/s alone, ",
+                 c.all.fwd / 1e9, " with ", c.busy, " rank(s) busy; backward ", c.alone.bwd / 1e9,
+                 " / ", c.all.bwd / 1e9, "\n");
   s += core::cat("partial tiles cost ", c.partial_cost_fwd, " (forward), ", c.partial_cost_bwd,
                  " (backward) x a full tile's pair\nlocal ping-pong (one way):\n");
   char line[128];
   for (const PingPoint& p : c.local_pts) {
-    std::snprintf(line, sizeof line, "  %9zu B  %10.3f us  %7.3f GB/s\n", p.bytes, p.one_way_s * 1e6,
-                  static_cast<double>(p.bytes) / p.one_way_s / 1e9);
+    std::snprintf(line, sizeof line, "  %9zu B  %10.3f us  %7.3f GB/s\n", p.bytes,
+                  p.one_way_s * 1e6, static_cast<double>(p.bytes) / p.one_way_s / 1e9);
     s += line;
   }
-  s += core::cat("local link: alpha ", c.local.latency_s * 1e6, " us, beta ", c.local.bandwidth_Bps / 1e9, " GB/s\n");
+  s += core::cat("local link: alpha ", c.local.latency_s * 1e6, " us, beta ",
+                 c.local.bandwidth_Bps / 1e9, " GB/s\n");
   if (c.hw.mpi_measured)
-    s += core::cat("mpi link: alpha ", c.hw.mpi.latency_s * 1e6, " us, beta ", c.hw.mpi.bandwidth_Bps / 1e9, " GB/s\n");
+    s += core::cat("mpi link: alpha ", c.hw.mpi.latency_s * 1e6, " us, beta ",
+                   c.hw.mpi.bandwidth_Bps / 1e9, " GB/s\n");
   else
     s += "mpi link: " + c.mpi_note + "\n";
   return s + core::cat("host cores: ", c.cores, "\n");

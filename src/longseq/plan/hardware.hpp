@@ -19,20 +19,21 @@ namespace longseq::plan {
 
 /// One link class (intra-node or inter-node), as one rank sees it.
 struct Link {
-  double latency_s = 0;      ///< alpha: per message
-  double bandwidth_Bps = 0;  ///< beta: one rank, one direction, when all ranks of a node send at once
+  double latency_s = 0;  ///< alpha: per message
+  double bandwidth_Bps =
+      0;  ///< beta: one rank, one direction, when all ranks of a node send at once
 };
 
 /// Empirical corrections, labelled as such wherever they are printed. 1.0 = the pure model.
 struct Corrections {
-  double gemm_efficiency = 1.0;       ///< achieved / peak for the large GEMMs of linear layers
+  double gemm_efficiency = 1.0;           ///< achieved / peak for the large GEMMs of linear layers
   double attention_fwd_efficiency = 1.0;  ///< achieved / peak for the attention forward kernel
   double attention_bwd_efficiency = 1.0;  ///< achieved / peak for the attention backward kernel
   double collective_efficiency = 1.0;  ///< achieved / link bandwidth for ring collectives (ZeRO-3)
   /// Cost of one computed (q, k) pair of a partial tile relative to a full tile's (the per-element
   /// mask, exp of masked scores); used only with KernelTiles.
   double partial_tile_cost_fwd = 1.0, partial_tile_cost_bwd = 1.0;
-  std::string source;                  ///< where the numbers come from
+  std::string source;  ///< where the numbers come from
 };
 
 /// The block kernels' tiling (kernels/cpu/attention.hpp kForwardTile*, kBackwardTile*). When set
@@ -49,12 +50,12 @@ struct KernelTiles {
 struct Hardware {
   std::string name;
   std::string description;
-  std::string source;          ///< paper section or "measured by longseq calibrate on ..."
+  std::string source;  ///< paper section or "measured by longseq calibrate on ..."
   int gpus_per_node = 1;
-  double memory_bytes = 0;     ///< device memory per GPU
-  double peak_flops = 0;       ///< dense peak of the training dtype (bf16 on GPUs, f32 on CPU)
-  int dtype_bytes = 2;         ///< bytes per element of activations and messages
-  Link intra, inter;           ///< inter.bandwidth_Bps is the node's inter-node bandwidth / gpus_per_node
+  double memory_bytes = 0;  ///< device memory per GPU
+  double peak_flops = 0;    ///< dense peak of the training dtype (bf16 on GPUs, f32 on CPU)
+  int dtype_bytes = 2;      ///< bytes per element of activations and messages
+  Link intra, inter;  ///< inter.bandwidth_Bps is the node's inter-node bandwidth / gpus_per_node
   double inter_node_bandwidth_Bps = 0;  ///< as given in the profile, for the record
   Corrections corrections;
 

@@ -17,18 +17,25 @@ namespace longseq::plan {
 
 std::string_view checkpoint_name(Checkpoint c) {
   switch (c) {
-    case Checkpoint::none: return "none";
-    case Checkpoint::full: return "full";
-    case Checkpoint::selective_pp: return "selective++";
-    case Checkpoint::seq_selective: return "seq-selective";
+    case Checkpoint::none:
+      return "none";
+    case Checkpoint::full:
+      return "full";
+    case Checkpoint::selective_pp:
+      return "selective++";
+    case Checkpoint::seq_selective:
+      return "seq-selective";
   }
   return "?";
 }
 
-std::string_view loss_name(LossMode l) { return l == LossMode::fused ? "fused" : "unfused"; }
+std::string_view loss_name(LossMode l) {
+  return l == LossMode::fused ? "fused" : "unfused";
+}
 
 Checkpoint parse_checkpoint(std::string_view s) {
-  for (Checkpoint c : {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective})
+  for (Checkpoint c :
+       {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective})
     if (s == checkpoint_name(c)) return c;
   core::fail("plan", "--checkpoint '", s, "' (expected none, full, selective++ or seq-selective)");
 }
@@ -73,9 +80,15 @@ MemoryBreakdown memory_model(const MemoryInputs& in) {
   b.qkv = t * (hq + 2 * hkv) * d * e;
   const double inputs = (layers + 1) * a;
   switch (in.checkpoint) {
-    case Checkpoint::none: b.checkpoints = layers * layer_saved + a; break;
-    case Checkpoint::full: b.checkpoints = inputs; break;
-    case Checkpoint::selective_pp: b.checkpoints = inputs + layers * o_lse; break;
+    case Checkpoint::none:
+      b.checkpoints = layers * layer_saved + a;
+      break;
+    case Checkpoint::full:
+      b.checkpoints = inputs;
+      break;
+    case Checkpoint::selective_pp:
+      b.checkpoints = inputs + layers * o_lse;
+      break;
     case Checkpoint::seq_selective:
       b.checkpoints = inputs + layers * (1 - in.seq_selective_fraction) * o_lse;
       break;
@@ -100,7 +113,9 @@ namespace {
 // its libraries and the runtime.
 constexpr double kBaselineBytes = 18.0 * (1 << 20);
 // A mapping is whole pages.
-double pages(double bytes) { return bytes <= 0 ? 0 : std::ceil(bytes / 4096.0) * 4096.0; }
+double pages(double bytes) {
+  return bytes <= 0 ? 0 : std::ceil(bytes / 4096.0) * 4096.0;
+}
 
 struct Phase {
   std::string name;
@@ -128,7 +143,7 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   const double l = static_cast<double>(layout.local_len()), n = static_cast<double>(in.seq);
   const double c = m.hidden, hq = m.heads, hkv = m.kv_heads, d = m.head_dim, f = m.intermediate,
                v = m.vocab, layers = m.layers;
-  const double e = 4;                // fp32 activations
+  const double e = 4;                 // fp32 activations
   const double ce = in.bf16 ? 2 : 4;  // what the attention kernels and transfers read
   auto t = [&](double floats) { return pages(floats * e); };
 
@@ -139,8 +154,8 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
 
   // ZeRO-3 (train/zero.cpp): unit sizes as model/config.cpp packs them (16-float alignment).
   auto align = [](double x) { return std::ceil(x / 16) * 16; };
-  const double layer_unit = align(c) + align(hq * d * c) + 2 * align(hkv * d * c) + align(c * hq * d) +
-                            align(c) + 3 * align(f * c);
+  const double layer_unit = align(c) + align(hq * d * c) + 2 * align(hkv * d * c) +
+                            align(c * hq * d) + align(c) + 3 * align(f * c);
   const double emb_unit = align(v * c);
   const double final_unit = align(c) + (in.tied_embeddings ? 0 : align(v * c));
   double shard_total = 0, max_unit = std::max({layer_unit, emb_unit, final_unit});
@@ -167,9 +182,14 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   }();
   double saved_layer = lc;
   switch (in.checkpoint) {
-    case Checkpoint::none: saved_layer += acts; break;
-    case Checkpoint::full: break;
-    case Checkpoint::selective_pp: saved_layer += lq + lse; break;
+    case Checkpoint::none:
+      saved_layer += acts;
+      break;
+    case Checkpoint::full:
+      break;
+    case Checkpoint::selective_pp:
+      saved_layer += lq + lse;
+      break;
     case Checkpoint::seq_selective: {
       const double late = l - static_cast<double>(split);
       if (late > 0) saved_layer += t(late * hq * d) + t(late * hq);
@@ -184,11 +204,14 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   const attention::Algorithm algo = attention::Algorithm::parse(in.algo);
   double chunk = 0;
   for (const auto& ch : layout.chunks(0)) chunk = std::max(chunk, static_cast<double>(ch.len));
-  const double table = pages(8 * layout.local_len() * static_cast<double>(cp)) + (docs ? pages(4 * n) : 0);
-  const kernels::cpu::AttnDims cd{static_cast<int64_t>(chunk), static_cast<int64_t>(chunk), m.heads, m.kv_heads,
-                             m.head_dim};
-  const double kfwd = t(static_cast<double>(kernels::cpu::attention_forward_workspace_floats(cd, in.threads)));
-  const double kbwd = t(static_cast<double>(kernels::cpu::attention_backward_workspace_floats(cd, in.threads)));
+  const double table =
+      pages(8 * layout.local_len() * static_cast<double>(cp)) + (docs ? pages(4 * n) : 0);
+  const kernels::cpu::AttnDims cd{static_cast<int64_t>(chunk), static_cast<int64_t>(chunk), m.heads,
+                                  m.kv_heads, m.head_dim};
+  const double kfwd =
+      t(static_cast<double>(kernels::cpu::attention_forward_workspace_floats(cd, in.threads)));
+  const double kbwd =
+      t(static_cast<double>(kernels::cpu::attention_backward_workspace_floats(cd, in.threads)));
   const double partial = t(chunk * hq * d) + t(chunk * hq);
   const double inputs = in.bf16 ? pages(ce * l * (hq + 2 * hkv) * d) : 0;  // rounded q, k, v
   double fwd_slots = 0, bwd_slots = 0;
@@ -201,23 +224,26 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
     slot_note = " (hybrid: 2x the re-sharded tensors, approximate)";
   } else {
     const attention::PairTable pairs(layout, mask);
-    const comm::Topology topo =
-        attention::schedule_topology(algo, comm::Topology::declared(cp, std::max(1, in.nodes / in.dp)));
+    const comm::Topology topo = attention::schedule_topology(
+        algo, comm::Topology::declared(cp, std::max(1, in.nodes / in.dp)));
     int fd = 0, bd = 0, bg = 0;
     for (int rank = 0; rank < cp; ++rank) {
-      const auto fs = attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::forward);
-      const auto bs = attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::backward);
+      const auto fs =
+          attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::forward);
+      const auto bs =
+          attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::backward);
       fd = std::max(fd, fs.data_slots);
       bd = std::max(bd, bs.data_slots);
       bg = std::max(bg, bs.grad_slots);
     }
     const bool bq = algo.backward == attention::Backward::q;
     fwd_slots = fd * pages(ce * 2 * l * hkv * d);
-    const double bundle = bq ? pages(ce * 2 * l * hq * d + 4 * 2 * l * hq) : pages(ce * 2 * l * hkv * d);
+    const double bundle =
+        bq ? pages(ce * 2 * l * hq * d + 4 * 2 * l * hq) : pages(ce * 2 * l * hkv * d);
     const double grad = bq ? lq : 2 * lk;
     bwd_slots = bd * bundle + bg * grad + (bq ? 0 : 2 * lk);  // + ring's home dK dV
-    slot_note = " (" + std::to_string(fd) + " fwd / " + std::to_string(bd) + "+" + std::to_string(bg) +
-                " bwd slots)";
+    slot_note = " (" + std::to_string(fd) + " fwd / " + std::to_string(bd) + "+" +
+                std::to_string(bg) + " bwd slots)";
   }
   const double attn_fwd = fwd_slots + partial + kfwd + table + inputs;
   const double attn_bwd = bwd_slots + lse /*D*/ + lq + 2 * lk /*dq dk dv*/ + kbwd + table +
@@ -225,10 +251,12 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
 
   // LM head (model/lm_head.cpp): fused: a token tile of logits, its row statistics; unfused: the
   // logits of every local token and their statistics.
-  const double tile = in.lm_tile > 0 ? static_cast<double>(in.lm_tile)
-                                     : std::clamp(std::floor((1 << 25) / std::max(v, 1.0)), 16.0, 1024.0);
-  const double lm = in.loss == LossMode::fused ? t(std::min(tile, l) * v) + pages(20 * std::min(tile, l))
-                                               : t(l * v) + pages(20 * l);
+  const double tile = in.lm_tile > 0
+                          ? static_cast<double>(in.lm_tile)
+                          : std::clamp(std::floor((1 << 25) / std::max(v, 1.0)), 16.0, 1024.0);
+  const double lm = in.loss == LossMode::fused
+                        ? t(std::min(tile, l) * v) + pages(20 * std::min(tile, l))
+                        : t(l * v) + pages(20 * l);
 
   const double saved_all = layers * saved_layer;
   std::vector<Phase> phases;
@@ -243,12 +271,13 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
                       std::max(attn_fwd, mlp_ws)},
                      {"token metadata, RoPE tables, document ids", meta},
                      {"ZeRO-3 gathered units in flight", gathered}}});
-  phases.push_back({"lm head",
-                    {{"saved activations", saved_all},
-                     {"x, final norm output and gradient, dx", 4 * lc + row},
-                     {in.loss == LossMode::fused ? "fused LM head tile" : "unfused logits [L, V]", lm},
-                     {"token metadata, RoPE tables, document ids", meta},
-                     {"ZeRO-3 gathered units in flight", gathered}}});
+  phases.push_back(
+      {"lm head",
+       {{"saved activations", saved_all},
+        {"x, final norm output and gradient, dx", 4 * lc + row},
+        {in.loss == LossMode::fused ? "fused LM head tile" : "unfused logits [L, V]", lm},
+        {"token metadata, RoPE tables, document ids", meta},
+        {"ZeRO-3 gathered units in flight", gathered}}});
   // First block backward: its own saved activations are consumed (none) or recomputed (others).
   const double recomputed = in.checkpoint == Checkpoint::none ? 0 : acts;
   phases.push_back({"backward",
@@ -261,9 +290,10 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
                      {"ZeRO-3 gathered units in flight", gathered}}});
   if (in.save_checkpoint) {
     const double full = layers * layer_unit + emb_unit + final_unit;
-    phases.push_back({"checkpoint",
-                      {{"parameters and AdamW moments gathered in full", 3 * pages(4 * full)},
-                       {"the writer's file image (per rank share)", 3 * pages(4 * full) / in.world}}});
+    phases.push_back(
+        {"checkpoint",
+         {{"parameters and AdamW moments gathered in full", 3 * pages(4 * full)},
+          {"the writer's file image (per rank share)", 3 * pages(4 * full) / in.world}}});
   }
   const Phase* best = &phases[0];
   for (const Phase& p : phases)
@@ -283,11 +313,13 @@ nlohmann::json this_host() {
       if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
       break;
     }
-  return {{"cpu_model", model}, {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}};
+  return {{"cpu_model", model},
+          {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}};
 }
 
 std::string host_profile_mismatch(const std::string& name_or_file) {
-  const bool file = name_or_file.size() > 5 && name_or_file.substr(name_or_file.size() - 5) == ".json";
+  const bool file =
+      name_or_file.size() > 5 && name_or_file.substr(name_or_file.size() - 5) == ".json";
   const std::string path = file ? name_or_file : data_dir() + "/hardware/" + name_or_file + ".json";
   std::ifstream in(path);
   if (!in) return "";  // load_hardware names a missing profile
@@ -300,10 +332,14 @@ std::string host_profile_mismatch(const std::string& name_or_file) {
     return "";  // load_hardware names a malformed one
   }
   const nlohmann::json here = this_host();
-  const std::string where = " (run `longseq calibrate` here: predicted step times may be off by 2x)";
-  if (!j.contains("measurements") || !j["measurements"].is_object() || !j["measurements"].contains("host"))
-    return core::cat("hardware profile ", name_or_file, " does not record the CPU it was measured on; this "
-                     "machine is ", here["cpu_model"].get<std::string>(), " with ", here["cores"].get<int>(),
+  const std::string where =
+      " (run `longseq calibrate` here: predicted step times may be off by 2x)";
+  if (!j.contains("measurements") || !j["measurements"].is_object() ||
+      !j["measurements"].contains("host"))
+    return core::cat("hardware profile ", name_or_file,
+                     " does not record the CPU it was measured on; this "
+                     "machine is ",
+                     here["cpu_model"].get<std::string>(), " with ", here["cores"].get<int>(),
                      " cores", where);
   const nlohmann::json& h = j["measurements"]["host"];
   const std::string model = h.value("cpu_model", std::string("unknown"));

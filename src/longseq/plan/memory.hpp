@@ -44,8 +44,8 @@ LossMode parse_loss(std::string_view s);
 struct MemoryInputs {
   ModelConfig model;
   int world = 1;
-  int64_t local_tokens = 0;   ///< L (padding included)
-  int act_bytes = 2;          ///< e
+  int64_t local_tokens = 0;  ///< L (padding included)
+  int act_bytes = 2;         ///< e
   Checkpoint checkpoint = Checkpoint::full;
   LossMode loss = LossMode::fused;
   double seq_selective_fraction = 0.5;  ///< f: share of local tokens recomputed
@@ -73,8 +73,8 @@ MemoryBreakdown memory_model(const MemoryInputs& in);
 /// Bytes of the unfused LM head's fp32 logits for `tokens` tokens (BurstEngine Figure 8).
 double unfused_logits_bytes(int64_t tokens, int64_t vocab);
 
-
-// ---- this host: the peak RSS of `longseq train` ---------------------------------------------------
+// ---- this host: the peak RSS of `longseq train`
+// ---------------------------------------------------
 //
 // The GPU model above counts what a device holds; the host trainer is one process whose ranks are
 // threads (comm local backend), all in fp32 (bf16 only adds rounded copies), so its peak RSS is
@@ -105,22 +105,23 @@ struct HostTrainerInputs {
   std::string algo = "burst";
   std::string balance = "zigzag";
   std::shared_ptr<const attention::MaskSpec> mask;  ///< causal when null
-  bool document_mask = false;  ///< document ids per step (--mask document)
+  bool document_mask = false;                       ///< document ids per step (--mask document)
   Checkpoint checkpoint = Checkpoint::seq_selective;
   LossMode loss = LossMode::fused;
   double seq_selective_fraction = 0.5;
   int64_t ffn_chunk = 1024;
   int64_t lm_tile = 0;
-  int threads = 1;            ///< per rank
-  bool bf16 = false;          ///< --precision bf16
-  int64_t data_tokens = 0;    ///< tokens of the token file (held as uint32)
+  int threads = 1;          ///< per rank
+  bool bf16 = false;        ///< --precision bf16
+  int64_t data_tokens = 0;  ///< tokens of the token file (held as uint32)
   bool save_checkpoint = true;
 };
 
 struct HostTrainerMemory {
   double baseline = 0;  ///< the binary, its libraries and the runtime (measured, see memory.cpp)
   double data = 0;      ///< the token file
-  double state = 0;     ///< ZeRO-3 shards (parameters, gradients, AdamW m and v, decay mask), all ranks
+  double state =
+      0;  ///< ZeRO-3 shards (parameters, gradients, AdamW m and v, decay mask), all ranks
   double per_rank_peak = 0;  ///< the largest phase of one rank (beyond its state)
   std::string phase;         ///< which: "forward", "lm head", "backward" or "checkpoint"
   /// (name, bytes per rank) of the peak phase, in print order.

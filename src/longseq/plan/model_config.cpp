@@ -14,7 +14,9 @@ int64_t ModelConfig::params_per_layer() const {
   return hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * intermediate + 2 * hidden;
 }
 
-int64_t ModelConfig::params_outside_layers() const { return 2 * vocab * hidden + hidden; }
+int64_t ModelConfig::params_outside_layers() const {
+  return 2 * vocab * hidden + hidden;
+}
 
 void ModelConfig::validate() const {
   auto pos = [&](int64_t v, const char* field) {

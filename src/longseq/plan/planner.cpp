@@ -29,8 +29,8 @@ Term collective(const std::string& name, double bytes, const PlanOptions& o) {
   const double p = o.gpus, eff = o.hw.corrections.collective_efficiency;
   const double msgs = p - 1, moved = bytes * (p - 1) / p;
   Term t{name, msgs * link.latency_s + moved / (link.bandwidth_Bps * eff), ""};
-  t.detail = fmt("alpha*msgs + bytes/beta = %.3g*%.0f + %.4g B / %.4g B/s", link.latency_s, msgs, moved,
-                 link.bandwidth_Bps) +
+  t.detail = fmt("alpha*msgs + bytes/beta = %.3g*%.0f + %.4g B / %.4g B/s", link.latency_s, msgs,
+                 moved, link.bandwidth_Bps) +
              std::string(inter ? " (inter-node)" : " (intra-node)") +
              fmt(", empirical collective efficiency %.2f", eff);
   return t;
@@ -38,13 +38,13 @@ Term collective(const std::string& name, double bytes, const PlanOptions& o) {
 
 std::string attn_detail(const PassCost& c, const Hardware& hw) {
   char buf[400];
-  std::snprintf(buf, sizeof buf,
-                "%s; compute %.4g s (%.4g FLOP); per rank (mean) messages intra %.1f inter %.1f, bytes "
-                "intra %.4g inter %.4g; alpha terms %.3g s; exposed comm %.4g s",
-                c.model.c_str(), c.compute_s, c.flops, c.messages_intra, c.messages_inter,
-                c.bytes_intra, c.bytes_inter,
-                c.messages_intra * hw.intra.latency_s + c.messages_inter * hw.inter.latency_s,
-                c.exposed_comm_s());
+  std::snprintf(
+      buf, sizeof buf,
+      "%s; compute %.4g s (%.4g FLOP); per rank (mean) messages intra %.1f inter %.1f, bytes "
+      "intra %.4g inter %.4g; alpha terms %.3g s; exposed comm %.4g s",
+      c.model.c_str(), c.compute_s, c.flops, c.messages_intra, c.messages_inter, c.bytes_intra,
+      c.bytes_inter, c.messages_intra * hw.intra.latency_s + c.messages_inter * hw.inter.latency_s,
+      c.exposed_comm_s());
   return buf;
 }
 
@@ -130,15 +130,22 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
   const double lin_fwd_flops = 2 * t * matmul_params;
   // One host of threads: ranks beyond its cores time-share them (Hardware::compute_share).
   const double gemm_rate = hw.gemm_flops() * hw.compute_share(o.gpus);
-  const Term lin_fwd{"linear forward / layer", lin_fwd_flops / gemm_rate,
-                     fmt("flops/gamma = %.4g FLOP / (%.4g FLOP/s peak * %.2f empirical GEMM efficiency * %.2f core share)",
-                         lin_fwd_flops, hw.peak_flops, hw.corrections.gemm_efficiency, hw.compute_share(o.gpus))};
+  const Term lin_fwd{
+      "linear forward / layer", lin_fwd_flops / gemm_rate,
+      fmt("flops/gamma = %.4g FLOP / (%.4g FLOP/s peak * %.2f empirical GEMM efficiency * %.2f "
+          "core share)",
+          lin_fwd_flops, hw.peak_flops, hw.corrections.gemm_efficiency, hw.compute_share(o.gpus))};
   const Term lin_bwd{"linear backward / layer", 2 * lin_fwd.seconds, "2 x linear forward"};
-  const Term at_fwd{"attention forward / layer", attn.forward.seconds, attn_detail(attn.forward, hw)};
-  const Term at_bwd{"attention backward / layer", attn.backward.seconds, attn_detail(attn.backward, hw)};
-  Term recompute{"recomputation / layer (" + std::string(checkpoint_name(cfg.checkpoint)) + ")", 0, ""};
+  const Term at_fwd{"attention forward / layer", attn.forward.seconds,
+                    attn_detail(attn.forward, hw)};
+  const Term at_bwd{"attention backward / layer", attn.backward.seconds,
+                    attn_detail(attn.backward, hw)};
+  Term recompute{"recomputation / layer (" + std::string(checkpoint_name(cfg.checkpoint)) + ")", 0,
+                 ""};
   switch (cfg.checkpoint) {
-    case Checkpoint::none: recompute.detail = "nothing recomputed"; break;
+    case Checkpoint::none:
+      recompute.detail = "nothing recomputed";
+      break;
     case Checkpoint::full:
       recompute.seconds = lin_fwd.seconds + attn.forward.seconds;
       recompute.detail = "linear forward + attention forward";
@@ -149,9 +156,10 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
       break;
     case Checkpoint::seq_selective:
       recompute.seconds = lin_fwd.seconds + attn.partial_recompute.seconds;
-      recompute.detail = fmt("linear forward + attention forward of the first %.2f of local tokens: ",
-                             attn.recompute_fraction) +
-                         attn_detail(attn.partial_recompute, hw);
+      recompute.detail =
+          fmt("linear forward + attention forward of the first %.2f of local tokens: ",
+              attn.recompute_fraction) +
+          attn_detail(attn.partial_recompute, hw);
       break;
   }
   // ZeRO-3 per layer: bf16 parameters gathered forward and again backward, bf16 gradients
@@ -161,33 +169,37 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
   const Term zero_rs = collective("ZeRO-3 reduce-scatter / layer", layer_bytes, o);
   const double inter_busy_f = attn.forward.bytes_inter_max / hw.inter.bandwidth_Bps;
   const double recompute_inter_max =
-      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter_max
+      cfg.checkpoint == Checkpoint::full            ? attn.forward.bytes_inter_max
       : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_inter_max
-                                                     : 0.0;
-  const double recompute_inter =
-      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter
-      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_inter
-                                                     : 0.0;
-  const double inter_busy_b = (attn.backward.bytes_inter_max + recompute_inter_max) / hw.inter.bandwidth_Bps;
+                                                    : 0.0;
+  const double recompute_inter = cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter
+                                 : cfg.checkpoint == Checkpoint::seq_selective
+                                     ? attn.partial_recompute.bytes_inter
+                                     : 0.0;
+  const double inter_busy_b =
+      (attn.backward.bytes_inter_max + recompute_inter_max) / hw.inter.bandwidth_Bps;
   const double comp_f = lin_fwd.seconds + at_fwd.seconds;
   const double comm_f = zero_ag.seconds + inter_busy_f;
   const double comp_b = recompute.seconds + lin_bwd.seconds + at_bwd.seconds;
   const double comm_b = zero_ag.seconds + zero_rs.seconds + inter_busy_b;
-  const Term layer_f{"layer forward", std::max(comp_f, comm_f),
-                     fmt("max(compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
-                         comp_f, comm_f)};
-  const Term layer_b{"layer backward", std::max(comp_b, comm_b),
-                     fmt("max(recompute+compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
-                         comp_b, comm_b)};
+  const Term layer_f{
+      "layer forward", std::max(comp_f, comm_f),
+      fmt("max(compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)", comp_f,
+          comm_f)};
+  const Term layer_b{
+      "layer backward", std::max(comp_b, comm_b),
+      fmt("max(recompute+compute+attention %.4g s, ZeRO-3 + attention inter-node NIC time %.4g s)",
+          comp_b, comm_b)};
   const double head_flops = 6 * t * h * v;  // forward 2*T*h*V, backward 4*T*h*V
-  const Term head{"LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / gemm_rate,
-                  fmt("flops/gamma = %.4g FLOP (fwd 2ThV + bwd 4ThV; fused: no logits recompute)",
-                      head_flops)};
+  const Term head{
+      "LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / gemm_rate,
+      fmt("flops/gamma = %.4g FLOP (fwd 2ThV + bwd 4ThV; fused: no logits recompute)", head_flops)};
   ev.step_seconds = layers * (layer_f.seconds + layer_b.seconds) + head.seconds;
-  ev.terms = {lin_fwd, at_fwd, zero_ag, layer_f, lin_bwd, at_bwd, recompute, zero_rs, layer_b, head};
+  ev.terms = {lin_fwd, at_fwd,    zero_ag, layer_f, lin_bwd,
+              at_bwd,  recompute, zero_rs, layer_b, head};
   ev.terms.push_back({"step", ev.step_seconds,
-                      fmt("layers * (forward + backward) + LM head = %.0f * (%.4g + %.4g) + %.4g", layers,
-                          layer_f.seconds, layer_b.seconds, head.seconds) +
+                      fmt("layers * (forward + backward) + LM head = %.0f * (%.4g + %.4g) + %.4g",
+                          layers, layer_f.seconds, layer_b.seconds, head.seconds) +
                           "; not modelled: elementwise kernels, optimizer step, embedding"});
 
   const double p = o.gpus;
@@ -196,16 +208,16 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
       3 * (layers * (lin_fwd_flops * p + attn.forward.flops_total) + 2 * t * h * v * p);
   ev.mfu = model_flops / (ev.step_seconds * p * hw.peak_flops);
 
-  const double recompute_intra =
-      cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_intra
-      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_intra
-                                                     : 0.0;
+  const double recompute_intra = cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_intra
+                                 : cfg.checkpoint == Checkpoint::seq_selective
+                                     ? attn.partial_recompute.bytes_intra
+                                     : 0.0;
   const bool zero_inter = o.gpus > o.gpus_per_node;
   const double zero_bytes = 3 * layer_bytes * (p - 1) / p;
-  ev.comm_bytes_intra = layers * (attn.forward.bytes_intra + attn.backward.bytes_intra + recompute_intra +
-                                  (zero_inter ? 0.0 : zero_bytes));
-  ev.comm_bytes_inter = layers * (attn.forward.bytes_inter + attn.backward.bytes_inter + recompute_inter +
-                                  (zero_inter ? zero_bytes : 0.0));
+  ev.comm_bytes_intra = layers * (attn.forward.bytes_intra + attn.backward.bytes_intra +
+                                  recompute_intra + (zero_inter ? 0.0 : zero_bytes));
+  ev.comm_bytes_inter = layers * (attn.forward.bytes_inter + attn.backward.bytes_inter +
+                                  recompute_inter + (zero_inter ? zero_bytes : 0.0));
 
   MemoryInputs mi;
   mi.model = m;
@@ -221,8 +233,8 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
   const double limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : hw.memory_bytes;
   ev.feasible = ev.memory.total() <= limit;
   if (!ev.feasible)
-    ev.reason = fmt("peak memory %.2f GiB exceeds the limit %.2f GiB", ev.memory.total() / (1 << 30),
-                    limit / (1 << 30));
+    ev.reason = fmt("peak memory %.2f GiB exceeds the limit %.2f GiB",
+                    ev.memory.total() / (1 << 30), limit / (1 << 30));
   return ev;
 }
 
@@ -242,7 +254,8 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
       algos.push_back(a);
     }
   std::vector<Checkpoint> cps = o.checkpoints;
-  if (cps.empty()) cps = {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective};
+  if (cps.empty())
+    cps = {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective};
   std::vector<LossMode> losses = o.losses;
   if (losses.empty()) losses = {LossMode::fused, LossMode::unfused};
   const AttnProblem prob = attention_problem(o);

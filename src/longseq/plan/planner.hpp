@@ -4,8 +4,8 @@
 // step time, and lists the infeasible ones with the reason.
 //
 // Step model (one sequence of N tokens over all P ranks, ZeRO-3 over the same P ranks):
-//   per layer, forward   max( linear_fwd + attention_fwd ,  zero3_allgather + attention_inter_busy )
-//   per layer, backward  max( recompute + linear_bwd + attention_bwd ,
+//   per layer, forward   max( linear_fwd + attention_fwd ,  zero3_allgather + attention_inter_busy
+//   ) per layer, backward  max( recompute + linear_bwd + attention_bwd ,
 //                              zero3_allgather + zero3_reduce_scatter + attention_inter_busy )
 //   step = layers * (forward + backward) + lm_head
 // where every term is alpha * messages + bytes / beta or flops / gamma (Hardware), the attention

@@ -1,8 +1,8 @@
 #include "longseq/plan/simulator.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <array>
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -60,7 +60,8 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
     p.done = begin + link.latency_s + bytes / link.bandwidth_Bps;
     out_free[a][cls] = in_free[b][cls] = p.done;
     RankTimeline& rt = tl.ranks[a];
-    rt.spans.push_back({begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send->post_step});
+    rt.spans.push_back(
+        {begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send->post_step});
     (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
     (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += bytes;
   };
@@ -71,11 +72,13 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       for (const Xfer& x : rs.xfers)
         if (x.wait_step == s) {
           const Pending& p = xfers[key_of(r, x)];
-          LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s, " for a transfer with peer ",
-                            x.peer, " that was not posted by both sides");
+          LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
+                            " for a transfer with peer ", x.peer,
+                            " that was not posted by both sides");
           double arrive = now[r];
           if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
-            const double copy = m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
+            const double copy =
+                m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
             tl.ranks[r].wait_copy_s += copy;
             arrive += copy;
           }
@@ -118,7 +121,8 @@ std::string timeline_svg(const Timeline& t, const std::string& title) {
   core::plot::Lanes l;
   l.title = core::cat(title, " (makespan ", t.makespan, " s)");
   l.rows_per_lane = 3;
-  l.legend = {{"compute", "#3b7dd8"}, {"intra-node send", "#37a651"}, {"inter-node send", "#d8733b"}};
+  l.legend = {
+      {"compute", "#3b7dd8"}, {"intra-node send", "#37a651"}, {"inter-node send", "#d8733b"}};
   l.note = "grey: idle (no compute)";
   l.end = t.makespan;
   for (size_t r = 0; r < t.ranks.size(); ++r) {
@@ -126,8 +130,9 @@ std::string timeline_svg(const Timeline& t, const std::string& title) {
     l.lane_background_end.push_back(t.ranks[r].finish);
     for (const Span& s : t.ranks[r].spans) {
       const int k = static_cast<int>(s.kind);
-      l.spans.push_back({static_cast<int>(r), k, s.begin, s.end, k,
-                         core::cat("step ", s.step, " ", l.legend[k].first, " ", s.begin, "..", s.end, " s")});
+      l.spans.push_back(
+          {static_cast<int>(r), k, s.begin, s.end, k,
+           core::cat("step ", s.step, " ", l.legend[k].first, " ", s.begin, "..", s.end, " s")});
     }
   }
   return core::plot::lanes_svg(l);

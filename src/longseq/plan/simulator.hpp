@@ -42,7 +42,7 @@ struct RankTimeline {
   double finish = 0;        ///< when the rank's last step is done
   double compute_s = 0;     ///< sum of compute spans
   double flops = 0;
-  double wait_copy_s = 0;   ///< local backend: time spent copying received messages at waits
+  double wait_copy_s = 0;  ///< local backend: time spent copying received messages at waits
   int64_t messages_intra = 0, messages_inter = 0;  ///< sent by this rank
   double bytes_intra = 0, bytes_inter = 0;         ///< sent by this rank
 };

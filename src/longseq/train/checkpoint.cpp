@@ -48,8 +48,9 @@ void verify_json_checksums(const std::string& ck) {
     uint32_t want = 0;
     core::require(it->is_string() && core::parse_crc32c_hex(it->get<std::string>(), want), "train",
                   path, ": checksum of ", it.key(), " is ", it->dump(), ", expected 8 hex digits");
-    core::require(std::find(std::begin(kJsonFiles), std::end(kJsonFiles), it.key()) != std::end(kJsonFiles),
-                  "train", path, ": names unknown file '", it.key(), "'");
+    core::require(
+        std::find(std::begin(kJsonFiles), std::end(kJsonFiles), it.key()) != std::end(kJsonFiles),
+        "train", path, ": names unknown file '", it.key(), "'");
     const std::string text = core::read_file(ck + "/" + it.key());
     const uint32_t have = core::crc32c(text.data(), text.size());
     core::require(have == want, "train", ck, "/", it.key(), ": fails its CRC-32C check (",
@@ -63,10 +64,12 @@ void verify_json_checksums(const std::string& ck) {
 int64_t validate_trainer_state(const nlohmann::json& ts, const std::string& path) {
   core::require(ts.is_object(), "train", path, ": expected a JSON object, got ", ts.type_name());
   core::require(ts.contains("step") && ts["step"].is_number_integer(), "train", path,
-                ": step missing or not an integer (", ts.value("step", nlohmann::json()).dump(), ")");
+                ": step missing or not an integer (", ts.value("step", nlohmann::json()).dump(),
+                ")");
   const nlohmann::json& st = ts["step"];
-  const bool in_range = st.is_number_unsigned() ? st.get<uint64_t>() <= uint64_t{kMaxStep}
-                                                : st.get<int64_t>() >= 0 && st.get<int64_t>() <= kMaxStep;
+  const bool in_range = st.is_number_unsigned()
+                            ? st.get<uint64_t>() <= uint64_t{kMaxStep}
+                            : st.get<int64_t>() >= 0 && st.get<int64_t>() <= kMaxStep;
   core::require(in_range, "train", path, ": step ", st.dump(), " out of range [0, ", kMaxStep, "]");
   core::require(ts.contains("seed") && ts["seed"].is_number_integer() &&
                     (ts["seed"].is_number_unsigned() || ts["seed"].get<int64_t>() >= 0),
@@ -81,19 +84,19 @@ nlohmann::json hf_config(const model::LlamaConfig& c) {
   // ignores the key, so a windowed model saved as llama would load as full-causal there).
   const bool window = c.sliding_window > 0;
   nlohmann::json j = {{"architectures", {window ? "MistralForCausalLM" : "LlamaForCausalLM"}},
-          {"model_type", window ? "mistral" : "llama"},
-          {"hidden_size", c.hidden},
-          {"intermediate_size", c.intermediate},
-          {"num_hidden_layers", c.layers},
-          {"num_attention_heads", c.heads},
-          {"num_key_value_heads", c.kv_heads},
-          {"head_dim", c.head_dim},
-          {"vocab_size", c.vocab},
-          {"rope_theta", c.rope_theta},
-          {"rms_norm_eps", c.norm_eps},
-          {"tie_word_embeddings", c.tied_embeddings},
-          {"hidden_act", "silu"},
-          {"torch_dtype", "float32"}};
+                      {"model_type", window ? "mistral" : "llama"},
+                      {"hidden_size", c.hidden},
+                      {"intermediate_size", c.intermediate},
+                      {"num_hidden_layers", c.layers},
+                      {"num_attention_heads", c.heads},
+                      {"num_key_value_heads", c.kv_heads},
+                      {"head_dim", c.head_dim},
+                      {"vocab_size", c.vocab},
+                      {"rope_theta", c.rope_theta},
+                      {"rms_norm_eps", c.norm_eps},
+                      {"tie_word_embeddings", c.tied_embeddings},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"}};
   if (window) j["sliding_window"] = c.sliding_window;
   // Written only when set, so that checkpoints from before RoPE scaling still resume.
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
@@ -101,8 +104,8 @@ nlohmann::json hf_config(const model::LlamaConfig& c) {
   return j;
 }
 
-void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann::json& trainer_state,
-                     bool writer) {
+void save_checkpoint(const std::string& dir, ShardedState& state,
+                     const nlohmann::json& trainer_state, bool writer) {
   const model::ParamLayout& layout = state.layout();
   // Gather everything first (collective on every rank), then only the writer touches files.
   std::vector<std::vector<float>> full[3];
@@ -119,12 +122,15 @@ void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann
   for (int u = 0; u < layout.num_units(); ++u)
     for (const auto& t : layout.units()[u].tensors) {
       model_t.push_back({t.name, core::DType::f32, t.shape, full[0][u].data() + t.offset});
-      opt_t.push_back({"exp_avg." + t.name, core::DType::f32, t.shape, full[1][u].data() + t.offset});
-      opt_t.push_back({"exp_avg_sq." + t.name, core::DType::f32, t.shape, full[2][u].data() + t.offset});
+      opt_t.push_back(
+          {"exp_avg." + t.name, core::DType::f32, t.shape, full[1][u].data() + t.offset});
+      opt_t.push_back(
+          {"exp_avg_sq." + t.name, core::DType::f32, t.shape, full[2][u].data() + t.offset});
     }
   core::write_safetensors(tmp + "/model.safetensors", model_t, {{"format", "pt"}});
   core::write_safetensors(tmp + "/optimizer.safetensors", opt_t, {{"format", "pt"}});
-  const std::string texts[] = {hf_config(layout.config()).dump(2) + "\n", trainer_state.dump(2) + "\n"};
+  const std::string texts[] = {hf_config(layout.config()).dump(2) + "\n",
+                               trainer_state.dump(2) + "\n"};
   nlohmann::json sums = nlohmann::json::object();
   for (int i = 0; i < 2; ++i) {
     core::write_file_atomic(tmp + "/" + kJsonFiles[i], texts[i]);
@@ -171,7 +177,8 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
     for (int which = 0; which < 3; ++which) {
       std::vector<float> full(static_cast<size_t>(unit.size), 0.0f);
       for (const auto& t : unit.tensors) {
-        const std::string name = which == 0 ? t.name : (which == 1 ? "exp_avg." : "exp_avg_sq.") + t.name;
+        const std::string name =
+            which == 0 ? t.name : (which == 1 ? "exp_avg." : "exp_avg_sq.") + t.name;
         const core::SafeTensor& st = (which == 0 ? mf : of).get(name, core::DType::f32, t.shape);
         std::memcpy(full.data() + t.offset, st.bytes.data(), st.bytes.size());
       }
@@ -182,7 +189,6 @@ nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state) {
 }
 
 // ---- Hugging Face LLaMA weights -----------------------------------------------------------------
-
 
 model::LlamaConfig read_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
@@ -201,21 +207,24 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   core::require(type == "llama" || type == "mistral", "train", path, ": model_type '", type,
                 "' is not supported (llama, or mistral: LLaMA with a sliding window)");
   const std::string act = j.value("hidden_act", std::string("silu"));
-  core::require(act == "silu", "train", path, ": hidden_act '", act, "' (the model is SwiGLU: silu)");
+  core::require(act == "silu", "train", path, ": hidden_act '", act,
+                "' (the model is SwiGLU: silu)");
   for (const char* k : {"attention_bias", "mlp_bias"})
-    core::require(!j.value(k, false), "train", path, ": ", k, " true is not supported (LLaMA has none)");
+    core::require(!j.value(k, false), "train", path, ": ", k,
+                  " true is not supported (LLaMA has none)");
   // Integers only: a float such as 1e300 would be cast to int64 (undefined) by get<int64_t>.
   auto need = [&](const char* k) -> const nlohmann::json& {
     core::require(j.contains(k) && j[k].is_number_integer(), "train", path, ": ", k,
                   " missing or not an integer (", j.value(k, nlohmann::json()).dump(), ")");
     return j[k];
   };
-  for (const char* k : {"num_key_value_heads", "head_dim", "sliding_window", "max_position_embeddings"})
-    core::require(!j.contains(k) || j[k].is_null() || j[k].is_number_integer(), "train", path, ": ", k,
-                  " ", j.value(k, nlohmann::json()).dump(), " is not an integer");
+  for (const char* k :
+       {"num_key_value_heads", "head_dim", "sliding_window", "max_position_embeddings"})
+    core::require(!j.contains(k) || j[k].is_null() || j[k].is_number_integer(), "train", path, ": ",
+                  k, " ", j.value(k, nlohmann::json()).dump(), " is not an integer");
   for (const char* k : {"rope_theta", "rms_norm_eps"})
-    core::require(!j.contains(k) || j[k].is_number(), "train", path, ": ", k, " ", j.value(k, nlohmann::json()).dump(),
-                  " is not a number");
+    core::require(!j.contains(k) || j[k].is_number(), "train", path, ": ", k, " ",
+                  j.value(k, nlohmann::json()).dump(), " is not a number");
   model::LlamaConfig c;
   try {
     c.hidden = need("hidden_size").get<int64_t>();
@@ -227,8 +236,8 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
                      ? j["num_key_value_heads"].get<int64_t>()
                      : c.heads;
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
-                 : c.heads > 0                                        ? c.hidden / c.heads
-                                                                      : 0;
+                 : c.heads > 0                                      ? c.hidden / c.heads
+                                                                    : 0;
     c.rope_theta = j.value("rope_theta", 10000.0);
     c.norm_eps = j.value("rms_norm_eps", 1e-6);
     c.tied_embeddings = j.value("tie_word_embeddings", false);
@@ -244,11 +253,12 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   }
   // Sizes beyond these are corrupt files, not models (and would overflow products of sizes).
   const std::pair<const char*, int64_t> bounds[] = {
-      {"hidden_size", c.hidden},     {"intermediate_size", c.intermediate}, {"head_dim", c.head_dim},
-      {"num_hidden_layers", c.layers}, {"num_attention_heads", c.heads},   {"num_key_value_heads", c.kv_heads}};
+      {"hidden_size", c.hidden},        {"intermediate_size", c.intermediate},
+      {"head_dim", c.head_dim},         {"num_hidden_layers", c.layers},
+      {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}};
   for (const auto& [k, v] : bounds)
-    core::require(v >= 1 && v <= kMaxConfigDim, "train", path, ": ", k, " ", v, " out of range [1, ",
-                  kMaxConfigDim, "]");
+    core::require(v >= 1 && v <= kMaxConfigDim, "train", path, ": ", k, " ", v,
+                  " out of range [1, ", kMaxConfigDim, "]");
   core::require(c.sliding_window <= kMaxStep, "train", path, ": sliding_window ", c.sliding_window,
                 " out of range (at most ", kMaxStep, ")");
   core::require(c.max_position_embeddings <= kMaxStep, "train", path, ": max_position_embeddings ",
@@ -277,7 +287,8 @@ void load_hf_weights(const std::string& dir, ShardedState& state) {
     core::require(j.contains("weight_map") && j["weight_map"].is_object(), "train", index,
                   ": no weight_map object");
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      core::require(it.value().is_string(), "train", index, ": weight_map[", it.key(), "] is not a file name");
+      core::require(it.value().is_string(), "train", index, ": weight_map[", it.key(),
+                    "] is not a file name");
       const std::string f = dir + "/" + it.value().get<std::string>();
       if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
     }
@@ -324,8 +335,8 @@ void load_hf_weights(const std::string& dir, ShardedState& state) {
     if (used.count(name)) continue;
     const bool harmless = name.find("rotary_emb.inv_freq") != std::string::npos ||
                           (name == "lm_head.weight" && layout.config().tied_embeddings);
-    core::require(harmless, "train", ft.first, ": tensor ", name,
-                  " is not part of this model (", layout.config().describe(), ")");
+    core::require(harmless, "train", ft.first, ": tensor ", name, " is not part of this model (",
+                  layout.config().describe(), ")");
   }
 }
 

@@ -21,14 +21,14 @@ namespace longseq::train {
 
 /// Collective over the state's group; rank `writer` writes. `trainer_state` is stored as is
 /// (the caller fills step, seed, data position).
-void save_checkpoint(const std::string& dir, ShardedState& state, const nlohmann::json& trainer_state,
-                     bool writer);
+void save_checkpoint(const std::string& dir, ShardedState& state,
+                     const nlohmann::json& trainer_state, bool writer);
 
 /// Reads DIR/checkpoint (or checkpoint.old) into the state (every rank reads the files) and
-/// returns trainer_state.json, validated (validate_trainer_state). Throws core::Error("[train] ...")
-/// naming the file and the mismatch (missing tensor, other shape, other model config, a checksum
-/// that fails: tensors are checked by read_safetensors, config.json and trainer_state.json against
-/// checksums.json).
+/// returns trainer_state.json, validated (validate_trainer_state). Throws core::Error("[train]
+/// ...") naming the file and the mismatch (missing tensor, other shape, other model config, a
+/// checksum that fails: tensors are checked by read_safetensors, config.json and trainer_state.json
+/// against checksums.json).
 nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
 
 /// The largest step a trainer_state.json may hold (2^40: far beyond any run, small enough that

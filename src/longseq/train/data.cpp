@@ -48,12 +48,14 @@ TokenFile read_token_file(const std::string& path) {
                 "; write token files with `longseq tokenize`)");
   core::require(h[1] == kTokenVersion, "data", path, ": version ", h[1], ", this build reads ",
                 kTokenVersion);
-  const uint64_t n = static_cast<uint32_t>(h[2]) | (static_cast<uint64_t>(static_cast<uint32_t>(h[3])) << 32);
+  const uint64_t n =
+      static_cast<uint32_t>(h[2]) | (static_cast<uint64_t>(static_cast<uint32_t>(h[3])) << 32);
   const int bytes = h[4];
   core::require(bytes == 2 || bytes == 4, "data", path, ": ", bytes, " bytes per token (2 or 4)");
   // Compared by division: 1024 + n * bytes wraps around for a corrupted count near 2^64.
   const uint64_t data_bytes = all.size() - 1024;
-  core::require(data_bytes % static_cast<uint64_t>(bytes) == 0 && n == data_bytes / static_cast<uint64_t>(bytes),
+  core::require(data_bytes % static_cast<uint64_t>(bytes) == 0 &&
+                    n == data_bytes / static_cast<uint64_t>(bytes),
                 "data", path, ": header says ", n, " tokens of ", bytes, " bytes, the file has ",
                 data_bytes, " data bytes");
   TokenFile f;
@@ -110,11 +112,12 @@ Loader::Loader(const TokenFile& file, int64_t seq_len) : file_(file), n_(seq_len
 int64_t Loader::sequence_index(int64_t step, int replica, int replicas) const {
   // A step read from a file (trainer_state.json) reaches here: a negative one would index before
   // the tokens (issue 20: heap-use-after-free at --resume with step -2147483648).
-  core::require(step >= 0 && replicas >= 1 && replica >= 0 && replica < replicas, "data", file_.path,
-                ": step ", step, " replica ", replica, " of ", replicas, " out of range");
+  core::require(step >= 0 && replicas >= 1 && replica >= 0 && replica < replicas, "data",
+                file_.path, ": step ", step, " replica ", replica, " of ", replicas,
+                " out of range");
   int64_t k = 0;
-  core::require(core::checked_mul(step, replicas, k) && k <= INT64_MAX - replica, "data", file_.path,
-                ": step ", step, " times ", replicas, " replicas overflows");
+  core::require(core::checked_mul(step, replicas, k) && k <= INT64_MAX - replica, "data",
+                file_.path, ": step ", step, " times ", replicas, " replicas overflows");
   return (k + replica) % num_seqs_;
 }
 

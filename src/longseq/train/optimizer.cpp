@@ -13,8 +13,8 @@ void AdamWConfig::validate() const {
   core::require(min_lr >= 0 && min_lr <= lr, "train", "--min-lr ", min_lr, " must be in [0, --lr ",
                 lr, "]");
   core::require(warmup >= 0, "train", "--warmup ", warmup, " must be >= 0");
-  core::require(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "train", "AdamW betas (",
-                beta1, ", ", beta2, ") must be in [0, 1)");
+  core::require(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "train", "AdamW betas (", beta1,
+                ", ", beta2, ") must be in [0, 1)");
   core::require(eps > 0, "train", "AdamW eps ", eps, " must be > 0");
   core::require(weight_decay >= 0, "train", "--weight-decay ", weight_decay, " must be >= 0");
 }

@@ -44,7 +44,8 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
     model::init_unit(layout_, u, seed, full.data());
     std::vector<uint8_t> dmask(full.size(), 0);
     for (const auto& t : unit.tensors)
-      if (t.shape.size() >= 2) std::fill(dmask.begin() + t.offset, dmask.begin() + t.offset + t.numel, 1);
+      if (t.shape.size() >= 2)
+        std::fill(dmask.begin() + t.offset, dmask.begin() + t.offset + t.numel, 1);
     const int64_t b = shard_begin(u);
     std::copy(full.begin() + b, full.begin() + b + shard_[u], param_shard(u));
     std::copy(dmask.begin() + b, dmask.begin() + b + shard_[u], decay_.begin() + offset_[u]);

@@ -22,7 +22,8 @@ using namespace longseq;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: model_dump DIR [tied|untied] [none|full|selective++|seq-selective]\n");
+    std::fprintf(stderr,
+                 "usage: model_dump DIR [tied|untied] [none|full|selective++|seq-selective]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
     for (int u = 0; u < layout.num_units(); ++u) p0.push_back(st.gather_full(u, 0));
     auto mask = std::make_shared<attention::MaskSpec>();
     mask->causal = true;
-    auto attn = model::make_distributed_attention(attention::Algorithm::parse("burst"), mask, lay, g,
-                                                  1);
+    auto attn =
+        model::make_distributed_attention(attention::Algorithm::parse("burst"), mask, lay, g, 1);
     const std::vector<int64_t> pos = lay.positions(g.rank());
     std::vector<int32_t> lt(pos.size(), 0), ll(pos.size(), model::kIgnoreIndex);
     for (size_t i = 0; i < pos.size(); ++i)
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> gr;
     for (int u = 0; u < layout.num_units(); ++u) {
       std::vector<float> f(static_cast<size_t>(st.shard_size(u) * g.size()));
-      g.all_gather(st.grad_shard(u), f.data(), static_cast<size_t>(st.shard_size(u)), core::DType::f32);
+      g.all_gather(st.grad_shard(u), f.data(), static_cast<size_t>(st.shard_size(u)),
+                   core::DType::f32);
       gr.push_back(std::move(f));
     }
     if (g.rank() != 0) return;

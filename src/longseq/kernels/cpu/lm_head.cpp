@@ -117,8 +117,8 @@ LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_
     // dH_i = dLogits W  [n, C];  dW += dLogits^T H_i  [V, C]
     kernels::gemm_parallel(o.compute, o.threads, false, false, n, d.c, d.v, 1.0f, logits.data(),
                            d.v, weight, d.c, 0.0f, dhidden + t0 * d.c, d.c);
-    kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, n, 1.0f, logits.data(),
-                           d.v, h, d.c, 1.0f, dweight, d.c);
+    kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, n, 1.0f, logits.data(), d.v,
+                           h, d.c, 1.0f, dweight, d.c);
   }
   return out;
 }
@@ -140,8 +140,8 @@ LossPart lm_head_ce_unfused(const float* hidden, const float* weight, const int3
                               o.ignore_index, o.threads);
   kernels::gemm_parallel(o.compute, o.threads, false, false, d.t, d.c, d.v, 1.0f, logits.data(),
                          d.v, weight, d.c, 0.0f, dhidden, d.c);
-  kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, d.t, 1.0f, logits.data(),
-                         d.v, hidden, d.c, 1.0f, dweight, d.c);
+  kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, d.t, 1.0f, logits.data(), d.v,
+                         hidden, d.c, 1.0f, dweight, d.c);
   return out;
 }
 

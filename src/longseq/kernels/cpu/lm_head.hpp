@@ -37,7 +37,7 @@ struct LmHeadDims {
 };
 
 struct LmHeadOptions {
-  int64_t token_tile = 0;   ///< Bs; <= 0: auto, about 2^25 / V rows within [16, 1024]
+  int64_t token_tile = 0;     ///< Bs; <= 0: auto, about 2^25 / V rows within [16, 1024]
   int64_t vocab_tile = 4096;  ///< Bv of the online logsumexp
   int32_t ignore_index = kIgnoreIndex;
   int threads = 1;
