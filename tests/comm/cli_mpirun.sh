@@ -120,24 +120,38 @@ if [ "$NP" = 3 ]; then
   [ "$(grep -c "attention (f32)" "$WORK/lo.log")" = 1 ] || fail "mpirun -np $NP attention --backend local: summary not printed once"
 fi
 
-# train: 2 steps under mpirun, same losses as the local backend.
-targs=(train --preset tiny --data "$DATA" --quiet --steps 2 --seq 61 --world "$NP" --algo ring)
-if ! "$LONGSEQ" "${targs[@]}" --out "$WORK/t.local" >"$WORK/t.local.log" 2>&1; then
-  fail "local ${targs[*]}: $(tail -3 "$WORK/t.local.log")"
-elif ! "${MPIRUN[@]}" "$LONGSEQ" "${targs[@]}" --out "$WORK/t.mpi" >"$WORK/t.mpi.log" 2>&1; then
-  fail "mpirun -np $NP ${targs[*]}: $(tail -3 "$WORK/t.mpi.log")"
-else
-  la=$(grep -o '"loss": *[-0-9.e+]*' "$WORK/t.local/metrics.json" | awk '{print $2}' | tr '\n' ' ')
-  lb=$(grep -o '"loss": *[-0-9.e+]*' "$WORK/t.mpi/metrics.json" | awk '{print $2}' | tr '\n' ' ')
+# train: 2 steps under mpirun, same losses as the local backend, for the algorithms that suit NP
+# ranks with the tiny preset's 4 query and 2 key/value heads, at odd lengths.
+case $NP in
+  2) tcases=("61 ring" "61 burst" "53 ulysses") ;;
+  3) tcases=("61 ring" "47 burst --balance striped") ;;
+  4) tcases=("61 burst" "61 double-ring:2" "59 startrail:2" "53 usp:2" "61 double-ring:2:ring") ;;
+esac
+j=0
+for c in "${tcases[@]}"; do
+  read -r seq algo extra <<<"$c"
+  j=$((j + 1))
+  targs=(train --preset tiny --data "$DATA" --quiet --steps 2 --seq "$seq" --world "$NP" --algo "$algo" $extra)
+  tl="$WORK/t$j.local" tm="$WORK/t$j.mpi"
+  if ! "$LONGSEQ" "${targs[@]}" --out "$tl" >"$tl.log" 2>&1; then
+    fail "local ${targs[*]}: $(tail -3 "$tl.log")"
+    continue
+  fi
+  if ! "${MPIRUN[@]}" "$LONGSEQ" "${targs[@]}" --out "$tm" >"$tm.log" 2>&1; then
+    fail "mpirun -np $NP ${targs[*]}: $(tail -3 "$tm.log")"
+    continue
+  fi
+  la=$(grep -o '"loss": *[-0-9.e+]*' "$tl/metrics.json" | awk '{print $2}' | tr '\n' ' ')
+  lb=$(grep -o '"loss": *[-0-9.e+]*' "$tm/metrics.json" | awk '{print $2}' | tr '\n' ' ')
   ok=$(awk -v a="$la" -v b="$lb" 'BEGIN { n = split(a, x, " "); m = split(b, y, " ");
          if (n != 2 || m != 2) { print 0; exit }
          for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) { print 0; exit } }
          print 1 }')
   [ "$ok" = 1 ] || fail "mpirun -np $NP ${targs[*]}: losses [$lb], local backend [$la]"
-fi
+done
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures contract(s) broken under mpirun -np $NP"
   exit 1
 fi
-echo "mpirun -np $NP: ${#cases[@]} attention cases byte-identical to the local backend, bad flag non-zero everywhere, train losses equal"
+echo "mpirun -np $NP: ${#cases[@]} attention cases byte-identical to the local backend, bad flag non-zero everywhere, ${#tcases[@]} train cases with the local backend's losses"
