@@ -114,6 +114,14 @@ if [ "$NP" = 3 ]; then
     fail "mpirun -np $NP tokenize: $(tail -2 "$WORK/tok.mpi.log")"
   cmp -s "$WORK/tok.local" "$WORK/tok.mpi" || fail "mpirun -np $NP tokenize: token file differs from a plain run's"
   [ "$(grep -c tokens "$WORK/tok.mpi.log")" = 1 ] || fail "mpirun -np $NP tokenize: summary not printed exactly once"
+  pargs=(plan --model llama-7b --seq 1M --gpus 32 --gpus-per-node 8 --hardware a800 --top 5)
+  "$LONGSEQ" "${pargs[@]}" >"$WORK/plan.local" 2>&1
+  "${MPIRUN[@]}" "$LONGSEQ" "${pargs[@]}" >"$WORK/plan.mpi" 2>&1 || fail "mpirun -np $NP plan: $(tail -2 "$WORK/plan.mpi")"
+  cmp -s "$WORK/plan.local" "$WORK/plan.mpi" || fail "mpirun -np $NP plan: output differs from a plain run (printed more than once?)"
+  # calibrate measures on every process (the MPI link needs two) and one writes the profile.
+  "${MPIRUN[@]}" "$LONGSEQ" calibrate --out "$WORK/cal.json" >"$WORK/cal.log" 2>&1 || fail "mpirun -np $NP calibrate: $(tail -2 "$WORK/cal.log")"
+  [ "$(grep -c "^wrote " "$WORK/cal.log")" = 1 ] || fail "mpirun -np $NP calibrate: 'wrote' not printed exactly once"
+  grep -q '"mpi"' "$WORK/cal.json" 2>/dev/null || fail "mpirun -np $NP calibrate: $WORK/cal.json has no mpi link"
   # --backend local under mpirun: every process runs the same threads; one prints and writes.
   "${MPIRUN[@]}" "$LONGSEQ" attention --random 100,2,2,8 --world 2 --backend local --out "$WORK/lo" >"$WORK/lo.log" 2>&1 ||
     fail "mpirun -np $NP attention --backend local: $(tail -2 "$WORK/lo.log")"
