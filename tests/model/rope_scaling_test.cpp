@@ -5,7 +5,7 @@
 //
 // Tolerances: frequencies 1e-12 relative (both sides fp64, different operation order); rotated
 // values (fp32 table, cos/sin rounded to fp32, O(1) inputs) 2e-6 abs + 2e-6 rel, the same bound as
-// the plain RoPE test in layers_test.cpp scaled by the attention factor (<= ~1.3).
+// the plain RoPE test in tests/kernels/rope_test.cpp scaled by the attention factor (<= ~1.3).
 #include "longseq/model/rope_scaling.hpp"
 
 #include <gtest/gtest.h>
@@ -19,7 +19,6 @@
 #include "longseq/attention/layout.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/model/config.hpp"
-#include "longseq/model/layers.hpp"
 #include "model_test_util.hpp"
 
 namespace {
@@ -263,7 +262,7 @@ TEST(RopeScaling, ScaledRopeAtGlobalPositionsUnderEveryLayout) {
             layout.shard(x.data(), h * d, rank, local.data());
             for (int64_t& p : pos)
               if (p >= 0) p += offset;
-            lm::RopeTable table(pos.data(), l, m.rope(n + offset));
+            const auto table = lm::rope_table(pos.data(), l, m.rope(n + offset));
             table.forward(local.data(), h, 2);
             for (int64_t& p : pos)
               if (p >= 0) p -= offset;
@@ -281,7 +280,7 @@ TEST(RopeScaling, ScaledRopeAtGlobalPositionsUnderEveryLayout) {
             layout.shard(y.data(), h * d, rank, local.data());
             for (int64_t& p : pos)
               if (p >= 0) p += offset;
-            lm::RopeTable(pos.data(), l, m.rope(n + offset)).backward(local.data(), h, 1);
+            lm::rope_table(pos.data(), l, m.rope(n + offset)).backward(local.data(), h, 1);
             layout.unshard(local.data(), h * d, rank, ry.data());
           }
           double lhs = 0, rhs = 0;

@@ -9,6 +9,9 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/tensor.hpp"
+#include "longseq/kernels/cpu/linear.hpp"
+#include "longseq/kernels/cpu/rmsnorm.hpp"
+#include "longseq/kernels/cpu/rope.hpp"
 #include "longseq/model/layers.hpp"
 #include "longseq/model/lm_head.hpp"
 
@@ -16,6 +19,10 @@ namespace longseq::model {
 
 using core::Shape;
 using core::Tensor;
+using kernels::cpu::linear_forward;
+using kernels::cpu::rmsnorm_backward;
+using kernels::cpu::rmsnorm_forward;
+using kernels::cpu::RopeTable;
 
 ReplicaParams::ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units)
     : layout_(layout), units_(std::move(units)) {
@@ -68,7 +75,7 @@ std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params
   int64_t seq_len = b.seq_len;
   if (seq_len == 0)
     for (int64_t i = 0; i < l; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
-  const RopeTable rope(b.pos, l, cfg.rope(seq_len));
+  const RopeTable rope = rope_table(b.pos, l, cfg.rope(seq_len));
   const float eps = static_cast<float>(cfg.norm_eps);
   const LayerOffsets& o = layout.layer_offsets();
   const MlpDims md{l, c, cfg.intermediate, opt.ffn_chunk, opt.precision};
@@ -220,7 +227,7 @@ std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, c
   core::require(pos >= 0, "model", "decode position ", pos, " must be >= 0");
   if (cache.layers != cfg.layers) cache.reset(cfg.layers, hkv, d);
   const int threads = std::max(opt.threads, 1);
-  const RopeTable rope(&pos, 1, cfg.rope(pos + 1));
+  const RopeTable rope = rope_table(&pos, 1, cfg.rope(pos + 1));
   const float eps = static_cast<float>(cfg.norm_eps);
   const LayerOffsets& lo = layout.layer_offsets();
   const MlpDims md{1, c, cfg.intermediate, opt.ffn_chunk, opt.precision};

@@ -230,4 +230,8 @@ RopeFrequencies rope_frequencies(const RopeScaling& s, double theta, int64_t hea
   return f;
 }
 
+kernels::cpu::RopeTable rope_table(const int64_t* pos, int64_t t, const RopeFrequencies& f) {
+  return kernels::cpu::RopeTable(pos, t, f.inv_freq, f.attention_factor);
+}
+
 }  // namespace longseq::model

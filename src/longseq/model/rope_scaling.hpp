@@ -47,6 +47,8 @@
 #include <string_view>
 #include <vector>
 
+#include "longseq/kernels/cpu/rope.hpp"
+
 namespace longseq::model {
 
 enum class RopeType { none, linear, dynamic, yarn, llama3 };
@@ -88,5 +90,9 @@ struct RopeFrequencies {
 /// by dynamic only; 0 = M). Computed in fp64 (transformers computes them in fp32).
 RopeFrequencies rope_frequencies(const RopeScaling& s, double theta, int64_t head_dim,
                                  int64_t max_position_embeddings, int64_t seq_len);
+
+/// The cos/sin table of these frequencies for one rank's tokens (pos [T], global positions;
+/// negative = padding): the fast kernel kernels/cpu/rope.hpp applies it to q and k.
+kernels::cpu::RopeTable rope_table(const int64_t* pos, int64_t t, const RopeFrequencies& f);
 
 }  // namespace longseq::model

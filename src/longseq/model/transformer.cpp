@@ -7,9 +7,18 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/tensor.hpp"
+#include "longseq/kernels/cpu/linear.hpp"
+#include "longseq/kernels/cpu/rmsnorm.hpp"
+#include "longseq/kernels/cpu/rope.hpp"
 #include "longseq/model/layers.hpp"
 
 namespace longseq::model {
+
+using kernels::cpu::linear_backward;
+using kernels::cpu::linear_forward;
+using kernels::cpu::rmsnorm_backward;
+using kernels::cpu::rmsnorm_forward;
+using kernels::cpu::RopeTable;
 
 CheckpointPolicy parse_checkpoint_policy(std::string_view s) {
   if (s == "none") return CheckpointPolicy::none;
@@ -236,7 +245,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   int64_t seq_len = b.seq_len;
   if (seq_len == 0)
     for (int64_t i = 0; i < b.len; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
-  const RopeTable rope(b.pos, dm.l, cfg.rope(seq_len));
+  const RopeTable rope = rope_table(b.pos, dm.l, cfg.rope(seq_len));
 
   Tensor<float> x(Shape{dm.l, dm.c});
   const int emb = layout.embedding_unit();
