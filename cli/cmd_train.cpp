@@ -1,6 +1,7 @@
 // `longseq train`: the training loop of src/longseq/train/trainer.hpp behind a preset plus
 // overrides. The flags are the rows of train/config.hpp's table (add a flag there, not here);
-// every flag's default is the preset's value; --help shows the "main" preset's.
+// every flag's default is the preset's value; --help shows the "main" preset's
+// (tests/train/cli_train_test.cpp checks that --help lists every row with it).
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -32,9 +33,12 @@ std::function<int()> add_train(CLI::App& app) {
   auto preset = std::make_shared<std::string>("main");
   std::string names;
   for (const auto& n : train::preset_names()) names += (names.empty() ? "" : " | ") + n;
-  app.add_option("--preset", *preset, names + " | FILE.json (keys of metrics.json's config)");
+  app.add_option("--preset", *preset,
+                 names +
+                     " | FILE.json (keys of metrics.json's config); the defaults below are the "
+                     "main preset's, another preset's keys replace them");
   const std::optional<train::TrainConfig> m = main_preset();
-  auto flags = TableFlags::add(app, train::train_fields(), m ? &*m : nullptr, "main");
+  auto flags = TableFlags::add(app, train::train_fields(), m ? &*m : nullptr);
   return [preset, flags] {
     train::TrainConfig c = train::preset(*preset);
     if (flags->given("init_from")) {

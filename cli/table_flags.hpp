@@ -1,7 +1,8 @@
 #pragma once
-// CLI flags from a configuration table (core/options.hpp): one option per CLI-scoped row, its
-// help ending in the value of a reference configuration ("[main: 6]"), and a pass that writes the
-// flags the user gave over a configuration. Values keep their table type, so CLI11 refuses
+// CLI flags from a configuration table (core/options.hpp): one option per CLI-scoped row, whose
+// --help default is the row's value in a reference configuration (the "main" preset: "[default:
+// 6]"), and a pass that writes the flags the user gave over a configuration. Values keep their
+// table type, so CLI11 refuses
 // "--steps x" before anything runs.
 #include <CLI/CLI.hpp>
 #include <deque>
@@ -17,24 +18,24 @@ namespace longseq::cli {
 /// The values given on the command line, one slot per CLI-scoped row (unset: not given).
 class TableFlags {
  public:
-  /// Declares the flags of `table` on `app`. `shown`/`label`: the configuration whose values
-  /// --help shows as defaults, e.g. the "main" preset (nullptr: none shown).
+  /// Declares the flags of `table` on `app`. `shown`: the configuration whose values --help shows
+  /// as defaults, e.g. the "main" preset (nullptr: none shown). Only shown: a flag not given
+  /// leaves the configuration's value alone (apply()).
   template <class C>
   static std::shared_ptr<TableFlags> add(CLI::App& app, const std::vector<core::Field<C>>& table,
-                                         const C* shown, const std::string& label) {
+                                         const C* shown) {
     auto flags = std::make_shared<TableFlags>();
     const auto probe = std::make_unique<C>();  // only its members' types are used
     for (const auto& f : table) {
       if (!f.in_cli()) continue;
       Slot& slot = flags->slots_.emplace_back();
       slot.key = f.key;
-      std::string help = f.help;
-      if (shown) {
-        const std::string v = core::field_text(f.get(*shown));
-        if (!v.empty() && !std::holds_alternative<bool*>(f.get(*shown)))
-          help += " [" + label + ": " + v + "]";
-      }
-      std::visit([&](auto* p) { flags->declare(app, slot, f.flag, help, p); }, f.get(*probe));
+      CLI::Option* opt = std::visit(
+          [&](auto* p) { return flags->declare(app, slot, f.flag, f.help, p); }, f.get(*probe));
+      // Not for a boolean flag: CLI11 reads a flag's default string as the value the bare flag
+      // gives (usage() shows flags as "[default: off]").
+      if (shown && !std::holds_alternative<bool*>(f.get(*shown)))
+        opt->default_str(core::field_text(f.get(*shown)));
     }
     return flags;
   }
@@ -80,14 +81,15 @@ class TableFlags {
         value;
   };
 
-  void declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, bool*) {
+  CLI::Option* declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help,
+                       bool*) {
     slot.value = false;
-    app.add_flag(flag, std::get<bool>(slot.value), help);
+    return app.add_flag(flag, std::get<bool>(slot.value), help);
   }
   template <class T>
-  void declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, T*) {
+  CLI::Option* declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, T*) {
     slot.value = std::optional<T>();
-    app.add_option(flag, std::get<std::optional<T>>(slot.value), help);
+    return app.add_option(flag, std::get<std::optional<T>>(slot.value), help);
   }
 
   std::deque<Slot> slots_;  // a deque: CLI11 keeps pointers into the slots

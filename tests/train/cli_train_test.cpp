@@ -11,6 +11,7 @@
 #include <string>
 
 #include "longseq/core/safetensors.hpp"
+#include "longseq/train/config.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -75,6 +76,33 @@ TEST(TrainCli, RefusesBadValuesNamingThem) {
     EXPECT_EQ(run(train_cmd(c.args), log), 1) << c.args << "\n" << log;
     EXPECT_NE(log.find(c.want), std::string::npos) << c.args << "\n" << log;
   }
+}
+
+// `longseq train --help` lists every CLI row of the table (train/config.hpp) with its help line
+// and the main preset's value as its default: a row added to the table is documented by it.
+TEST(TrainCli, HelpListsEveryRowWithTheMainPresetsValue) {
+  std::string help;
+  ASSERT_EQ(run(std::string(LONGSEQ_CLI) + " train --help", help), 0) << help;
+  const longseq::train::TrainConfig main = longseq::train::preset("main");
+  int rows = 0;
+  for (const auto& f : longseq::train::train_fields()) {
+    if (!f.in_cli()) {
+      EXPECT_EQ(help.find(std::string(" --") + f.key + " "), std::string::npos) << f.key;
+      continue;
+    }
+    const size_t at = help.find(std::string("      ") + f.flag + " ");
+    ASSERT_NE(at, std::string::npos) << f.flag << " missing from --help:\n" << help;
+    const std::string line = help.substr(at, help.find('\n', at) - at);
+    EXPECT_NE(line.find(f.help), std::string::npos) << line;
+    const auto v = f.get(main);
+    const std::string text = longseq::core::field_text(v);
+    const std::string def = std::holds_alternative<bool*>(v) ? (*std::get<bool*>(v) ? "on" : "off")
+                            : text.empty()                   ? "none"
+                                                             : text;
+    EXPECT_NE(line.find("[default: " + def + "]"), std::string::npos) << line;
+    ++rows;
+  }
+  EXPECT_GE(rows, 30);
 }
 
 // The same run under mpirun (one process per rank, the MPI backend; ZeRO-3 prefetches travel on
