@@ -202,7 +202,10 @@ model::LlamaConfig read_hf_config(const std::string& dir) {
   }
 }
 
-model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& path) {
+namespace {
+
+// The kind of model and the JSON types of the optional keys; returns model_type.
+std::string check_hf_kinds(const nlohmann::json& j, const std::string& path) {
   const std::string type = j.value("model_type", std::string("(missing)"));
   core::require(type == "llama" || type == "mistral", "train", path, ": model_type '", type,
                 "' is not supported (llama, or mistral: LLaMA with a sliding window)");
@@ -212,12 +215,6 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   for (const char* k : {"attention_bias", "mlp_bias"})
     core::require(!j.value(k, false), "train", path, ": ", k,
                   " true is not supported (LLaMA has none)");
-  // Integers only: a float such as 1e300 would be cast to int64 (undefined) by get<int64_t>.
-  auto need = [&](const char* k) -> const nlohmann::json& {
-    core::require(j.contains(k) && j[k].is_number_integer(), "train", path, ": ", k,
-                  " missing or not an integer (", j.value(k, nlohmann::json()).dump(), ")");
-    return j[k];
-  };
   for (const char* k :
        {"num_key_value_heads", "head_dim", "sliding_window", "max_position_embeddings"})
     core::require(!j.contains(k) || j[k].is_null() || j[k].is_number_integer(), "train", path, ": ",
@@ -225,6 +222,40 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   for (const char* k : {"rope_theta", "rms_norm_eps"})
     core::require(!j.contains(k) || j[k].is_number(), "train", path, ": ", k, " ",
                   j.value(k, nlohmann::json()).dump(), " is not a number");
+  return type;
+}
+
+// Sizes beyond these are corrupt files, not models (and would overflow products of sizes).
+void check_hf_ranges(const model::LlamaConfig& c, const std::string& path) {
+  const std::pair<const char*, int64_t> bounds[] = {
+      {"hidden_size", c.hidden},        {"intermediate_size", c.intermediate},
+      {"head_dim", c.head_dim},         {"num_hidden_layers", c.layers},
+      {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}};
+  for (const auto& [k, v] : bounds)
+    core::require(v >= 1 && v <= kMaxConfigDim, "train", path, ": ", k, " ", v,
+                  " out of range [1, ", kMaxConfigDim, "]");
+  core::require(c.sliding_window <= kMaxStep, "train", path, ": sliding_window ", c.sliding_window,
+                " out of range (at most ", kMaxStep, ")");
+  core::require(c.max_position_embeddings <= kMaxStep, "train", path, ": max_position_embeddings ",
+                c.max_position_embeddings, " out of range (at most ", kMaxStep, ")");
+  core::require(c.vocab >= 1 && c.vocab <= (int64_t{1} << 31) - 1, "train", path, ": vocab_size ",
+                c.vocab, " out of range [1, 2^31 - 1]");
+  core::require(std::isfinite(c.rope_theta) && c.rope_theta > 0, "train", path, ": rope_theta ",
+                c.rope_theta, " must be a positive finite number");
+  core::require(std::isfinite(c.norm_eps) && c.norm_eps > 0, "train", path, ": rms_norm_eps ",
+                c.norm_eps, " must be a positive finite number");
+}
+
+}  // namespace
+
+model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& path) {
+  const std::string type = check_hf_kinds(j, path);
+  // Integers only: a float such as 1e300 would be cast to int64 (undefined) by get<int64_t>.
+  auto need = [&](const char* k) -> const nlohmann::json& {
+    core::require(j.contains(k) && j[k].is_number_integer(), "train", path, ": ", k,
+                  " missing or not an integer (", j.value(k, nlohmann::json()).dump(), ")");
+    return j[k];
+  };
   model::LlamaConfig c;
   try {
     c.hidden = need("hidden_size").get<int64_t>();
@@ -251,24 +282,7 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   } catch (const nlohmann::json::exception& e) {
     core::fail("train", path, ": a field has the wrong type: ", e.what());
   }
-  // Sizes beyond these are corrupt files, not models (and would overflow products of sizes).
-  const std::pair<const char*, int64_t> bounds[] = {
-      {"hidden_size", c.hidden},        {"intermediate_size", c.intermediate},
-      {"head_dim", c.head_dim},         {"num_hidden_layers", c.layers},
-      {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}};
-  for (const auto& [k, v] : bounds)
-    core::require(v >= 1 && v <= kMaxConfigDim, "train", path, ": ", k, " ", v,
-                  " out of range [1, ", kMaxConfigDim, "]");
-  core::require(c.sliding_window <= kMaxStep, "train", path, ": sliding_window ", c.sliding_window,
-                " out of range (at most ", kMaxStep, ")");
-  core::require(c.max_position_embeddings <= kMaxStep, "train", path, ": max_position_embeddings ",
-                c.max_position_embeddings, " out of range (at most ", kMaxStep, ")");
-  core::require(c.vocab >= 1 && c.vocab <= (int64_t{1} << 31) - 1, "train", path, ": vocab_size ",
-                c.vocab, " out of range [1, 2^31 - 1]");
-  core::require(std::isfinite(c.rope_theta) && c.rope_theta > 0, "train", path, ": rope_theta ",
-                c.rope_theta, " must be a positive finite number");
-  core::require(std::isfinite(c.norm_eps) && c.norm_eps > 0, "train", path, ": rms_norm_eps ",
-                c.norm_eps, " must be a positive finite number");
+  check_hf_ranges(c, path);
   try {
     c.rope_scaling = model::RopeScaling::from_json(j.value("rope_scaling", nlohmann::json()));
     c.validate();
@@ -278,8 +292,10 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   return c;
 }
 
-void load_hf_weights(const std::string& dir, ShardedState& state) {
-  // The files holding the weights: one model.safetensors, or the shards an index names.
+namespace {
+
+// The files holding the weights: one model.safetensors, or the shards an index names.
+std::vector<std::string> weight_files(const std::string& dir) {
   std::vector<std::string> files;
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -297,6 +313,13 @@ void load_hf_weights(const std::string& dir, ShardedState& state) {
                   ": neither model.safetensors nor model.safetensors.index.json in it");
     files.push_back(dir + "/model.safetensors");
   }
+  return files;
+}
+
+}  // namespace
+
+void load_hf_weights(const std::string& dir, ShardedState& state) {
+  const std::vector<std::string> files = weight_files(dir);
   std::map<std::string, std::pair<std::string, core::SafeTensor>> found;  // name -> (file, tensor)
   for (const std::string& f : files) {
     core::SafeTensorsFile sf = core::read_safetensors(f);

@@ -43,15 +43,19 @@ model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayo
   return model::ReplicaParams(layout, std::move(units));
 }
 
-void EvalConfig::validate() const {
+EvalConfig::Parsed EvalConfig::parse() const {
   core::require(seq >= 2, "eval", "--seq ", seq, " must be >= 2 (a position and its next token)");
   core::require(world >= 1, "eval", "--world ", world, " must be >= 1");
   core::require(seq >= world, "eval", "--seq ", seq, " must be at least --world ", world);
   core::require(sequences >= 0, "eval", "--sequences ", sequences, " must be >= 0 (0: all)");
   core::require(buckets >= 1, "eval", "--buckets ", buckets, " must be >= 1");
   core::require(threads >= 0, "eval", "--threads ", threads, " must be >= 0");
-  parse_precision(precision);
-  attention::parse_balance(balance);
+  Parsed p;
+  p.algo = attention::Algorithm::parse(algo);
+  p.balance = attention::parse_balance(balance);
+  p.mask = model::TrainMask::parse(mask, seq);
+  p.precision = parse_precision(precision);
+  return p;
 }
 
 json EvalResult::to_json() const {
@@ -81,80 +85,64 @@ std::string loss_by_position_svg(const EvalResult& r, const std::string& title) 
   return core::plot::line_svg(p);
 }
 
-EvalResult evaluate(const EvalConfig& cfg) {
-  cfg.validate();
-  const std::string dir = resolve_checkpoint(cfg.checkpoint);
-  const model::LlamaConfig mc = read_hf_config(dir);
-  const model::ParamLayout layout(mc);
-  const TokenFile data = load_training_data(cfg.data);
-  core::require(data.vocab <= mc.vocab, "eval", "--data ", cfg.data, " has vocabulary ", data.vocab,
-                ", larger than the model's ", mc.vocab);
-  const Loader loader(data, cfg.seq);
-  const int64_t nseq =
-      cfg.sequences > 0 ? std::min(cfg.sequences, loader.num_sequences()) : loader.num_sequences();
-  const attention::Algorithm algo = attention::Algorithm::parse(cfg.algo);
-  algo.validate(cfg.world, mc.heads, mc.kv_heads);
-  const attention::Layout seq_layout(attention::parse_balance(cfg.balance), cfg.seq, cfg.world);
-  const model::TrainMask mask = model::TrainMask::parse(cfg.mask, cfg.seq);
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+namespace {
+
+// What every rank of one evaluation shares, decided before the ranks start.
+struct EvalPass {
+  const EvalConfig& cfg;
+  const EvalConfig::Parsed& parsed;
+  const std::string& dir;
+  const model::ParamLayout& layout;
+  const Loader& loader;
+  const attention::Layout& seq_layout;
+  int64_t sequences;
   model::InferenceOptions io;
-  io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
-  io.precision = parse_precision(cfg.precision);
-  const int64_t n = cfg.seq;
-  if (!cfg.out.empty()) {
-    std::error_code ec;
-    fs::create_directories(cfg.out, ec);
-    core::require(!ec, "eval", "--out ", cfg.out, ": cannot create: ", ec.message());
-  }
+};
 
-  // Per position: loss sum and labelled count over every sequence (fp64), reduced at the end.
-  std::vector<double> sum(static_cast<size_t>(n), 0.0), cnt(static_cast<size_t>(n), 0.0);
-  core::Timer timer;
-  comm::Options opt;
-  opt.world = cfg.world;
-  comm::run(opt, [&](comm::Group& world) {
-    model::ReplicaParams params = load_replica(dir, layout, world);
-    std::vector<double> s(static_cast<size_t>(n), 0.0), c(static_cast<size_t>(n), 0.0);
-    std::unique_ptr<model::AttentionOp> attn;
-    for (int64_t q = 0; q < nseq; ++q) {
-      const RankTokens rt = loader.rank_tokens(q, seq_layout, world.rank(), model::kIgnoreIndex);
-      if (!attn || mask.document) {
-        const auto m =
-            mask.with_documents(mask.document ? loader.document_ids(q) : std::vector<int32_t>{});
-        attn =
-            model::make_distributed_attention(algo, m, seq_layout, world, io.threads, io.precision);
+// One rank's part: the loss of each of its labelled positions over every sequence, summed (s)
+// and counted (c) by global position, then reduced over the ranks. Collective.
+void position_losses(const EvalPass& e, comm::Group& world, std::vector<double>& s,
+                     std::vector<double>& c) {
+  model::ReplicaParams params = load_replica(e.dir, e.layout, world);
+  const model::TrainMask& mask = e.parsed.mask;
+  std::unique_ptr<model::AttentionOp> attn;
+  for (int64_t q = 0; q < e.sequences; ++q) {
+    const RankTokens rt = e.loader.rank_tokens(q, e.seq_layout, world.rank(), model::kIgnoreIndex);
+    if (!attn || mask.document) {
+      const auto m =
+          mask.with_documents(mask.document ? e.loader.document_ids(q) : std::vector<int32_t>{});
+      attn = model::make_distributed_attention(e.parsed.algo, m, e.seq_layout, world, e.io.threads,
+                                               e.io.precision);
+    }
+    model::StepBatch b;
+    b.tokens = rt.tokens.data();
+    b.pos = rt.pos.data();
+    b.len = static_cast<int64_t>(rt.pos.size());
+    b.seq_len = e.cfg.seq;
+    const std::vector<float> h = model::forward_hidden(e.layout, params, *attn, b, e.io);
+    const std::vector<double> loss =
+        model::token_losses(e.layout, params, h.data(), rt.labels.data(), b.len, e.io);
+    for (int64_t i = 0; i < b.len; ++i)
+      if (rt.pos[i] >= 0 && rt.labels[i] != model::kIgnoreIndex) {
+        s[rt.pos[i]] += loss[i];
+        c[rt.pos[i]] += 1;
       }
-      model::StepBatch b;
-      b.tokens = rt.tokens.data();
-      b.pos = rt.pos.data();
-      b.len = static_cast<int64_t>(rt.pos.size());
-      b.seq_len = n;
-      const std::vector<float> h = model::forward_hidden(layout, params, *attn, b, io);
-      const std::vector<double> loss =
-          model::token_losses(layout, params, h.data(), rt.labels.data(), b.len, io);
-      for (int64_t i = 0; i < b.len; ++i)
-        if (rt.pos[i] >= 0 && rt.labels[i] != model::kIgnoreIndex) {
-          s[rt.pos[i]] += loss[i];
-          c[rt.pos[i]] += 1;
-        }
-    }
-    world.all_reduce(s.data(), s.data(), s.size(), core::DType::f64);
-    world.all_reduce(c.data(), c.data(), c.size(), core::DType::f64);
-    if (world.rank() == 0) {
-      sum = std::move(s);
-      cnt = std::move(c);
-    }
-  });
+  }
+  world.all_reduce(s.data(), s.data(), s.size(), core::DType::f64);
+  world.all_reduce(c.data(), c.data(), c.size(), core::DType::f64);
+}
 
+// The overall loss and the `buckets` position buckets from per-position sums and counts.
+EvalResult summarize(const std::vector<double>& sum, const std::vector<double>& cnt,
+                     int64_t buckets) {
+  const int64_t n = static_cast<int64_t>(sum.size());
   EvalResult r;
-  r.sequences = nseq;
-  r.seconds = timer.elapsed();
   double total = 0, count = 0;
   for (int64_t p = 0; p < n; ++p) total += sum[p], count += cnt[p];
   r.tokens = static_cast<int64_t>(count);
   r.loss = count > 0 ? total / count : 0.0;
   r.perplexity = std::exp(r.loss);
-  const int64_t k = std::min(cfg.buckets, n - 1);
+  const int64_t k = std::min(buckets, n - 1);
   for (int64_t b = 0; b < k; ++b) {
     EvalBucket e;
     e.start = b * n / k;
@@ -165,26 +153,73 @@ EvalResult evaluate(const EvalConfig& cfg) {
     e.loss = bc > 0 ? bs / bc : 0.0;
     r.positions.push_back(e);
   }
+  return r;
+}
+
+// OUT/eval.json (the result and the run's settings) and OUT/loss_by_position.svg.
+void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig& mc) {
+  const EvalConfig& cfg = e.cfg;
+  json j = r.to_json();
+  j["config"] = {{"checkpoint", e.dir},
+                 {"data", cfg.data},
+                 {"seq", cfg.seq},
+                 {"world", cfg.world},
+                 {"algo", cfg.algo},
+                 {"balance", cfg.balance},
+                 {"mask", cfg.mask},
+                 {"buckets", static_cast<int64_t>(r.positions.size())},
+                 {"precision", cfg.precision},
+                 {"threads_per_rank", e.io.threads},
+                 {"model", mc.describe()}};
+  core::write_file_atomic(cfg.out + "/eval.json", j.dump(1) + "\n");
+  core::write_file_atomic(
+      cfg.out + "/loss_by_position.svg",
+      loss_by_position_svg(
+          r, core::cat("loss by position: ", fs::path(e.dir).lexically_normal().string(), ", ",
+                       e.sequences, " x ", cfg.seq, " tokens")));
+}
+
+}  // namespace
+
+EvalResult evaluate(const EvalConfig& cfg) {
+  const EvalConfig::Parsed parsed = cfg.parse();
+  const std::string dir = resolve_checkpoint(cfg.checkpoint);
+  const model::LlamaConfig mc = read_hf_config(dir);
+  const model::ParamLayout layout(mc);
+  const TokenFile data = load_training_data(cfg.data);
+  core::require(data.vocab <= mc.vocab, "eval", "--data ", cfg.data, " has vocabulary ", data.vocab,
+                ", larger than the model's ", mc.vocab);
+  const Loader loader(data, cfg.seq);
+  parsed.algo.validate(cfg.world, mc.heads, mc.kv_heads);
+  const attention::Layout seq_layout(parsed.balance, cfg.seq, cfg.world);
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EvalPass e{cfg, parsed, dir, layout, loader, seq_layout, 0, {}};
+  e.sequences =
+      cfg.sequences > 0 ? std::min(cfg.sequences, loader.num_sequences()) : loader.num_sequences();
+  e.io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  e.io.precision = parsed.precision;
   if (!cfg.out.empty()) {
-    json j = r.to_json();
-    j["config"] = {{"checkpoint", dir},
-                   {"data", cfg.data},
-                   {"seq", cfg.seq},
-                   {"world", cfg.world},
-                   {"algo", cfg.algo},
-                   {"balance", cfg.balance},
-                   {"mask", cfg.mask},
-                   {"buckets", k},
-                   {"precision", cfg.precision},
-                   {"threads_per_rank", io.threads},
-                   {"model", mc.describe()}};
-    core::write_file_atomic(cfg.out + "/eval.json", j.dump(1) + "\n");
-    core::write_file_atomic(
-        cfg.out + "/loss_by_position.svg",
-        loss_by_position_svg(
-            r, core::cat("loss by position: ", fs::path(dir).lexically_normal().string(), ", ",
-                         nseq, " x ", n, " tokens")));
+    std::error_code ec;
+    fs::create_directories(cfg.out, ec);
+    core::require(!ec, "eval", "--out ", cfg.out, ": cannot create: ", ec.message());
   }
+  // Per position: loss sum and labelled count over every sequence (fp64), reduced over ranks.
+  std::vector<double> sum(static_cast<size_t>(cfg.seq), 0.0), cnt(sum);
+  core::Timer timer;
+  comm::Options opt;
+  opt.world = cfg.world;
+  comm::run(opt, [&](comm::Group& world) {
+    std::vector<double> s(sum.size(), 0.0), c(sum.size(), 0.0);
+    position_losses(e, world, s, c);
+    if (world.rank() == 0) {
+      sum = std::move(s);
+      cnt = std::move(c);
+    }
+  });
+  EvalResult r = summarize(sum, cnt, cfg.buckets);
+  r.sequences = e.sequences;
+  r.seconds = timer.elapsed();
+  if (!cfg.out.empty()) write_eval(e, r, mc);
   return r;
 }
 

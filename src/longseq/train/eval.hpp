@@ -16,6 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "longseq/attention/algorithm.hpp"
+#include "longseq/attention/layout.hpp"
+#include "longseq/core/dtype.hpp"
+#include "longseq/model/attention_op.hpp"
 #include "longseq/model/inference.hpp"
 
 namespace longseq::comm {
@@ -47,8 +51,18 @@ struct EvalConfig {
   int threads = 0;              ///< per rank; 0: hardware threads / world
   std::string precision = "fp32";
   std::string out;  ///< directory for eval.json and loss_by_position.svg (empty: none)
-  /// Throws core::Error("[eval] ...") naming the value.
-  void validate() const;
+
+  /// The strings as typed values, parsed once (parse()).
+  struct Parsed {
+    attention::Algorithm algo;
+    attention::Balance balance{};
+    model::TrainMask mask;
+    core::DType precision = core::DType::f32;
+  };
+  /// Checks every field and returns the typed values. Throws core::Error("[eval] ...") (or the
+  /// parser's component) naming the value.
+  Parsed parse() const;
+  void validate() const { (void)parse(); }
 };
 
 struct EvalBucket {

@@ -24,7 +24,7 @@
 
 namespace longseq::train {
 
-void GenerateConfig::validate() const {
+GenerateConfig::Parsed GenerateConfig::parse() const {
   core::require(!prompt.empty(), "generate", "the prompt is empty (give --prompt or --prompt-ids)");
   core::require(max_new_tokens >= 1, "generate", "--max-new-tokens ", max_new_tokens,
                 " must be >= 1");
@@ -33,8 +33,11 @@ void GenerateConfig::validate() const {
                 temperature, " must be >= 0 (0: greedy)");
   core::require(top_p > 0 && top_p <= 1, "generate", "--top-p ", top_p, " must be in (0, 1]");
   core::require(threads >= 0, "generate", "--threads ", threads, " must be >= 0");
-  parse_precision(precision);
-  attention::parse_balance(balance);
+  Parsed p;
+  p.algo = attention::Algorithm::parse(algo);
+  p.balance = attention::parse_balance(balance);
+  p.precision = parse_precision(precision);
+  return p;
 }
 
 int32_t sample_token(const std::vector<float>& logits, double temperature, double top_p,
@@ -102,8 +105,69 @@ std::vector<int32_t> read_prompt_ids(const std::string& path) {
   return ids;
 }
 
+namespace {
+
+// What every rank of one generation shares, decided before the ranks start.
+struct GeneratePass {
+  const GenerateConfig& cfg;
+  const std::string& dir;
+  const model::ParamLayout& layout;
+  const attention::Algorithm& algo;
+  const attention::Layout& seq_layout;
+  std::shared_ptr<const attention::MaskSpec> mask;
+  model::InferenceOptions io;
+};
+
+// One rank's part: the distributed prefill of the prompt (the first token sampled by the rank
+// holding the last position, then broadcast), then KV-cache decoding. Collective; every rank
+// returns the same ids, rank 0's timings are the result's.
+GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
+  const GenerateConfig& cfg = e.cfg;
+  const int64_t n = static_cast<int64_t>(cfg.prompt.size());
+  model::ReplicaParams params = load_replica(e.dir, e.layout, g);
+  const int rank = g.rank(), world = g.size();
+  std::vector<int64_t> pos = e.seq_layout.positions(rank);
+  std::vector<int32_t> tokens(pos.size(), 0);
+  for (size_t i = 0; i < pos.size(); ++i)
+    if (pos[i] >= 0) tokens[i] = cfg.prompt[static_cast<size_t>(pos[i])];
+  auto attn = model::make_distributed_attention(e.algo, e.mask, e.seq_layout, g, e.io.threads,
+                                                e.io.precision);
+  model::StepBatch b;
+  b.tokens = tokens.data();
+  b.pos = pos.data();
+  b.len = static_cast<int64_t>(pos.size());
+  b.seq_len = n;
+  g.barrier();
+  core::Timer prefill;
+  model::KvCache cache;
+  const std::vector<float> h = model::forward_hidden(e.layout, params, *attn, b, e.io, &cache);
+  const auto [owner, local] = e.seq_layout.locate(n - 1);
+  int32_t tok = 0;
+  if (rank == owner)
+    tok = sample_token(
+        model::logits_of(e.layout, params, h.data() + local * e.layout.config().hidden, e.io),
+        cfg.temperature, cfg.top_p, cfg.seed, 0);
+  g.broadcast(&tok, 1, core::DType::i32, owner);
+  GenerateResult r;
+  r.prefill_s = prefill.elapsed();
+  r.ids = {tok};
+  core::Timer decode;
+  for (int64_t i = 1; i < cfg.max_new_tokens && tok != cfg.stop_token; ++i) {
+    const int64_t p = n + i - 1;
+    const std::vector<float> hid =
+        model::decode_step(e.layout, params, g, cache, tok, p, p % world == rank, e.io);
+    tok = sample_token(model::logits_of(e.layout, params, hid.data(), e.io), cfg.temperature,
+                       cfg.top_p, cfg.seed, i);
+    r.ids.push_back(tok);
+  }
+  r.decode_s = decode.elapsed();
+  return r;
+}
+
+}  // namespace
+
 GenerateResult generate(const GenerateConfig& cfg) {
-  cfg.validate();
+  const GenerateConfig::Parsed parsed = cfg.parse();
   const std::string dir = resolve_checkpoint(cfg.checkpoint);
   const model::LlamaConfig mc = read_hf_config(dir);
   const model::ParamLayout layout(mc);
@@ -111,63 +175,24 @@ GenerateResult generate(const GenerateConfig& cfg) {
     core::require(t >= 0 && t < mc.vocab, "generate", "prompt token ", t,
                   " is outside the model's vocabulary [0, ", mc.vocab, ")");
   const int64_t n = static_cast<int64_t>(cfg.prompt.size());
-  const attention::Algorithm algo = attention::Algorithm::parse(cfg.algo);
-  algo.validate(cfg.world, mc.heads, mc.kv_heads);
-  const attention::Layout seq_layout(attention::parse_balance(cfg.balance), n, cfg.world);
+  parsed.algo.validate(cfg.world, mc.heads, mc.kv_heads);
+  const attention::Layout seq_layout(parsed.balance, n, cfg.world);
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
   mask->window = mc.sliding_window;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  model::InferenceOptions io;
-  io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
-  io.precision = parse_precision(cfg.precision);
+  GeneratePass e{cfg, dir, layout, parsed.algo, seq_layout, mask, {}};
+  e.io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  e.io.precision = parsed.precision;
 
   GenerateResult result;
-  result.prompt_tokens = n;
   comm::Options opt;
   opt.world = cfg.world;
   comm::run(opt, [&](comm::Group& g) {
-    model::ReplicaParams params = load_replica(dir, layout, g);
-    const int rank = g.rank(), world = g.size();
-    std::vector<int64_t> pos = seq_layout.positions(rank);
-    std::vector<int32_t> tokens(pos.size(), 0);
-    for (size_t i = 0; i < pos.size(); ++i)
-      if (pos[i] >= 0) tokens[i] = cfg.prompt[static_cast<size_t>(pos[i])];
-    auto attn =
-        model::make_distributed_attention(algo, mask, seq_layout, g, io.threads, io.precision);
-    model::StepBatch b;
-    b.tokens = tokens.data();
-    b.pos = pos.data();
-    b.len = static_cast<int64_t>(pos.size());
-    b.seq_len = n;
-    g.barrier();
-    core::Timer prefill;
-    model::KvCache cache;
-    const std::vector<float> h = model::forward_hidden(layout, params, *attn, b, io, &cache);
-    const auto [owner, local] = seq_layout.locate(n - 1);
-    int32_t tok = 0;
-    if (rank == owner)
-      tok = sample_token(model::logits_of(layout, params, h.data() + local * mc.hidden, io),
-                         cfg.temperature, cfg.top_p, cfg.seed, 0);
-    g.broadcast(&tok, 1, core::DType::i32, owner);
-    const double prefill_s = prefill.elapsed();
-    std::vector<int32_t> ids = {tok};
-    core::Timer decode;
-    for (int64_t i = 1; i < cfg.max_new_tokens && tok != cfg.stop_token; ++i) {
-      const int64_t p = n + i - 1;
-      const std::vector<float> hid =
-          model::decode_step(layout, params, g, cache, tok, p, p % world == rank, io);
-      tok = sample_token(model::logits_of(layout, params, hid.data(), io), cfg.temperature,
-                         cfg.top_p, cfg.seed, i);
-      ids.push_back(tok);
-    }
-    const double decode_s = decode.elapsed();
-    if (rank == 0) {
-      result.ids = std::move(ids);
-      result.prefill_s = prefill_s;
-      result.decode_s = decode_s;
-    }
+    GenerateResult r = generate_on_rank(e, g);
+    if (g.rank() == 0) result = std::move(r);
   });
+  result.prompt_tokens = n;
   return result;
 }
 

@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "longseq/attention/algorithm.hpp"
+#include "longseq/attention/layout.hpp"
+#include "longseq/core/dtype.hpp"
+
 namespace longseq::train {
 
 struct GenerateConfig {
@@ -35,8 +39,17 @@ struct GenerateConfig {
   /// Stop after generating this id (-1: never; the CLI passes the tokenizer's end of text with
   /// --stop-at-eot).
   int32_t stop_token = -1;
-  /// Throws core::Error("[generate] ...") naming the value.
-  void validate() const;
+
+  /// The strings as typed values, parsed once (parse()).
+  struct Parsed {
+    attention::Algorithm algo;
+    attention::Balance balance{};
+    core::DType precision = core::DType::f32;
+  };
+  /// Checks every field and returns the typed values. Throws core::Error("[generate] ...") (or
+  /// the parser's component) naming the value.
+  Parsed parse() const;
+  void validate() const { (void)parse(); }
 };
 
 struct GenerateResult {
