@@ -69,7 +69,7 @@ plan::HostTrainerInputs host_inputs(const train::TrainConfig& c, const std::stri
   in.lm_tile = c.lm_tile;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   in.threads = c.threads > 0 ? c.threads : std::max(1, hw / c.world);
-  in.bf16 = c.precision == "bf16";
+  in.bf16 = train::parse_precision(c.precision) == core::DType::bf16;  // the trainer's vocabulary
   in.data_tokens = data_tokens;
   return in;
 }

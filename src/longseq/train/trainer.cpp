@@ -37,9 +37,9 @@ TokenFile load_training_data(const std::string& requested) {
 
 // ---- measurements ------------------------------------------------------------------------------
 
-double measure_peak_gflops(const std::string& precision) {
+double measure_peak_gflops(core::DType precision) {
   const double hw = std::max(1u, std::thread::hardware_concurrency());
-  return kernels::single_thread_gemm_flops(parse_precision(precision)) * 1e-9 * hw;
+  return kernels::single_thread_gemm_flops(precision) * 1e-9 * hw;
 }
 
 // ---- setup -------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ RunSetup::RunSetup(const TrainConfig& c)
       seq_layout(parsed.balance, cfg.seq, cfg.cp()),
       threads(threads_per_rank(cfg)),
       options(model_options(cfg, parsed, threads)),
-      peak_gflops(measure_peak_gflops(cfg.precision)),
+      peak_gflops(measure_peak_gflops(parsed.precision)),
       config(config_block(*this)),
       end(cfg.stop_after > 0 ? std::min(cfg.steps, cfg.stop_after) : cfg.steps) {
   if (!cfg.out.empty()) {

@@ -59,8 +59,8 @@ TokenFile load_training_data(const std::string& path);
 /// Runs the whole training (local backend threads, or MPI under mpirun). Blocking.
 TrainSummary train(const TrainConfig& cfg);
 
-/// The machine's measured peak at `precision` ("fp32": sgemm, "bf16": bf16 GEMM with fp32
+/// The machine's measured peak at `precision` (f32: sgemm, bf16: bf16 GEMM with fp32
 /// accumulation): kernels::single_thread_gemm_flops in GFLOP/s times hardware threads.
-double measure_peak_gflops(const std::string& precision = "fp32");
+double measure_peak_gflops(core::DType precision = core::DType::f32);
 
 }  // namespace longseq::train
