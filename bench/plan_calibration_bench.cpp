@@ -21,7 +21,7 @@
 // most CPU seconds a rank thread used: the compute model without the load) and
 // `ratio_load_free` (predicted against max over ranks of CPU s / core share + wait s: the wall
 // time of the measured work had the job its cores to itself). The profile's rates are CPU-clock
-// rates (cmd_calibrate.cpp), i.e. an unloaded machine.
+// rates (plan/calibrate.cpp), i.e. an unloaded machine.
 //
 // Usage: plan_calibration_bench [--n 8192] [--link-n 8192] [--hq 8] [--d 128] [--intra 1GB/s]
 //        [--hardware local] [--reps 1] [--only abc] [--out bench_plan_calibration.json]

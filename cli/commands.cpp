@@ -4,7 +4,7 @@ namespace longseq::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
-      {"info", "print the build configuration (GEMM library, MPI, CUDA)", add_info, Ranks::first},
+      {"info", "print the build configuration (GEMM library, MPI)", add_info, Ranks::first},
       {"attention",
        "distributed attention (forward, and backward with --do) on .npy or seeded inputs",
        add_attention},
