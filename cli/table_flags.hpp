@@ -40,19 +40,14 @@ class TableFlags {
     return flags;
   }
 
-  /// Writes every given flag over `c` (a boolean flag given sets true).
+  /// Writes every given flag over `c` (a boolean row: --flag sets true, --no-flag false).
   template <class C>
   void apply(const std::vector<core::Field<C>>& table, C& c) const {
     for (const Slot& slot : slots_) {
       const core::Field<C>* f = core::find_field(table, slot.key);
       std::visit(
           [&](const auto& v) {
-            using V = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<V, bool>) {
-              if (v) *std::get<bool*>(f->get(c)) = true;
-            } else if (v) {
-              *std::get<typename V::value_type*>(f->get(c)) = *v;
-            }
+            if (v) *std::get<typename std::decay_t<decltype(v)>::value_type*>(f->get(c)) = *v;
           },
           slot.value);
     }
@@ -62,29 +57,27 @@ class TableFlags {
   bool given(const std::string& key) const {
     for (const Slot& slot : slots_)
       if (slot.key == key)
-        return std::visit(
-            [](const auto& v) {
-              if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>)
-                return v;
-              else
-                return v.has_value();
-            },
-            slot.value);
+        return std::visit([](const auto& v) { return v.has_value(); }, slot.value);
     return false;
   }
 
  private:
   struct Slot {
     std::string key;
-    std::variant<bool, std::optional<int>, std::optional<int64_t>, std::optional<uint64_t>,
-                 std::optional<double>, std::optional<std::string>>
+    std::variant<std::optional<bool>, std::optional<int>, std::optional<int64_t>,
+                 std::optional<uint64_t>, std::optional<double>, std::optional<std::string>>
         value;
   };
 
+  // A boolean row is a pair --flag / --no-flag, so that a preset's true can be turned off too.
   CLI::Option* declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help,
                        bool*) {
-    slot.value = false;
-    return app.add_flag(flag, std::get<bool>(slot.value), help);
+    slot.value = std::optional<bool>();
+    std::optional<bool>* v = &std::get<std::optional<bool>>(slot.value);
+    const std::string name(flag + 2);  // without "--"
+    return app.add_flag_function(
+        "--" + name + ",!--no-" + name, [v](int64_t n) { *v = n > 0; },
+        help + " (--no-" + name + ": off)");
   }
   template <class T>
   CLI::Option* declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, T*) {

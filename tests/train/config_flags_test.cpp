@@ -89,6 +89,24 @@ TEST(TrainConfigFlags, EveryFlagGivenReachesItsField) {
   tr::TrainConfig tiny = tr::preset("tiny");
   none->apply(tr::train_fields(), tiny);
   EXPECT_EQ(tiny.to_json(), tr::preset("tiny").to_json());
+  // A boolean row also has --no-FLAG, which turns a preset's true off.
+  for (const auto& f : tr::train_fields()) {
+    if (!f.in_cli() || !std::holds_alternative<bool*>(f.get(tiny))) continue;
+    const std::string no = "--no-" + std::string(f.flag + 2);
+    for (const auto& [line, want] : {std::pair{std::vector<std::string>{no}, false},
+                                     std::pair{std::vector<std::string>{f.flag}, true}}) {
+      CLI::App a;
+      auto* s = a.add_subcommand("train");
+      auto fl = longseq::cli::TableFlags::add(*s, tr::train_fields(), &main);
+      std::vector<std::string> argv = {"train"};
+      argv.insert(argv.end(), line.begin(), line.end());
+      a.parse(std::vector<std::string>(argv.rbegin(), argv.rend()));
+      tr::TrainConfig c = tiny;
+      *std::get<bool*>(f.get(c)) = !want;
+      fl->apply(tr::train_fields(), c);
+      EXPECT_EQ(*std::get<bool*>(f.get(c)), want) << line[0];
+    }
+  }
 }
 
 // Every row's range check, at the value just outside it, through TrainConfig::validate().
