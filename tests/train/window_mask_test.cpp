@@ -12,7 +12,10 @@
 //    |g - g1| <= 1e-5 max|g1| + 1e-4 |g1|, the rule of trainer_test.cpp), differs from causal,
 //    and the checkpoint's config.json carries the window (Mistral's sliding_window); a sequence
 //    length no layout divides (N = 1003, world 4) trains under every layout.
-// 5. 64-bit: a window attention over N = 2^17 tokens (N^2 = 2^34 score elements, past 2^31;
+// 5. Long-document data: scripts/kjv_books.sh makes the 66 books of the KJV one document each, and
+//    the trainer's --mask document ids over its 2^20-token sequences change exactly after each
+//    end-of-text (skipped without Debian's bible-kjv).
+// 6. 64-bit: a window attention over N = 2^17 tokens (N^2 = 2^34 score elements, past 2^31;
 //    one head of dimension 2 keeps it cheap) through model::make_distributed_attention on 2 ranks
 //    equals a brute-force fp64 windowed attention (forward and backward), with set_mask switching
 //    to document ids between calls.
@@ -295,6 +298,62 @@ TEST(TrainWindowMask, CheckpointCarriesTheWindowAndOddLengthsTrain) {
     ASSERT_EQ(s.steps.size(), 1u) << balance;
     EXPECT_TRUE(std::isfinite(s.steps[0].loss)) << balance;
   }
+}
+
+// ---- long-document data: the KJV books (scripts/kjv_books.sh) -----------------------------------
+
+TEST(KjvBooks, DocumentIdsAreTheBooksOfTheFile) {
+#ifndef LONGSEQ_CLI
+  GTEST_SKIP() << "needs the longseq binary";
+#else
+  std::string out;
+  if (longseq::testing::run("command -v bible", out) != 0)
+    GTEST_SKIP() << "Debian's bible-kjv is not installed (scripts/setup.sh installs it)";
+  const std::string tok = temp_path("window_mask", "kjv-books.tok");
+  ASSERT_EQ(longseq::testing::run(std::string("LONGSEQ=") + LONGSEQ_CLI + " bash " +
+                                      LONGSEQ_SOURCE_DIR + "/scripts/kjv_books.sh " + tok,
+                                  out),
+            0)
+      << out;
+  const tr::TokenFile f = tr::read_token_file(tok);
+  ASSERT_EQ(f.eot, tr::kByteEot);
+  std::vector<int64_t> starts = {0};  // where each book starts
+  for (size_t i = 0; i < f.tokens.size(); ++i)
+    if (f.tokens[i] == static_cast<uint32_t>(f.eot)) starts.push_back(static_cast<int64_t>(i) + 1);
+  ASSERT_EQ(starts.size(), 67u);  // 66 books, each closed by an end-of-text
+  EXPECT_EQ(starts.back(), static_cast<int64_t>(f.tokens.size()));
+  auto text_at = [&](int64_t p, size_t len) {
+    std::string t;
+    for (size_t i = 0; i < len; ++i) t.push_back(static_cast<char>(f.tokens[p + i]));
+    return t;
+  };
+  EXPECT_EQ(text_at(starts[0], 9), "Genesis 1");
+  EXPECT_EQ(text_at(starts[1], 8), "Exodus 1");
+  EXPECT_EQ(text_at(starts[65], 12), "Revelation 1");
+  // The trainer's --mask document ids over 2^20-token sequences (the million preset's): a new id
+  // exactly after each end-of-text, so every id is one book (or the part of it in the sequence).
+  const int64_t n = int64_t{1} << 20;
+  const tr::Loader loader(f, n);
+  ASSERT_EQ(loader.num_sequences(), 4);
+  int64_t boundaries = 0;
+  for (int64_t s = 0; s < loader.num_sequences(); ++s) {
+    const std::vector<int32_t> ids = loader.document_ids(s);
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
+    EXPECT_EQ(ids[0], 0);
+    for (int64_t p = 1; p < n; ++p) {
+      const bool after_eot = f.tokens[s * n + p - 1] == static_cast<uint32_t>(f.eot);
+      ASSERT_EQ(ids[p] - ids[p - 1], after_eot ? 1 : 0) << "sequence " << s << " position " << p;
+      boundaries += after_eot;
+    }
+  }
+  // Every book start inside the four sequences (not at a sequence's first token) is a boundary.
+  int64_t want = 0;
+  for (size_t b = 1; b + 1 < starts.size(); ++b)
+    if (starts[b] < 4 * n && starts[b] % n != 0) ++want;
+  EXPECT_EQ(boundaries, want);
+  EXPECT_GT(boundaries, 40);
+  std::remove(tok.c_str());
+#endif
 }
 
 // Brute-force windowed (and document) attention, one head: o [n, d], lse [n], and the gradients
