@@ -33,9 +33,9 @@ double host_memory_bytes() {
   return 0;
 }
 
-// The preset's --mask.
+// The preset's --mask (with --doc-mask and the model's sliding_window).
 std::string mask_of(const train::TrainConfig& c) {
-  return c.doc_mask ? "causal,document" : "causal";
+  return c.mask_text();
 }
 
 }  // namespace

@@ -7,7 +7,15 @@
 //    mask predicate (kernels::Mask semantics) for causal, window, document and block masks.
 // 3. Hugging Face config.json: a windowed model is written as Mistral with sliding_window and
 //    read back; a llama config's sliding_window is ignored, as transformers' LlamaAttention does.
-// 4. 64-bit: a window attention over N = 2^17 tokens (N^2 = 2^34 score elements, past 2^31;
+// 4. The trainer's --mask: a distributed step under window:W (and window:W,document) equals the
+//    world 1 step for every algorithm and every balance layout (loss 1e-5 relative, gradients
+//    |g - g1| <= 1e-5 max|g1| + 1e-4 |g1|, the rule of trainer_test.cpp), differs from causal,
+//    and the checkpoint's config.json carries the window (Mistral's sliding_window); a sequence
+//    length no layout divides (N = 1003, world 4) trains under every layout.
+// 5. Long-document data: scripts/kjv_books.sh makes the 66 books of the KJV one document each, and
+//    the trainer's --mask document ids over its 2^20-token sequences change exactly after each
+//    end-of-text (skipped without Debian's bible-kjv).
+// 6. 64-bit: a window attention over N = 2^17 tokens (N^2 = 2^34 score elements, past 2^31;
 //    one head of dimension 2 keeps it cheap) through model::make_distributed_attention on 2 ranks
 //    equals a brute-force fp64 windowed attention (forward and backward), with set_mask switching
 //    to document ids between calls.
@@ -22,10 +30,13 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/train/checkpoint.hpp"
+#include "longseq/train/data.hpp"
+#include "longseq/train/trainer.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -168,6 +179,181 @@ TEST(HfConfig, SlidingWindowIsWrittenAsMistralAndReadBack) {
   const std::string e = error_of([&] { tr::read_hf_config(dir); });
   EXPECT_NE(e.find("sliding_window must be >= 0"), std::string::npos) << e;
   fs::remove_all(dir);
+}
+
+// ---- the trainer under window masks ----------------------------------------------------------
+
+struct Step {
+  tr::TrainSummary s;
+  float gmax = 0;
+};
+
+Step train_step(const tr::TrainConfig& c) {
+  Step x;
+  x.s = tr::train(c);
+  for (float g : x.s.grads) x.gmax = std::max(x.gmax, std::fabs(g));
+  return x;
+}
+
+// Worst |g - g1| / max|g1| after checking the elementwise rule; a failure names `what`.
+double expect_same(const Step& a, const Step& b, const std::string& what) {
+  EXPECT_NEAR(a.s.steps[0].loss, b.s.steps[0].loss, 1e-5 * b.s.steps[0].loss) << what;
+  EXPECT_EQ(a.s.grads.size(), b.s.grads.size()) << what;
+  double worst = 0;
+  int bad = 0;
+  for (size_t i = 0; i < std::min(a.s.grads.size(), b.s.grads.size()); ++i) {
+    const double err = std::fabs(a.s.grads[i] - b.s.grads[i]);
+    worst = std::max(worst, err);
+    if (err > 1e-5 * b.gmax + 1e-4 * std::fabs(b.s.grads[i]) && bad++ < 3)
+      ADD_FAILURE() << what << ": grad[" << i << "] " << a.s.grads[i] << " vs world 1 "
+                    << b.s.grads[i];
+  }
+  EXPECT_GT(b.gmax, 1e-3f) << what;
+  return worst / b.gmax;
+}
+
+TEST(TrainWindowMask, DistributedStepEqualsWorldOneForEveryAlgorithmAndLayout) {
+  // seq 64, window 12: every rank's chunk (8 or 16 tokens) has keys its window cannot reach, so
+  // some chunk pairs are empty and the schedules skip them.
+  tr::TrainConfig one = longseq::testing::tiny_config();
+  one.mask = "window:12";
+  const Step base = train_step(one);
+  tr::TrainConfig causal = longseq::testing::tiny_config();
+  EXPECT_GT(std::fabs(train_step(causal).s.steps[0].loss - base.s.steps[0].loss), 1e-5)
+      << "the window changes the loss (the test can fail)";
+  struct Case {
+    int world, nodes;
+    const char* algo;
+  };
+  for (const Case& k : {Case{2, 1, "ring"}, Case{4, 1, "ring"}, Case{4, 1, "burst"},
+                        Case{4, 2, "double-ring"}, Case{4, 1, "double-ring:2:ring"},
+                        Case{4, 1, "startrail:2"}, Case{2, 1, "ulysses"}, Case{4, 1, "usp:2"}})
+    for (const char* balance : {"contiguous", "zigzag", "striped"}) {
+      tr::TrainConfig c = one;
+      c.world = k.world;
+      c.nodes = k.nodes;
+      c.algo = k.algo;
+      c.balance = balance;
+      const std::string what =
+          std::string(k.algo) + " world " + std::to_string(k.world) + " " + balance;
+      const double rel = expect_same(train_step(c), base, what);
+      std::printf("  window:12 %-34s max|dg| = %.2e max|g|\n", what.c_str(), rel);
+    }
+}
+
+TEST(TrainWindowMask, WindowWithDocumentsAndCheckpointPoliciesEqualWorldOne) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 12; ++i)
+    docs.push_back(std::string(5 + 3 * i, static_cast<char>('a' + i)) + " end.");
+  const std::string p = longseq::testing::temp_path("window_mask", "docs.tok");
+  tr::write_token_file(p, tr::byte_tokenize(docs), tr::kByteVocab, tr::kByteEot);
+  tr::TrainConfig one = longseq::testing::tiny_config();
+  one.data = p;
+  one.mask = "window:12,document";
+  const Step base = train_step(one);
+  tr::TrainConfig window_only = one;
+  window_only.mask = "window:12";
+  EXPECT_GT(std::fabs(train_step(window_only).s.steps[0].loss - base.s.steps[0].loss), 1e-5)
+      << "the documents change the loss (the test can fail)";
+  for (const char* policy : {"none", "full", "selective++", "seq-selective"})
+    for (const char* balance : {"zigzag", "striped"}) {
+      tr::TrainConfig c = one;
+      c.world = 4;
+      c.checkpoint = policy;
+      c.balance = balance;
+      expect_same(train_step(c), base, std::string(policy) + " " + balance);
+    }
+  std::remove(p.c_str());
+}
+
+TEST(TrainWindowMask, CheckpointCarriesTheWindowAndOddLengthsTrain) {
+  const std::string dir = temp_path("window_mask", "run");
+  fs::remove_all(dir);
+  tr::TrainConfig c = longseq::testing::tiny_config();
+  c.mask = "window:12";
+  c.world = 2;
+  c.out = dir;
+  c.save_every = 0;
+  (void)tr::train(c);
+  const md::LlamaConfig saved = tr::read_hf_config(dir + "/checkpoint");
+  EXPECT_EQ(saved.sliding_window, 12);
+  const nlohmann::json metrics = nlohmann::json::parse(core::read_file(dir + "/metrics.json"));
+  EXPECT_EQ(metrics["config"]["mask"], "window:12");
+  fs::remove_all(dir);
+  // A model with a sliding_window trains under it without --mask; a different window is refused.
+  tr::TrainConfig m = longseq::testing::tiny_config();
+  m.model.sliding_window = 12;
+  EXPECT_EQ(m.mask_text(), "causal,window:12");
+  m.mask = "window:8";
+  const std::string e = longseq::testing::refusal(m);
+  EXPECT_NE(e.find("model's sliding_window is 12"), std::string::npos) << e;
+  // N = 1003 is odd and prime: no layout divides it; every layout pads internally.
+  for (const char* balance : {"contiguous", "zigzag", "striped"}) {
+    tr::TrainConfig o = longseq::testing::tiny_config();
+    o.seq = 1003;
+    o.world = 4;
+    o.mask = "window:64";
+    o.balance = balance;
+    const tr::TrainSummary s = tr::train(o);
+    ASSERT_EQ(s.steps.size(), 1u) << balance;
+    EXPECT_TRUE(std::isfinite(s.steps[0].loss)) << balance;
+  }
+}
+
+// ---- long-document data: the KJV books (scripts/kjv_books.sh) -----------------------------------
+
+TEST(KjvBooks, DocumentIdsAreTheBooksOfTheFile) {
+#ifndef LONGSEQ_CLI
+  GTEST_SKIP() << "needs the longseq binary";
+#else
+  std::string out;
+  if (longseq::testing::run("command -v bible", out) != 0)
+    GTEST_SKIP() << "Debian's bible-kjv is not installed (scripts/setup.sh installs it)";
+  const std::string tok = temp_path("window_mask", "kjv-books.tok");
+  ASSERT_EQ(longseq::testing::run(std::string("LONGSEQ=") + LONGSEQ_CLI + " bash " +
+                                      LONGSEQ_SOURCE_DIR + "/scripts/kjv_books.sh " + tok,
+                                  out),
+            0)
+      << out;
+  const tr::TokenFile f = tr::read_token_file(tok);
+  ASSERT_EQ(f.eot, tr::kByteEot);
+  std::vector<int64_t> starts = {0};  // where each book starts
+  for (size_t i = 0; i < f.tokens.size(); ++i)
+    if (f.tokens[i] == static_cast<uint32_t>(f.eot)) starts.push_back(static_cast<int64_t>(i) + 1);
+  ASSERT_EQ(starts.size(), 67u);  // 66 books, each closed by an end-of-text
+  EXPECT_EQ(starts.back(), static_cast<int64_t>(f.tokens.size()));
+  auto text_at = [&](int64_t p, size_t len) {
+    std::string t;
+    for (size_t i = 0; i < len; ++i) t.push_back(static_cast<char>(f.tokens[p + i]));
+    return t;
+  };
+  EXPECT_EQ(text_at(starts[0], 9), "Genesis 1");
+  EXPECT_EQ(text_at(starts[1], 8), "Exodus 1");
+  EXPECT_EQ(text_at(starts[65], 12), "Revelation 1");
+  // The trainer's --mask document ids over 2^20-token sequences (the million preset's): a new id
+  // exactly after each end-of-text, so every id is one book (or the part of it in the sequence).
+  const int64_t n = int64_t{1} << 20;
+  const tr::Loader loader(f, n);
+  ASSERT_EQ(loader.num_sequences(), 4);
+  int64_t boundaries = 0;
+  for (int64_t s = 0; s < loader.num_sequences(); ++s) {
+    const std::vector<int32_t> ids = loader.document_ids(s);
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
+    EXPECT_EQ(ids[0], 0);
+    for (int64_t p = 1; p < n; ++p) {
+      const bool after_eot = f.tokens[s * n + p - 1] == static_cast<uint32_t>(f.eot);
+      ASSERT_EQ(ids[p] - ids[p - 1], after_eot ? 1 : 0) << "sequence " << s << " position " << p;
+      boundaries += after_eot;
+    }
+  }
+  // Every book start inside the four sequences (not at a sequence's first token) is a boundary.
+  int64_t want = 0;
+  for (size_t b = 1; b + 1 < starts.size(); ++b)
+    if (starts[b] < 4 * n && starts[b] % n != 0) ++want;
+  EXPECT_EQ(boundaries, want);
+  EXPECT_GT(boundaries, 40);
+  std::remove(tok.c_str());
+#endif
 }
 
 // Brute-force windowed (and document) attention, one head: o [n, d], lse [n], and the gradients

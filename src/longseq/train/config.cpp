@@ -121,18 +121,37 @@ const std::vector<core::Field<TrainConfig>>& train_fields() {
   return kFields;
 }
 
+std::string TrainConfig::mask_text() const {
+  std::string t = mask.empty() ? "causal" : mask;
+  if (doc_mask && t.find("document") == std::string::npos) t += ",document";
+  // A model trained with a window (config.json's sliding_window) keeps it unless --mask names one.
+  if (model.sliding_window > 0 && t.find("window:") == std::string::npos)
+    t += ",window:" + std::to_string(model.sliding_window);
+  return t;
+}
+
 model::LlamaConfig TrainConfig::model_config() const {
   model::LlamaConfig m = model;
   if (!rope_scaling.empty())
     m.rope_scaling = model::RopeScaling::from_json(json::parse(rope_scaling));
+  // The window of the mask is the model's: written to config.json as Mistral's sliding_window.
+  if (seq >= 1) {
+    const int64_t w = model::TrainMask::parse(mask_text(), seq).window();
+    if (w > 0) m.sliding_window = w;
+  }
   return m;
 }
 
 ParsedConfig TrainConfig::parse() const {
   core::check_fields(kFields, *this, "train");
+  core::require(seq >= 1, "train", "--seq ", seq, " must be >= 1");
+  ParsedConfig p;
+  p.mask = model::TrainMask::parse(mask_text(), seq);
+  core::require(model.sliding_window <= 0 || p.mask.window() == model.sliding_window, "train",
+                "--mask '", mask, "' has window ", p.mask.window(),
+                " but the model's sliding_window is ", model.sliding_window);
   model_config().validate();
   optim.validate();
-  ParsedConfig p;
   p.algo = attention::Algorithm::parse(algo);
   p.balance = attention::parse_balance(balance);
   p.checkpoint = model::parse_checkpoint_policy(checkpoint);

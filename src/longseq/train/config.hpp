@@ -111,8 +111,10 @@
     "HF rope_scaling JSON, e.g. '{\"rope_type\":\"yarn\",\"factor\":16}' (empty: the model's)")   \
   N(model.norm_eps, "norm_eps", "", json, core::any(), "RMSNorm epsilon")                          \
   N(model.tied_embeddings, "tied_embeddings", "", json, core::any(), "LM head shares the embedding")\
+  X(std::string, mask, "--mask", "causal", cli_json, core::any(),                                  \
+    "causal | window:W | document | document:FILE | blocks:FILE:B, comma-joined (always causal)")  \
   X(bool, doc_mask, "--doc-mask", false, cli_json, core::any(),                                    \
-    "restrict attention to documents (end-of-text marks)")                                         \
+    "restrict attention to documents (end-of-text marks); = --mask causal,document")              \
   X(bool, quiet, "--quiet", false, cli, core::any(), "no per-step lines")
 // clang-format on
 
@@ -129,6 +131,7 @@ struct ParsedConfig {
   bool fused_loss = true;
   core::DType precision = core::DType::f32;
   comm::LinkModel link;
+  model::TrainMask mask;  ///< --mask (with --doc-mask's document and the model's sliding_window)
 };
 
 struct TrainConfig {
@@ -150,8 +153,12 @@ struct TrainConfig {
   /// loss, seq too short, ...).
   ParsedConfig parse() const;
   void validate() const { (void)parse(); }
-  /// `model` with the --rope-scaling text applied (the model the run trains and saves).
+  /// `model` with the --rope-scaling text applied and the --mask window as its sliding_window
+  /// (the model the run trains and saves: config.json names a windowed model Mistral).
   model::LlamaConfig model_config() const;
+  /// The --mask text the run trains with: --mask, plus `document` for --doc-mask and
+  /// `window:W` for a model whose sliding_window is W (e.g. --init-from a Mistral directory).
+  std::string mask_text() const;
   /// Every JSON-scoped field by key, plus "preset" and the derived "cp".
   nlohmann::json to_json() const;
 };

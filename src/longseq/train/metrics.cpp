@@ -10,31 +10,13 @@ namespace longseq::train {
 
 using nlohmann::json;
 
-namespace {
-
-// (query, key) pairs a causal (optionally document-restricted) mask allows.
-double visible_pairs(int64_t n, const std::vector<int32_t>& docs) {
-  if (docs.empty()) return 0.5 * static_cast<double>(n) * static_cast<double>(n + 1);
-  double p = 0;
-  int64_t run = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i > 0 && docs[i] != docs[i - 1]) {
-      p += 0.5 * run * (run + 1.0);
-      run = 0;
-    }
-    ++run;
-  }
-  return p + 0.5 * run * (run + 1.0);
-}
-
-}  // namespace
-
 double step_flops(const RunSetup& s, const std::vector<int32_t>& docs) {
   const TrainConfig& cfg = s.cfg;
   const auto& m = cfg.model;
   const double tokens = static_cast<double>(cfg.seq) * cfg.dp;
   return 6.0 * static_cast<double>(s.layout.matmul_parameters()) * tokens +
-         12.0 * m.layers * m.heads * m.head_dim * visible_pairs(cfg.seq, docs) * cfg.dp;
+         12.0 * m.layers * m.heads * m.head_dim *
+             model::visible_pairs(*s.parsed.mask.with_documents(docs), cfg.seq) * cfg.dp;
 }
 
 StepRecord measure(RankRun& run, const StepResult& res) {

@@ -62,7 +62,7 @@ struct RankRun {
   comm::Group ctx;  ///< the replica's context group
   bool writer;      ///< world rank 0 prints and writes files
   ShardedState state;
-  std::shared_ptr<const attention::MaskSpec> base_mask;  ///< causal, over the whole sequence
+  std::shared_ptr<const attention::MaskSpec> base_mask;  ///< --mask without per-step documents
   std::unique_ptr<model::AttentionOp> attn;              ///< rebuilt when the mask changes
   std::vector<StepRecord> records;                       ///< writer: every step so far
   std::vector<float> final_grads;                        ///< keep_params, writer
@@ -78,12 +78,12 @@ struct StepResult {
   double seconds = 0;  ///< this rank's wall time of the step
   double wait_s = 0;   ///< of which waiting on communication (collectives, ZeRO-3, attention)
   int64_t saved_floats_peak = 0;  ///< activations kept between forward and backward
-  std::vector<int32_t> docs;      ///< --doc-mask: document ids of the sequence (else empty)
+  std::vector<int32_t> docs;      ///< --mask document: document ids of the sequence (else empty)
 };
 
 /// The first step: 0, or the step a --resume checkpoint stopped at; loads --init-from weights.
 int64_t restore(RankRun& run);
-/// The attention operator for a sequence with document ids `docs` (empty: causal only).
+/// The attention operator for a sequence with document ids `docs` (empty: the base mask only).
 model::AttentionOp& step_attention(RankRun& run, const std::vector<int32_t>& docs);
 /// Runs optimizer step `step`: forward, backward, loss and norm reductions, clipping, AdamW.
 StepResult run_step(RankRun& run, int64_t step);

@@ -9,9 +9,9 @@
 namespace longseq::train {
 
 model::AttentionOp& step_attention(RankRun& run, const std::vector<int32_t>& docs) {
-  // Causal masks are the same every step: the operator is built once. Document masks change with
-  // the sequence, so --doc-mask rebuilds it each step.
-  if (run.attn && !run.s.cfg.doc_mask) return *run.attn;
+  // Causal, window and fixed masks are the same every step: the operator is built once. Document
+  // ids from the data change with the sequence, so --mask document rebuilds it each step.
+  if (run.attn && !run.s.parsed.mask.document) return *run.attn;
   std::shared_ptr<const attention::MaskSpec> mask = run.base_mask;
   if (!docs.empty()) {
     auto m = std::make_shared<attention::MaskSpec>(*run.base_mask);
@@ -95,7 +95,7 @@ StepResult run_step(RankRun& run, int64_t step) {
   const int64_t seq = s.loader.sequence_index(step, run.replica, s.cfg.dp);
   const RankTokens rt =
       s.loader.rank_tokens(seq, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex);
-  if (s.cfg.doc_mask) r.docs = s.loader.document_ids(seq);
+  if (s.parsed.mask.document) r.docs = s.loader.document_ids(seq);
   model::AttentionOp& attn = step_attention(run, r.docs);
   const model::AttentionTimes at0 = attn.times();
   const model::StepResult res = forward_backward(run, r, rt, attn);

@@ -120,9 +120,7 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
       state(setup.layout, w, setup.cfg.seed),
       progress(setup.end, writer && !setup.cfg.quiet && Progress::stdout_is_terminal()) {
   state.set_gather_dtype(setup.parsed.precision);
-  auto mask = std::make_shared<attention::MaskSpec>();
-  mask->causal = true;
-  base_mask = mask;
+  base_mask = setup.parsed.mask.base;
 }
 
 // ---- checkpointing -----------------------------------------------------------------------------
