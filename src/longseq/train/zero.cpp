@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/op_account.hpp"
 #include "longseq/core/timer.hpp"
 
 namespace longseq::train {
@@ -87,6 +88,7 @@ void ShardedState::widen(const unsigned char* all, float* out, size_t n) const {
 
 void ShardedState::prefetch(int unit) {
   if (group_.size() == 1 || inflight_.count(unit) || gathered_.count(unit)) return;
+  core::OpScope op(core::Op::zero_gather);
   // Above the collectives' tags (their ring steps) and below comm::kMaxTag; one tag per unit.
   constexpr int kPrefetchTagBase = 3 << 17;
   LONGSEQ_CHECK(kPrefetchTagBase + unit < comm::kMaxTag);
@@ -107,6 +109,7 @@ void ShardedState::prefetch(int unit) {
 }
 
 const float* ShardedState::acquire(int unit) {
+  core::OpScope op(core::Op::zero_gather);
   auto& buf = gathered_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
   const size_t s = static_cast<size_t>(shard_[unit]);
@@ -144,6 +147,7 @@ void ShardedState::release(int unit) {
 }
 
 float* ShardedState::acquire_grad(int unit) {
+  core::OpScope op(core::Op::zero_reduce_scatter);  // zeroing the full-size buffer
   auto& buf = grad_full_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " gradient acquired twice");
   buf.assign(static_cast<size_t>(shard_[unit] * group_.size()), 0.0f);
@@ -151,6 +155,7 @@ float* ShardedState::acquire_grad(int unit) {
 }
 
 void ShardedState::release_grad(int unit) {
+  core::OpScope op(core::Op::zero_reduce_scatter);
   auto it = grad_full_.find(unit);
   LONGSEQ_CHECK(it != grad_full_.end());
   std::vector<float> part(static_cast<size_t>(shard_[unit]));
