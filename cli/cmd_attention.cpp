@@ -1,5 +1,6 @@
 // `longseq attention`: distributed attention on .npy inputs (or seeded random ones), for users and
 // for conformance checks with other tools. Inputs and outputs are in global token order.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -36,7 +38,7 @@ struct AttentionArgs {
   double scale = 0;
   std::string link;
   std::string out;
-  int threads = 1;
+  int threads = 0;  // 0: the host's hardware threads / its ranks
   std::string backend = "any";
   std::string precision = "f32";
 };
@@ -89,7 +91,8 @@ std::function<int()> add_attention(CLI::App& app) {
   app.add_option("--scale", a->scale, "softmax scale (0 = 1/sqrt(D))");
   app.add_option("--link", a->link,
                  "link model intra=LAT,BW:inter=LAT,BW, e.g. intra=5us,20GB/s:inter=20us,2.5GB/s");
-  app.add_option("--threads", a->threads, "compute threads per rank");
+  app.add_option("--threads", a->threads,
+                 "compute threads per rank (0: hardware threads / ranks on the host, as train)");
   app.add_option("--precision", a->precision,
                  "f32 (or fp32) | bf16: precision of q, k, v, dO in the kernels and on the wire "
                  "(outputs stay float32)");
@@ -102,7 +105,8 @@ std::function<int()> add_attention(CLI::App& app) {
                   " must be at least 1");
     core::require(a->nodes == -1 || a->nodes >= 1, "attention", "--nodes ", a->nodes,
                   " must be at least 1");
-    core::require(a->threads >= 1, "attention", "--threads ", a->threads, " must be at least 1");
+    core::require(a->threads >= 0, "attention", "--threads ", a->threads,
+                  " must be at least 1 (or 0: hardware threads / ranks on the host)");
     const core::DType precision = core::parse_precision(a->precision, "attention");
     core::require(a->scale >= 0, "attention", "--scale must be >= 0, got ", a->scale);
 
@@ -152,7 +156,7 @@ std::function<int()> add_attention(CLI::App& app) {
     spec.algo = Algorithm::parse(a->algo);
     spec.mask = std::make_shared<MaskSpec>(MaskSpec::parse(a->mask, a->causal, n));
     spec.scale = a->scale;
-    spec.threads = a->threads;
+    spec.threads = std::max(1, a->threads);  // 0 is resolved per rank below
     spec.precision = precision;
     const Balance balance = parse_balance(a->balance);
     if (balance == Balance::block_striped)
@@ -176,11 +180,21 @@ std::function<int()> add_attention(CLI::App& app) {
 
     HarnessRun result;
     bool have_rank0 = false;
+    int threads_used = spec.threads;
     int nodes = 1;
     const core::Timer wall;
     comm::run(cfg, [&](comm::Group& g) {
       const Layout layout(balance, n, g.size(), spec.mask->block_size);
-      HarnessRun run = run_harness(in, spec, layout, g);
+      // No idle core by default: the host's hardware threads shared by the ranks it runs (the
+      // local backend runs all of them here; under mpirun the ranks split evenly over the hosts).
+      AttentionSpec rank_spec = spec;
+      if (a->threads == 0) {
+        const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const int on_host = std::max(1, g.size() / std::max(1, g.topology().num_nodes()));
+        rank_spec.threads = std::max(1, hw / on_host);
+      }
+      HarnessRun run = run_harness(in, rank_spec, layout, g);
+      if (g.rank() == 0) threads_used = rank_spec.threads;
       if (g.rank() == 0) {  // local backend: the calling thread; MPI: one process of the job
         result = std::move(run);
         nodes = g.topology().num_nodes();
@@ -206,6 +220,7 @@ std::function<int()> add_attention(CLI::App& app) {
         {"hkv", hkv},
         {"d", d},
         {"world", world},
+        {"threads_per_rank", threads_used},
         {"nodes", nodes},
         {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
         {"precision", std::string(core::dtype_name(spec.precision))},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/op_account.hpp"
 
 #if defined(LONGSEQ_GEMM_OPENBLAS)
 #include <cblas.h>
@@ -289,6 +290,9 @@ void panel_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t
                     const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
                     int64_t ldc, Gemm gemm) {
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  // The per-op account: a GEMM called from the model's pointwise code (or from no scope) is
+  // charged to gemm; inside attention or the LM head it stays theirs.
+  core::OpScope scope(core::Op::gemm, /*weak=*/true);
   const int64_t panel = gemm_panel_rows();
   const int64_t panels = (m + panel - 1) / panel;
   const int nt = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, panels)));
@@ -337,6 +341,7 @@ void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m
   LONGSEQ_CHECK_MSG(compute == core::DType::bf16, "gemm_parallel: compute dtype ",
                     core::dtype_name(compute));
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  core::OpScope scope(core::Op::gemm, /*weak=*/true);  // the rounding to bf16 included
   // Scratch per thread: the trainer's ranks are threads of one process under the local backend.
   thread_local std::vector<core::bf16> abuf, bbuf;
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/op_account.hpp"
 #include "longseq/core/tensor.hpp"
 #include "longseq/kernels/cpu/linear.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
@@ -92,8 +93,24 @@ View<const float> cview(const Tensor<float>& t) {
   return t.view();
 }
 
+// The per-op account (core/op_account.hpp): the block's pointwise work (norms, RoPE, SwiGLU,
+// residual adds) runs in a norm_rope_swiglu scope and the GEMMs inside it take their time over
+// (kernels/gemm.cpp). An attention call is charged to `op`, less the communication waits the
+// operator measured inside it, which go to comm_wait.
+template <class F>
+auto timed_attention(AttentionOp& attn, core::Op op, F&& f) {
+  const double w0 = attn.times().wait_s;
+  core::OpScope scope(op);
+  auto r = f();
+  core::op_transfer(op, core::Op::comm_wait, attn.times().wait_s - w0);
+  return r;
+}
+using core::Op;
+using core::OpScope;
+
 void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
                  const RopeTable& rope, Acts& a) {
+  OpScope scope(Op::norm_rope_swiglu);
   a.n1 = Tensor<float>(Shape{dm.l, dm.c});
   a.rstd1 = Tensor<float>(Shape{dm.l});
   rmsnorm_forward(x, w + o.attn_norm, dm.l, dm.c, dm.eps, a.n1.data(), a.rstd1.data(), dm.threads);
@@ -112,6 +129,7 @@ void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Di
 
 // x1 = x + o Wo^T, n2 = rmsnorm(x1).
 void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm, Acts& a) {
+  OpScope scope(Op::norm_rope_swiglu);
   a.x1 = Tensor<float>(Shape{dm.l, dm.c});
   std::memcpy(a.x1.data(), x, sizeof(float) * dm.l * dm.c);
   linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads,
@@ -129,12 +147,14 @@ MlpDims mlp_dims(const Dims& dm) {
 // x [L, C] in place: block input -> block output.
 Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
                     const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy) {
+  OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
   Saved s;
   s.x = Tensor<float>(Shape{dm.l, dm.c});
   std::memcpy(s.x.data(), x, sizeof(float) * dm.l * dm.c);
   Acts a;
   compute_qkv(x, w, o, dm, rope, a);
-  a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+  a.att = timed_attention(attn, Op::attn_forward,
+                          [&] { return attn.forward(cview(a.q), cview(a.k), cview(a.v)); });
   compute_x1_n2(x, w, o, dm, a);
   std::memcpy(x, a.x1.data(), sizeof(float) * dm.l * dm.c);
   std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
@@ -170,6 +190,7 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
 void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOffsets& o,
                     const Dims& dm, const RopeTable& rope, AttentionOp& attn,
                     CheckpointPolicy policy) {
+  OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
   Acts a;
   const float* x = s.x.data();
   if (policy == CheckpointPolicy::none) {
@@ -182,20 +203,24 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
         a.att.o = std::move(s.acts.att.o);
         a.att.lse = std::move(s.acts.att.lse);
       } else {
-        a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+        a.att = timed_attention(attn, Op::attn_recompute,
+                                [&] { return attn.forward(cview(a.q), cview(a.k), cview(a.v)); });
       }
       a.att.q = cview(a.q);
       a.att.k = cview(a.k);
       a.att.v = cview(a.v);
     } else if (policy == CheckpointPolicy::seq_selective) {
-      a.att = attn.forward_prefix(cview(a.q), cview(a.k), cview(a.v), dm.split);
+      a.att = timed_attention(attn, Op::attn_recompute, [&] {
+        return attn.forward_prefix(cview(a.q), cview(a.k), cview(a.v), dm.split);
+      });
       const int64_t n = dm.l - dm.split;
       std::memcpy(a.att.o.data() + dm.split * dm.hq * dm.d, s.o_late.data(),
                   sizeof(float) * n * dm.hq * dm.d);
       std::memcpy(a.att.lse.data() + dm.split * dm.hq, s.lse_late.data(),
                   sizeof(float) * n * dm.hq);
     } else {
-      a.att = attn.forward(cview(a.q), cview(a.k), cview(a.v));
+      a.att = timed_attention(attn, Op::attn_recompute,
+                              [&] { return attn.forward(cview(a.q), cview(a.k), cview(a.v)); });
     }
     compute_x1_n2(x, w, o, dm, a);
   }
@@ -210,7 +235,8 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
   Tensor<float> dout(Shape{dm.l, dm.hq, dm.d});
   linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
                   g + o.wo, dm.threads, dm.compute);
-  attention::AttentionGrads ag = attn.backward(cview(dout), a.att);
+  attention::AttentionGrads ag =
+      timed_attention(attn, Op::attn_backward, [&] { return attn.backward(cview(dout), a.att); });
   rope.backward(ag.dq.data(), dm.hq, dm.threads);
   rope.backward(ag.dk.data(), dm.hkv, dm.threads);
   linear_backward(ag.dq.data(), a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, dn.data(), false,
@@ -250,7 +276,11 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   Tensor<float> x(Shape{dm.l, dm.c});
   const int emb = layout.embedding_unit();
   if (cfg.layers > 0) params.prefetch(layout.layer_unit(0));
-  embedding_forward(b.tokens, b.pos, params.acquire(emb), dm.l, dm.c, cfg.vocab, x.data());
+  {
+    const float* we = params.acquire(emb);
+    OpScope scope(Op::norm_rope_swiglu);
+    embedding_forward(b.tokens, b.pos, we, dm.l, dm.c, cfg.vocab, x.data());
+  }
   params.release(emb);
 
   std::vector<Saved> saved(static_cast<size_t>(cfg.layers));
@@ -270,30 +300,31 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   const float* wf = params.acquire(fin);
   const bool tied = cfg.tied_embeddings;
   const float* whead = tied ? params.acquire(emb) : wf + layout.lm_head_offset();
-  Tensor<float> hf(Shape{dm.l, dm.c}), rstdf(Shape{dm.l}), dhf(Shape{dm.l, dm.c});
-  rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
-                  rstdf.data(), dm.threads);
   float* gf = params.acquire_grad(fin);
   float* ghead = tied ? params.acquire_grad(emb) : gf + layout.lm_head_offset();
-  LmHeadOptions lmo = opt.lm;
-  lmo.threads = dm.threads;
-  lmo.compute = dm.compute;
-  const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
-  const LossPart lp =
-      opt.fused_loss
-          ? lm_head_ce_fused(hf.data(), whead, b.labels, ld, grad_scale, dhf.data(), ghead, lmo)
-          : lm_head_ce_unfused(hf.data(), whead, b.labels, ld, grad_scale, dhf.data(), ghead, lmo);
-  res.loss_sum = lp.sum;
-  res.count = lp.count;
   Tensor<float> dx(Shape{dm.l, dm.c});
-  rmsnorm_backward(dhf.data(), x.data(), wf + layout.final_norm_offset(), rstdf.data(), dm.l, dm.c,
-                   dx.data(), gf + layout.final_norm_offset(), false, dm.threads);
+  {
+    OpScope lm_scope(Op::lm_head_loss);
+    Tensor<float> hf(Shape{dm.l, dm.c}), rstdf(Shape{dm.l}), dhf(Shape{dm.l, dm.c});
+    rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
+                    rstdf.data(), dm.threads);
+    LmHeadOptions lmo = opt.lm;
+    lmo.threads = dm.threads;
+    lmo.compute = dm.compute;
+    const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
+    const LossPart lp = opt.fused_loss ? lm_head_ce_fused(hf.data(), whead, b.labels, ld,
+                                                          grad_scale, dhf.data(), ghead, lmo)
+                                       : lm_head_ce_unfused(hf.data(), whead, b.labels, ld,
+                                                            grad_scale, dhf.data(), ghead, lmo);
+    res.loss_sum = lp.sum;
+    res.count = lp.count;
+    rmsnorm_backward(dhf.data(), x.data(), wf + layout.final_norm_offset(), rstdf.data(), dm.l,
+                     dm.c, dx.data(), gf + layout.final_norm_offset(), false, dm.threads);
+  }
   if (tied) params.release_grad(emb);
   params.release_grad(fin);
   if (tied) params.release(emb);
   params.release(fin);
-  hf = {};
-  dhf = {};
 
   for (int64_t l = cfg.layers - 1; l >= 0; --l) {
     const int u = layout.layer_unit(l);
@@ -308,7 +339,10 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   }
 
   float* ge = params.acquire_grad(emb);
-  embedding_backward(b.tokens, b.pos, dx.data(), dm.l, dm.c, ge);
+  {
+    OpScope scope(Op::norm_rope_swiglu);
+    embedding_backward(b.tokens, b.pos, dx.data(), dm.l, dm.c, ge);
+  }
   params.release_grad(emb);
 
   res.attn_compute_s = attn.times().compute_s - t0.compute_s;

@@ -1,5 +1,6 @@
 // Metrics of the training loop (train/run.hpp): a step's record with MFU (the formula of
 // trainer.hpp), the per-step line, and metrics.json.
+#include <algorithm>
 #include <cstdio>
 
 #include "longseq/core/io.hpp"
@@ -21,8 +22,9 @@ double step_flops(const RunSetup& s, const std::vector<int32_t>& docs) {
 
 StepRecord measure(RankRun& run, const StepResult& res) {
   const TrainConfig& cfg = run.s.cfg;
-  double per[2] = {res.seconds - res.wait_s, res.wait_s};
-  run.world.all_reduce(per, per, 2, core::DType::f64);
+  double per[2 + core::kNumOps] = {res.seconds - res.wait_s, res.wait_s};
+  std::copy(res.ops.s.begin(), res.ops.s.end(), per + 2);
+  run.world.all_reduce(per, per, 2 + core::kNumOps, core::DType::f64);
   double mx[2] = {res.seconds,
                   static_cast<double>(res.saved_floats_peak) * 4.0 / (1024.0 * 1024.0)};
   run.world.all_reduce(mx, mx, 2, core::DType::f64, comm::ReduceOp::max);
@@ -39,6 +41,9 @@ StepRecord measure(RankRun& run, const StepResult& res) {
   r.compute_s = per[0] / cfg.world;
   r.comm_wait_s = per[1] / cfg.world;
   r.saved_activation_mib = mx[1];
+  for (int i = 0; i < core::kNumOps; ++i) r.ops.s[static_cast<size_t>(i)] = per[2 + i] / cfg.world;
+  // Each rank's categories add up to at most its own step, which is at most the slowest's.
+  r.other_s = std::max(0.0, slowest - r.ops.total());
   return r;
 }
 
@@ -52,6 +57,15 @@ void report(RankRun& run, const StepRecord& r) {
         "rss %.0f MiB  saved %.0f MiB  compute %.2fs  wait %.2fs\n",
         static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_sec,
         r.mfu, r.peak_rss_mib, r.saved_activation_mib, r.compute_s, r.comm_wait_s);
+    // The per-op account, seconds (mean over ranks; docs/performance.md).
+    const core::OpTimes& o = r.ops;
+    using core::Op;
+    std::printf(
+        "           attn f/b/r %.2f/%.2f/%.2f  gemm %.2f  norm+rope+swiglu %.2f  lm %.2f  "
+        "opt %.2f  zero ag/rs %.2f/%.2f  wait %.2f  other %.2f\n",
+        o[Op::attn_forward], o[Op::attn_backward], o[Op::attn_recompute], o[Op::gemm],
+        o[Op::norm_rope_swiglu], o[Op::lm_head_loss], o[Op::optimizer], o[Op::zero_gather],
+        o[Op::zero_reduce_scatter], o[Op::comm_wait], r.other_s);
     std::fflush(stdout);
     run.progress.update(r.step, r.seconds, r.tokens_per_sec * cfg.world);
   }
@@ -68,6 +82,10 @@ void report(RankRun& run, const StepRecord& r) {
 }
 
 json record_json(const StepRecord& r) {
+  json ops = json::object();
+  for (int i = 0; i < core::kNumOps; ++i)
+    ops[core::op_name(static_cast<core::Op>(i))] = r.ops.s[static_cast<size_t>(i)];
+  ops["other"] = r.other_s;
   return {{"step", r.step},
           {"loss", r.loss},
           {"lr", r.lr},
@@ -78,7 +96,8 @@ json record_json(const StepRecord& r) {
           {"peak_rss_mib", r.peak_rss_mib},
           {"compute_s", r.compute_s},
           {"comm_wait_s", r.comm_wait_s},
-          {"saved_activation_mib", r.saved_activation_mib}};
+          {"saved_activation_mib", r.saved_activation_mib},
+          {"ops", ops}};
 }
 
 void write_metrics(const std::string& out, const json& config,

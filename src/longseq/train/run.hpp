@@ -23,6 +23,7 @@
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
 #include "longseq/comm/group.hpp"
+#include "longseq/core/op_account.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/transformer.hpp"
 #include "longseq/train/data.hpp"
@@ -77,6 +78,7 @@ struct StepResult {
   double lr = 0;
   double seconds = 0;  ///< this rank's wall time of the step
   double wait_s = 0;   ///< of which waiting on communication (collectives, ZeRO-3, attention)
+  core::OpTimes ops;   ///< this rank's per-op account of the step (wall seconds)
   int64_t saved_floats_peak = 0;  ///< activations kept between forward and backward
   std::vector<int32_t> docs;      ///< --mask document: document ids of the sequence (else empty)
 };

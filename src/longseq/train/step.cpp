@@ -2,6 +2,7 @@
 // and gradient-norm reductions, clipping and AdamW.
 #include <algorithm>
 
+#include "longseq/core/op_account.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/train/optimizer.hpp"
 #include "longseq/train/run.hpp"
@@ -48,6 +49,7 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
                                        s.cfg.model.vocab);
   {
     core::ScopedTimer t(&r.wait_s);
+    core::OpScope op(core::Op::comm_wait);
     run.world.all_reduce(&count, &count, 1, core::DType::i64);
   }
   run.state.zero_grads();
@@ -62,6 +64,8 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   double loss = res.loss_sum;
   {
     core::ScopedTimer t(&r.wait_s);
+    // The norm's local sum of squares (1/R of the parameters) is counted with its all-reduce.
+    core::OpScope op(core::Op::comm_wait);
     run.world.all_reduce(&loss, &loss, 1, core::DType::f64);
     r.grad_norm = global_grad_norm(run.state.grads(), run.state.total_shard(), run.world);
   }
@@ -73,6 +77,7 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
 void update(RankRun& run, StepResult& r) {
   const TrainConfig& cfg = run.s.cfg;
   ShardedState& st = run.state;
+  core::OpScope op(core::Op::optimizer);
   if (cfg.keep_params && r.step + 1 == run.s.end) {
     std::vector<float> g = gather_all(run, true);
     if (run.writer) run.final_grads = std::move(g);
@@ -88,8 +93,9 @@ void update(RankRun& run, StepResult& r) {
 StepResult run_step(RankRun& run, int64_t step) {
   const RunSetup& s = run.s;
   run.world.barrier();
-  core::Timer timer;
   StepResult r;
+  core::OpAccountInstall account(&r.ops);  // the step's per-op account (wall time)
+  core::Timer timer;
   r.step = step;
   const double zero0 = run.state.comm_seconds();
   const int64_t seq = s.loader.sequence_index(step, run.replica, s.cfg.dp);

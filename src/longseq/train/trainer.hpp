@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/op_account.hpp"
 #include "longseq/train/config.hpp"
 #include "longseq/train/data.hpp"
 
@@ -44,6 +45,11 @@ struct StepRecord {
   double compute_s = 0, comm_wait_s = 0;
   /// Activations kept between forward and backward by the checkpoint policy (largest rank).
   double saved_activation_mib = 0;
+  /// The per-op account (core/op_account.hpp): wall seconds per category, mean over ranks.
+  core::OpTimes ops;
+  /// seconds - ops.total(): code outside every category (data, embedding-free glue, allocation)
+  /// and the slowest rank's excess over the mean rank. >= 0.
+  double other_s = 0;
 };
 
 struct TrainSummary {

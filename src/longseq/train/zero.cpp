@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/op_account.hpp"
 #include "longseq/core/timer.hpp"
 
 namespace longseq::train {
@@ -53,6 +54,7 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
 }
 
 void ShardedState::zero_grads() {
+  finish_grads();
   std::fill(grad_, grad_ + total_, 0.0f);
   // A prefetch nobody acquired holds parameters from before the optimizer step: complete its
   // transfers (every rank posted the same ones) and drop it, so a new step never reads stale
@@ -87,6 +89,7 @@ void ShardedState::widen(const unsigned char* all, float* out, size_t n) const {
 
 void ShardedState::prefetch(int unit) {
   if (group_.size() == 1 || inflight_.count(unit) || gathered_.count(unit)) return;
+  core::OpScope op(core::Op::zero_gather);
   // Above the collectives' tags (their ring steps) and below comm::kMaxTag; one tag per unit.
   constexpr int kPrefetchTagBase = 3 << 17;
   LONGSEQ_CHECK(kPrefetchTagBase + unit < comm::kMaxTag);
@@ -107,6 +110,7 @@ void ShardedState::prefetch(int unit) {
 }
 
 const float* ShardedState::acquire(int unit) {
+  core::OpScope op(core::Op::zero_gather);
   auto& buf = gathered_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
   const size_t s = static_cast<size_t>(shard_[unit]);
@@ -144,6 +148,7 @@ void ShardedState::release(int unit) {
 }
 
 float* ShardedState::acquire_grad(int unit) {
+  core::OpScope op(core::Op::zero_reduce_scatter);  // zeroing the full-size buffer
   auto& buf = grad_full_[unit];
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " gradient acquired twice");
   buf.assign(static_cast<size_t>(shard_[unit] * group_.size()), 0.0f);
@@ -151,16 +156,61 @@ float* ShardedState::acquire_grad(int unit) {
 }
 
 void ShardedState::release_grad(int unit) {
+  core::OpScope op(core::Op::zero_reduce_scatter);
   auto it = grad_full_.find(unit);
   LONGSEQ_CHECK(it != grad_full_.end());
-  std::vector<float> part(static_cast<size_t>(shard_[unit]));
+  PendingGrad p;
+  p.unit = unit;
+  p.full = std::move(it->second);  // the buffer moves, its data pointer stays
+  grad_full_.erase(it);
+  const int r = group_.size(), me = group_.rank();
+  const size_t s = static_cast<size_t>(shard_[unit]);
+  p.theirs.resize(s * static_cast<size_t>(r - 1));
+  // Above the prefetch tags; one tag per unit. Two reduce-scatters of one unit in flight (the
+  // tied embedding: LM head, then embedding) match in posting order.
+  constexpr int kGradTagBase = (3 << 17) + (1 << 16);
+  LONGSEQ_CHECK(kGradTagBase + unit < comm::kMaxTag);
   {
     core::ScopedTimer t(&comm_s_);
-    group_.reduce_scatter(it->second.data(), part.data(), part.size(), core::DType::f32);
+    for (int q = 0; q < r; ++q) {
+      if (q == me) continue;
+      const size_t slot = static_cast<size_t>(q < me ? q : q - 1);
+      p.requests.push_back(
+          group_.irecv(q, p.theirs.data() + slot * s, s * sizeof(float), kGradTagBase + unit));
+      p.requests.push_back(group_.isend(q, p.full.data() + static_cast<size_t>(q) * s,
+                                        s * sizeof(float), kGradTagBase + unit));
+    }
   }
-  float* g = grad_shard(unit);
-  for (size_t i = 0; i < part.size(); ++i) g[i] += part[i];
-  grad_full_.erase(it);
+  pending_grads_.push_back(std::move(p));
+  while (pending_grads_.size() > kPendingGrads) {
+    complete(pending_grads_.front());
+    pending_grads_.pop_front();
+  }
+}
+
+void ShardedState::complete(PendingGrad& p) {
+  {
+    core::ScopedTimer t(&comm_s_);
+    for (auto& q : p.requests) q.wait();
+  }
+  const int r = group_.size(), me = group_.rank();
+  const size_t s = static_cast<size_t>(shard_[p.unit]);
+  // Sum in rank order (the same order on every rank and every run), then add to the shard.
+  std::vector<float> part(s, 0.0f);
+  for (int q = 0; q < r; ++q) {
+    const float* src = q == me ? p.full.data() + static_cast<size_t>(me) * s
+                               : p.theirs.data() + static_cast<size_t>(q < me ? q : q - 1) * s;
+    for (size_t i = 0; i < s; ++i) part[i] += src[i];
+  }
+  float* g = grad_ + offset_[p.unit];
+  for (size_t i = 0; i < s; ++i) g[i] += part[i];
+}
+
+void ShardedState::finish_grads() {
+  if (pending_grads_.empty()) return;
+  core::OpScope op(core::Op::zero_reduce_scatter);
+  for (PendingGrad& p : pending_grads_) complete(p);
+  pending_grads_.clear();
 }
 
 std::vector<float> ShardedState::gather_full(int unit, int which) {

@@ -11,8 +11,14 @@
 // AdamW moment shards (4 * sum_u s_u floats, contiguous per kind), so sharding is slicing and
 // checkpointing is a walk over units. Gathered units are separate buffers freed on release.
 //
-// Communication: acquire = all_gather of s_u floats; release_grad = reduce_scatter of R s_u floats
-// (sum) added into the gradient shard; their time is counted as comm wait. prefetch(u) posts
+// Communication: acquire = all_gather of s_u floats; release_grad = reduce-scatter of R s_u floats
+// (sum) added into the gradient shard; their time is counted as comm wait. release_grad posts its
+// reduce-scatter as point-to-point transfers (chunk q of this rank's full gradient to rank q, the
+// other ranks' chunks of this rank's shard in) and returns, so the transfer overlaps the backward
+// of the blocks that follow; the transfers complete, and the chunks are summed in rank order into
+// the shard, when more than kPendingGrads are in flight (the oldest first: a bounded number of
+// full-size gradient buffers live at once) or when the gradient shards are read (grads(),
+// grad_shard(), finish_grads(): the optimizer step, the norm, checkpoints). prefetch(u) posts
 // unit u's gather as point-to-point transfers (every rank sends its shard to every other rank)
 // and returns; acquire(u) then only waits for them, so the gather overlaps the compute between the
 // two calls (under MPI the progress thread moves the bytes meanwhile; the local backend copies at
@@ -23,6 +29,7 @@
 // hands out the bf16 values widened to fp32 (exact), so the model computes with bf16 weights.
 // Gradients are reduce-scattered and accumulated in fp32.
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -43,12 +50,18 @@ class ShardedState final : public model::ParamSource {
   int64_t shard_size(int unit) const { return shard_[unit]; }
   /// This rank's slices (shard_size(unit) floats each).
   float* param_shard(int unit) { return param_ + offset_[unit]; }
-  float* grad_shard(int unit) { return grad_ + offset_[unit]; }
+  float* grad_shard(int unit) {
+    finish_grads();
+    return grad_ + offset_[unit];
+  }
   float* m_shard(int unit) { return m_ + offset_[unit]; }
   float* v_shard(int unit) { return v_ + offset_[unit]; }
   /// All of a kind, contiguous (total_shard() floats): for the optimizer and norms.
   float* params() { return param_; }
-  float* grads() { return grad_; }
+  float* grads() {
+    finish_grads();
+    return grad_;
+  }
   float* exp_avg() { return m_; }
   float* exp_avg_sq() { return v_; }
   int64_t total_shard() const { return total_; }
@@ -61,6 +74,11 @@ class ShardedState final : public model::ParamSource {
   /// Zeroes the gradient shards and drops any prefetch not acquired (call once per step, before
   /// the forward: its parameters would predate the optimizer step).
   void zero_grads();
+  /// Completes every reduce-scatter release_grad posted (their sums land in the gradient shards).
+  /// grads() and grad_shard() call it first. Collective in effect: every rank posted the same.
+  void finish_grads();
+  /// Reduce-scatters posted by release_grad that may be in flight at once.
+  static constexpr size_t kPendingGrads = 2;
 
   /// f32 (default) or bf16: the precision acquire() gathers parameters in. Other dtypes are a
   /// caller bug (LONGSEQ_CHECK).
@@ -107,6 +125,16 @@ class ShardedState final : public model::ParamSource {
     std::vector<comm::Request> requests;
   };
   std::map<int, Inflight> inflight_;
+  // A reduce-scatter in flight: this rank's full gradient (chunks sent from it), the other ranks'
+  // chunks of this rank's shard (R - 1 of s_u floats, by rank, this rank skipped), the transfers.
+  struct PendingGrad {
+    int unit = 0;
+    std::vector<float> full, theirs;
+    std::vector<comm::Request> requests;
+  };
+  std::deque<PendingGrad> pending_grads_;
+  // Waits for p's transfers and adds its sum into the unit's gradient shard.
+  void complete(PendingGrad& p);
   // This rank's shard of `unit` as a gather sends it (gather_dtype_: the fp32 values or their
   // bf16 rounding), written to `out`.
   void outgoing(int unit, std::vector<unsigned char>& out) const;
