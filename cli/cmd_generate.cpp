@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/tokenizer/bpe.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/eval.hpp"
@@ -19,7 +20,7 @@ namespace longseq::cli {
 namespace {
 struct GenerateArgs {
   train::GenerateConfig cfg;
-  std::string prompt, tokenizer, prompt_ids;
+  std::string prompt, tokenizer, prompt_ids, stats;
   bool json = false, stop_at_eot = false;
 };
 }  // namespace
@@ -49,7 +50,9 @@ std::function<int()> add_generate(CLI::App& app) {
   app.add_option("--precision", a->cfg.precision, "fp32 | bf16 matrix products");
   app.add_flag("--stop-at-eot", a->stop_at_eot, "stop after the tokenizer's end-of-text token");
   app.add_flag("--json", a->json,
-               "print {\"prompt_tokens\", \"ids\", \"text\", timings} instead of the text");
+               "print {\"prompt_tokens\", \"ids\", \"text\"} (one line) instead of the text");
+  app.add_option("--stats", a->stats,
+                 "also write FILE: JSON with the run's settings and prefill / decode tokens/s");
   return [a] {
     train::GenerateConfig cfg = a->cfg;
     core::require(a->prompt.empty() != a->prompt_ids.empty(), "generate",
@@ -74,18 +77,25 @@ std::function<int()> add_generate(CLI::App& app) {
     const std::vector<uint32_t> out(r.ids.begin(), r.ids.end());
     const std::string text = bpe ? bpe->decode(out) : train::byte_detokenize(out);
     if (a->json) {
-      const nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
-                                {"ids", r.ids},
-                                {"text", text},
-                                {"world", cfg.world},
-                                {"algo", cfg.algo},
-                                {"prefill_s", r.prefill_s},
-                                {"decode_s", r.decode_s},
-                                {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
-                                {"decode_tokens_per_s", r.decode_tokens_per_s()}};
+      // Exactly the Contract's keys (issue 16): timings go to --stats FILE.
+      const nlohmann::json j = {{"prompt_tokens", r.prompt_tokens}, {"ids", r.ids}, {"text", text}};
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("%s\n", text.c_str());
+    }
+    if (!a->stats.empty()) {
+      const nlohmann::json st = {{"prompt_tokens", r.prompt_tokens},
+                                 {"new_tokens", r.ids.size()},
+                                 {"world", cfg.world},
+                                 {"algo", cfg.algo},
+                                 {"balance", cfg.balance},
+                                 {"threads_per_rank", r.threads_per_rank},
+                                 {"precision", cfg.precision},
+                                 {"prefill_s", r.prefill_s},
+                                 {"decode_s", r.decode_s},
+                                 {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
+                                 {"decode_tokens_per_s", r.decode_tokens_per_s()}};
+      core::write_file_atomic(a->stats, st.dump(1) + "\n");
     }
     return 0;
   };

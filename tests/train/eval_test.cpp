@@ -6,7 +6,9 @@
 //    the loaded weights);
 // 3. the CLI writes the Contract of issue 16: OUT/eval.json {"loss", "perplexity", "tokens",
 //    "positions": [{"start", "end", "loss"}]} and OUT/loss_by_position.svg;
-// 4. bad input is refused by name.
+// 4. bad input is refused by name;
+// 5. unusual heads (6 query, 2 kv), every algorithm name, every layout
+//    and causal / window / document masks: the same loss as one rank.
 #include "longseq/train/eval.hpp"
 
 #include <gtest/gtest.h>
@@ -15,9 +17,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/checkpoint.hpp"
+#include "longseq/train/data.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -85,6 +90,56 @@ TEST(Eval, DistributedEqualsOneRank) {
   }
 }
 
+// A model with unusual head counts (6 query heads of 4 dims sharing 2 kv heads),
+// trained two steps so that positions differ, evaluated at an odd length under every
+// algorithm name, every layout that suits it, and causal, window and document masks.
+TEST(Eval, EveryAlgorithmLayoutAndMaskEqualsOneRank) {
+  static const std::string ck = [] {
+    const std::string root = temp_path("eval", "heads6");
+    fs::remove_all(root);
+    tr::TrainConfig c = tiny_config();
+    c.model.heads = 6;
+    c.model.kv_heads = 2;
+    c.model.head_dim = 4;
+    c.model.hidden = 24;
+    c.steps = 2;
+    c.out = root;
+    c.save_every = 0;
+    tr::train(c);
+    return root;
+  }();
+  // documents: byte-level text files end every document with end-of-text; two short ones
+  const std::string docs = temp_path("eval", "docs.tok");
+  longseq::train::write_token_file(
+      docs,
+      longseq::train::byte_tokenize({"In the beginning God created the heaven and the earth.",
+                                     "And the earth was without form, and void;",
+                                     "and darkness was upon the face of the deep. And the Spirit"}),
+      longseq::train::kByteVocab, longseq::train::kByteEot);
+  for (const std::string mask : {"causal", "window:9", "document"}) {
+    tr::EvalConfig e = base(61);
+    e.checkpoint = ck;
+    e.mask = mask;
+    e.buckets = 6;
+    if (mask == "document") e.data = docs;
+    const tr::EvalResult one = tr::evaluate(e);
+    ASSERT_EQ(one.positions.size(), 6u);
+    for (const auto& [world, algo, balance] :
+         {std::tuple{5, "burst", "striped"}, std::tuple{5, "ring", "zigzag"},
+          std::tuple{6, "ulysses", "contiguous"}, std::tuple{4, "double-ring:2", "zigzag"},
+          std::tuple{4, "double-ring:2:ring", "striped"}, std::tuple{4, "startrail:2", "zigzag"},
+          std::tuple{4, "startrail:2:rings", "contiguous"}, std::tuple{4, "usp:2", "striped"},
+          std::tuple{6, "usp:2:ring", "zigzag"}, std::tuple{2, "ulysses", "zigzag"}}) {
+      e.world = world;
+      e.algo = algo;
+      e.balance = balance;
+      expect_same(tr::evaluate(e), one,
+                  mask + " " + algo + " " + balance + " world " + std::to_string(world));
+    }
+  }
+  fs::remove(docs);
+}
+
 TEST(Eval, EqualsTheTrainersLossOnTheSameWeights) {
   tr::EvalConfig e = base(64);
   e.sequences = 1;
@@ -115,13 +170,36 @@ TEST(Eval, CliWritesTheContract) {
                                        log);
   ASSERT_EQ(rc, 0) << log;
   const nlohmann::json j = nlohmann::json::parse(longseq::core::read_file(out + "/eval.json"));
-  for (const char* k : {"loss", "perplexity", "tokens", "positions"})
-    EXPECT_TRUE(j.contains(k)) << k;
+  // exactly the Contract's keys and types
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"loss", "perplexity", "positions", "tokens"}));
+  EXPECT_TRUE(j["loss"].is_number_float());
+  EXPECT_TRUE(j["perplexity"].is_number_float());
+  EXPECT_TRUE(j["tokens"].is_number_integer());
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9 * 1e3);
   EXPECT_EQ(j["tokens"], 2 * 44);
   ASSERT_EQ(j["positions"].size(), 4u);
-  for (const auto& b : j["positions"])
-    for (const char* k : {"start", "end", "loss"}) EXPECT_TRUE(b.contains(k)) << k;
-  EXPECT_EQ(j["positions"][3]["end"], 45);
+  int64_t next = 0;  // the buckets tile [0, 45) in order
+  for (const auto& b : j["positions"]) {
+    std::vector<std::string> bk;
+    for (const auto& [k, v] : b.items()) bk.push_back(k);
+    EXPECT_EQ(bk, (std::vector<std::string>{"end", "loss", "start"}));
+    EXPECT_TRUE(b["start"].is_number_integer() && b["end"].is_number_integer());
+    EXPECT_TRUE(b["loss"].is_number_float());
+    EXPECT_EQ(b["start"].get<int64_t>(), next);
+    EXPECT_GT(b["end"].get<int64_t>(), next);
+    next = b["end"].get<int64_t>();
+  }
+  EXPECT_EQ(next, 45);
+  // the run's settings and the bucket token counts live beside it
+  const nlohmann::json run =
+      nlohmann::json::parse(longseq::core::read_file(out + "/eval_run.json"));
+  EXPECT_EQ(run["config"]["world"], 3);
+  EXPECT_EQ(run["loss"], j["loss"]);
+  int64_t counted = 0;
+  for (const auto& b : run["positions"]) counted += b["tokens"].get<int64_t>();
+  EXPECT_EQ(counted, 2 * 44);
   const std::string svg = longseq::core::read_file(out + "/loss_by_position.svg");
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   fs::remove_all(out);
@@ -137,7 +215,22 @@ TEST(Eval, RefusesBadInputByName) {
   e = base(64);
   e.algo = "ulysses";
   e.world = 3;
-  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("over 3 ranks"), std::string::npos);
+  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("--algo ulysses at --world 3"),
+            std::string::npos);
+  e = base(64);
+  e.balance = "diagonal";
+  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("--balance diagonal"), std::string::npos);
+  e = base(64);
+  e.balance = "block-striped";
+  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("--balance block-striped needs a block mask"),
+            std::string::npos);
+  e = base(64);
+  e.data = temp_path("eval", "no-such.tok");
+  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("--data " + e.data + ": no such file"),
+            std::string::npos);
+  e = base(64);
+  e.buckets = 0;
+  EXPECT_NE(error_of([&] { tr::evaluate(e); }).find("--buckets 0"), std::string::npos);
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 // 2. the distributed prefill and the sharded cache give the same tokens as one rank, for odd
 //    prompt lengths, odd worlds, several algorithms and layouts;
 // 3. sampling: greedy is the argmax, top-p keeps the nucleus, the seed fixes the draw;
-// 4. the CLI prints the Contract's JSON {"prompt_tokens", "ids", "text"}.
+// 4. the CLI prints the Contract's JSON, exactly {"prompt_tokens", "ids", "text"}, greedy by
+//    default, timings only in --stats FILE;
+// 5. a sliding-window model with unusual heads, every algorithm name: equal to one rank;
+// 6. bad input is refused naming the flag and the value.
 #include "longseq/train/generate.hpp"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/comm/launch.hpp"
@@ -60,7 +66,7 @@ std::vector<int32_t> prompt(int64_t n) {
 }
 
 // Generation without a cache: each new token from a full forward over everything so far.
-std::vector<int32_t> no_cache(const tr::GenerateConfig& g) {
+std::vector<int32_t> no_cache(const tr::GenerateConfig& g, int64_t window = 0) {
   const std::string dir = tr::resolve_checkpoint(g.checkpoint);
   const lm::LlamaConfig mc = tr::read_hf_config(dir);
   const lm::ParamLayout layout(mc);
@@ -75,6 +81,7 @@ std::vector<int32_t> no_cache(const tr::GenerateConfig& g) {
       const longseq::attention::Layout l(longseq::attention::Balance::contiguous, n, 1);
       auto mask = std::make_shared<longseq::attention::MaskSpec>();
       mask->causal = true;
+      mask->window = window;
       auto attn = lm::make_distributed_attention(longseq::attention::Algorithm::parse("ring"), mask,
                                                  l, group, 1);
       std::vector<int64_t> pos(static_cast<size_t>(n));
@@ -125,14 +132,58 @@ TEST(Generate, ShardedCacheEqualsOneRank) {
     for (const auto& [world, algo, balance] :
          {std::tuple{2, "burst", "zigzag"}, std::tuple{3, "ring", "striped"},
           std::tuple{3, "burst", "contiguous"}, std::tuple{2, "ulysses", "zigzag"},
-          std::tuple{4, "ring", "zigzag"}}) {
-      if (n < world && std::string(algo) == "ulysses") continue;
+          std::tuple{4, "ring", "zigzag"}, std::tuple{5, "burst", "striped"},
+          std::tuple{4, "double-ring:2", "zigzag"}, std::tuple{4, "double-ring:2:ring", "striped"},
+          std::tuple{4, "startrail:2", "contiguous"}, std::tuple{4, "startrail:2:rings", "zigzag"},
+          std::tuple{4, "usp:2", "striped"}, std::tuple{4, "usp:2:ring", "zigzag"}}) {
+      if (n < world && std::string(algo).starts_with("u")) continue;
       tr::GenerateConfig g = one;
       g.world = world;
       g.algo = algo;
       g.balance = balance;
       EXPECT_EQ(tr::generate(g).ids, want)
           << "prompt " << n << " world " << world << " " << algo << " " << balance;
+    }
+  }
+}
+
+// A sliding-window model (the window applies to the prefill and to every decode step, over the
+// shards) with unusual heads (6 query heads sharing 2 kv heads): greedy and sampled generation
+// at odd worlds equals one rank, and the cache equals recomputing everything.
+TEST(Generate, SlidingWindowAndUnusualHeadsEqualOneRank) {
+  static const std::string ck = [] {
+    const std::string root = temp_path("generate", "window");
+    fs::remove_all(root);
+    tr::TrainConfig c = tiny_config();
+    c.model.heads = 6;
+    c.model.kv_heads = 2;
+    c.model.head_dim = 4;
+    c.model.hidden = 24;
+    c.steps = 20;
+    c.optim.lr = 1e-2;
+    c.out = root;
+    c.save_every = 0;
+    tr::train(c);
+    // The trainer trains causal models; a Mistral config.json carries the window to inference.
+    const std::string cfg = root + "/checkpoint/config.json";
+    nlohmann::json j = nlohmann::json::parse(longseq::core::read_file(cfg));
+    j["model_type"] = "mistral";
+    j["architectures"] = {"MistralForCausalLM"};
+    j["sliding_window"] = 5;
+    longseq::core::write_file_atomic(cfg, j.dump(1));
+    EXPECT_EQ(tr::read_hf_config(root + "/checkpoint").sliding_window, 5);
+    return root;
+  }();
+  for (double t : {0.0, 1.0}) {
+    const tr::GenerateConfig one = config(ck, 11, t);
+    const std::vector<int32_t> want = tr::generate(one).ids;
+    EXPECT_EQ(no_cache(one, 5), want) << "temperature " << t;
+    for (const auto& [world, algo] : {std::pair{3, "burst"}, std::pair{5, "ring"},
+                                      std::pair{2, "ulysses"}, std::pair{4, "usp:2"}}) {
+      tr::GenerateConfig g = one;
+      g.world = world;
+      g.algo = algo;
+      EXPECT_EQ(tr::generate(g).ids, want) << "world " << world << " " << algo << " t " << t;
     }
   }
 }
@@ -166,6 +217,10 @@ TEST(Generate, CliPrintsTheContractJson) {
             0)
       << log;
   const nlohmann::json j = nlohmann::json::parse(log);
+  std::vector<std::string> keys;  // exactly the Contract's keys
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"ids", "prompt_tokens", "text"}));
+  EXPECT_TRUE(j.at("prompt_tokens").is_number_integer());
   EXPECT_EQ(j.at("prompt_tokens"), 7);
   ASSERT_EQ(j.at("ids").size(), 5u);
   EXPECT_TRUE(j.at("text").is_string());
@@ -182,7 +237,64 @@ TEST(Generate, CliPrintsTheContractJson) {
             0)
       << log;
   EXPECT_EQ(nlohmann::json::parse(log).at("ids"), j.at("ids"));
+  // greedy by default; --stats FILE gets the timings; the text is printed without --json
+  const std::string stats = temp_path("generate", "stats.json");
+  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
+                                      " --prompt-ids " + ids +
+                                      " --max-new-tokens 4 --world 2 --threads 1 --stats " + stats,
+                                  log),
+            0)
+      << log;
+  g.temperature = 0;
+  g.max_new_tokens = 4;
+  const std::vector<int32_t> greedy = tr::generate(g).ids;
+  std::string want_text;
+  for (int32_t t : greedy) want_text += static_cast<char>(t);  // byte-level, no end of text here
+  EXPECT_EQ(log, want_text + "\n");
+  const nlohmann::json st = nlohmann::json::parse(longseq::core::read_file(stats));
+  EXPECT_EQ(st.at("prompt_tokens"), 7);
+  EXPECT_EQ(st.at("new_tokens"), 4);
+  EXPECT_GT(st.at("prefill_tokens_per_s").get<double>(), 0);
+  EXPECT_GT(st.at("decode_tokens_per_s").get<double>(), 0);
+  fs::remove(stats);
   fs::remove(ids);
+}
+
+TEST(Generate, RefusesBadInputNamingTheFlag) {
+  auto refusal = [](tr::GenerateConfig g) {
+    return longseq::testing::error_of([&] { tr::generate(g); });
+  };
+  tr::GenerateConfig g = config(plain(), 5, 0.0);
+  g.balance = "block-striped";
+  EXPECT_NE(refusal(g).find("--balance block-striped"), std::string::npos) << refusal(g);
+  g = config(plain(), 5, 0.0);
+  g.algo = "ulysses";
+  g.world = 3;  // 4 query heads
+  EXPECT_NE(refusal(g).find("--algo ulysses at --world 3"), std::string::npos) << refusal(g);
+  g = config(plain(), 5, 0.0);
+  g.top_p = 1.5;
+  EXPECT_NE(refusal(g).find("--top-p 1.5"), std::string::npos);
+  g = config(plain(), 5, 0.0);
+  g.temperature = -0.5;
+  EXPECT_NE(refusal(g).find("--temperature -0.5"), std::string::npos);
+  g = config(plain(), 5, 0.0);
+  g.max_new_tokens = 0;
+  EXPECT_NE(refusal(g).find("--max-new-tokens 0"), std::string::npos);
+  g = config(plain(), 5, 0.0);
+  g.prompt = {65, 1000};
+  EXPECT_NE(refusal(g).find("prompt token 1000"), std::string::npos);
+  const std::string missing = temp_path("generate", "no-such-ids.txt");
+  EXPECT_NE(longseq::testing::error_of([&] {
+              tr::read_prompt_ids(missing);
+            }).find("--prompt-ids " + missing + ": no such file"),
+            std::string::npos);
+  std::string log;
+  EXPECT_NE(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
+                                      " --max-new-tokens 2",
+                                  log),
+            0);
+  EXPECT_NE(log.find("give exactly one of --prompt TEXT and --prompt-ids FILE"), std::string::npos)
+      << log;
 }
 
 }  // namespace

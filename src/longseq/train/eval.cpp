@@ -43,6 +43,26 @@ model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayo
   return model::ReplicaParams(layout, std::move(units));
 }
 
+attention::Balance parse_balance_flag(std::string_view component, const std::string& balance) {
+  try {
+    return attention::parse_balance(balance);
+  } catch (const core::Error& e) {
+    core::fail(component, "--balance ", balance, ": ", e.what());
+  }
+}
+
+attention::Algorithm parse_algo_flag(std::string_view component, const std::string& algo, int world,
+                                     int64_t hq, int64_t hkv) {
+  const attention::Algorithm a = attention::Algorithm::parse(algo);  // names --algo itself
+  try {
+    a.validate(world, hq, hkv);
+  } catch (const core::Error& e) {
+    core::fail(component, "--algo ", algo, " at --world ", world, " (", hq, " query heads, ", hkv,
+               " kv heads): ", e.what());
+  }
+  return a;
+}
+
 EvalConfig::Parsed EvalConfig::parse() const {
   core::require(seq >= 2, "eval", "--seq ", seq, " must be >= 2 (a position and its next token)");
   core::require(world >= 1, "eval", "--world ", world, " must be >= 1");
@@ -52,13 +72,25 @@ EvalConfig::Parsed EvalConfig::parse() const {
   core::require(threads >= 0, "eval", "--threads ", threads, " must be >= 0");
   Parsed p;
   p.algo = attention::Algorithm::parse(algo);
-  p.balance = attention::parse_balance(balance);
+  p.balance = parse_balance_flag("eval", balance);
   p.mask = model::TrainMask::parse(mask, seq);
+  core::require(p.balance != attention::Balance::block_striped || p.block() > 0, "eval",
+                "--balance block-striped needs a block mask (--mask blocks:FILE:B), got --mask ",
+                mask);
   p.precision = parse_precision(precision);
   return p;
 }
 
 json EvalResult::to_json() const {
+  // Exactly the Contract's keys (issue 16); the run's settings and per-bucket token counts go to
+  // run_json() (OUT/eval_run.json), so that readers of eval.json see nothing else.
+  json pos = json::array();
+  for (const EvalBucket& b : positions)
+    pos.push_back({{"start", b.start}, {"end", b.end}, {"loss", b.loss}});
+  return {{"loss", loss}, {"perplexity", perplexity}, {"tokens", tokens}, {"positions", pos}};
+}
+
+json EvalResult::run_json() const {
   json pos = json::array();
   for (const EvalBucket& b : positions)
     pos.push_back({{"start", b.start}, {"end", b.end}, {"loss", b.loss}, {"tokens", b.tokens}});
@@ -156,10 +188,11 @@ EvalResult summarize(const std::vector<double>& sum, const std::vector<double>& 
   return r;
 }
 
-// OUT/eval.json (the result and the run's settings) and OUT/loss_by_position.svg.
+// OUT/eval.json (the Contract's keys), OUT/eval_run.json (the same with the run's settings) and
+// OUT/loss_by_position.svg.
 void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig& mc) {
   const EvalConfig& cfg = e.cfg;
-  json j = r.to_json();
+  json j = r.run_json();
   j["config"] = {{"checkpoint", e.dir},
                  {"data", cfg.data},
                  {"seq", cfg.seq},
@@ -171,7 +204,8 @@ void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig
                  {"precision", cfg.precision},
                  {"threads_per_rank", e.io.threads},
                  {"model", mc.describe()}};
-  core::write_file_atomic(cfg.out + "/eval.json", j.dump(1) + "\n");
+  core::write_file_atomic(cfg.out + "/eval.json", r.to_json().dump(1) + "\n");
+  core::write_file_atomic(cfg.out + "/eval_run.json", j.dump(1) + "\n");
   core::write_file_atomic(
       cfg.out + "/loss_by_position.svg",
       loss_by_position_svg(
@@ -186,12 +220,14 @@ EvalResult evaluate(const EvalConfig& cfg) {
   const std::string dir = resolve_checkpoint(cfg.checkpoint);
   const model::LlamaConfig mc = read_hf_config(dir);
   const model::ParamLayout layout(mc);
+  std::error_code ec;
+  core::require(fs::is_regular_file(cfg.data, ec), "eval", "--data ", cfg.data, ": no such file");
   const TokenFile data = load_training_data(cfg.data);
   core::require(data.vocab <= mc.vocab, "eval", "--data ", cfg.data, " has vocabulary ", data.vocab,
                 ", larger than the model's ", mc.vocab);
   const Loader loader(data, cfg.seq);
-  parsed.algo.validate(cfg.world, mc.heads, mc.kv_heads);
-  const attention::Layout seq_layout(parsed.balance, cfg.seq, cfg.world);
+  parse_algo_flag("eval", cfg.algo, cfg.world, mc.heads, mc.kv_heads);
+  const attention::Layout seq_layout(parsed.balance, cfg.seq, cfg.world, parsed.block());
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   EvalPass e{cfg, parsed, dir, layout, loader, seq_layout, 0, {}};
   e.sequences =
@@ -199,7 +235,6 @@ EvalResult evaluate(const EvalConfig& cfg) {
   e.io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
   e.io.precision = parsed.precision;
   if (!cfg.out.empty()) {
-    std::error_code ec;
     fs::create_directories(cfg.out, ec);
     core::require(!ec, "eval", "--out ", cfg.out, ": cannot create: ", ec.message());
   }

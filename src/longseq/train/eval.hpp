@@ -9,11 +9,15 @@
 // labelled position); a bucket's loss is the mean over its labelled positions of every sequence:
 // the standard loss-against-position curve of long-context evaluation.
 //
-// Output (Contract of issue 16): OUT/eval.json = {"loss", "perplexity", "tokens", "positions":
-// [{"start", "end", "loss", "tokens"}, ...], plus the run's settings} and OUT/loss_by_position.svg.
+// Output (Contract of issue 16): OUT/eval.json = exactly {"loss", "perplexity", "tokens",
+// "positions": [{"start", "end", "loss"}, ...]} (loss and perplexity numbers, tokens and start/end
+// integers; the buckets tile [0, N) in order) and OUT/loss_by_position.svg; beside them
+// OUT/eval_run.json holds the same numbers plus the run's settings, the sequence count, the time
+// and each bucket's labelled-token count.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "longseq/attention/algorithm.hpp"
@@ -38,6 +42,15 @@ std::string resolve_checkpoint(const std::string& dir);
 model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayout& layout,
                                   comm::Group& group);
 
+/// attention::parse_balance, its refusal rethrown as core::Error("[component] --balance B: ...")
+/// so that the message names the flag.
+attention::Balance parse_balance_flag(std::string_view component, const std::string& balance);
+
+/// attention::Algorithm::parse + validate(world, hq, hkv); a refusal of validate is rethrown as
+/// core::Error("[component] --algo A at --world P (...): ...") naming the flags and values.
+attention::Algorithm parse_algo_flag(std::string_view component, const std::string& algo, int world,
+                                     int64_t hq, int64_t hkv);
+
 struct EvalConfig {
   std::string checkpoint;  ///< directory (resolve_checkpoint)
   std::string data;        ///< token file, or .txt tokenized byte-level
@@ -58,6 +71,8 @@ struct EvalConfig {
     attention::Balance balance{};
     model::TrainMask mask;
     core::DType precision = core::DType::f32;
+    /// The block mask's block size (block-striped layouts), 0 without one.
+    int64_t block() const { return mask.base ? mask.base->block_size : 0; }
   };
   /// Checks every field and returns the typed values. Throws core::Error("[eval] ...") (or the
   /// parser's component) naming the value.
@@ -76,7 +91,10 @@ struct EvalResult {
   int64_t tokens = 0, sequences = 0;
   std::vector<EvalBucket> positions;
   double seconds = 0;
+  /// eval.json: exactly {"loss", "perplexity", "tokens", "positions": [{"start", "end", "loss"}]}.
   nlohmann::json to_json() const;
+  /// eval_run.json's numbers: to_json() plus "sequences", "seconds" and each bucket's "tokens".
+  nlohmann::json run_json() const;
 };
 
 /// Runs the evaluation (local backend threads, or MPI under mpirun) and, with cfg.out, writes

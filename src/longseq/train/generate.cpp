@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -35,7 +36,9 @@ GenerateConfig::Parsed GenerateConfig::parse() const {
   core::require(threads >= 0, "generate", "--threads ", threads, " must be >= 0");
   Parsed p;
   p.algo = attention::Algorithm::parse(algo);
-  p.balance = attention::parse_balance(balance);
+  p.balance = parse_balance_flag("generate", balance);
+  core::require(p.balance != attention::Balance::block_striped, "generate", "--balance ", balance,
+                " is for block masks; the prefill is causal: use contiguous | zigzag | striped");
   p.precision = parse_precision(precision);
   return p;
 }
@@ -70,6 +73,9 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, doubl
 }
 
 std::vector<int32_t> read_prompt_ids(const std::string& path) {
+  std::error_code ec;
+  core::require(std::filesystem::is_regular_file(path, ec), "generate", "--prompt-ids ", path,
+                ": no such file");
   const std::string text = core::read_file(path);
   if (text.size() >= 4) {
     int32_t magic = 0;
@@ -175,7 +181,7 @@ GenerateResult generate(const GenerateConfig& cfg) {
     core::require(t >= 0 && t < mc.vocab, "generate", "prompt token ", t,
                   " is outside the model's vocabulary [0, ", mc.vocab, ")");
   const int64_t n = static_cast<int64_t>(cfg.prompt.size());
-  parsed.algo.validate(cfg.world, mc.heads, mc.kv_heads);
+  parse_algo_flag("generate", cfg.algo, cfg.world, mc.heads, mc.kv_heads);
   const attention::Layout seq_layout(parsed.balance, n, cfg.world);
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
@@ -193,6 +199,7 @@ GenerateResult generate(const GenerateConfig& cfg) {
     if (g.rank() == 0) result = std::move(r);
   });
   result.prompt_tokens = n;
+  result.threads_per_rank = e.io.threads;
   return result;
 }
 

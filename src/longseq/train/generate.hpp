@@ -55,6 +55,7 @@ struct GenerateConfig {
 struct GenerateResult {
   std::vector<int32_t> ids;  ///< the new tokens only
   int64_t prompt_tokens = 0;
+  int threads_per_rank = 0;
   double prefill_s = 0, decode_s = 0;  ///< wall seconds (rank 0)
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   /// Decode steps (every new token after the first) per second.
