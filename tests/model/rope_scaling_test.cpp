@@ -163,6 +163,20 @@ std::vector<json> cases() {
        {"max_position_embeddings", 64},
        {"rope_scaling",
         {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 8}}}},
+      // The smallest head (one frequency) and an odd base.
+      {{"rope_theta", 3.5},
+       {"head_dim", 2},
+       {"max_position_embeddings", 16},
+       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 5.0}}}},
+      {{"rope_theta", 123.0},
+       {"head_dim", 2},
+       {"rope_scaling", {{"type", "linear"}, {"factor", 1.0}}}},
+      // beta_fast below beta_slow (transformers warns and computes): an empty ramp.
+      {{"rope_theta", 10000.0},
+       {"head_dim", 12},
+       {"max_position_embeddings", 300},
+       {"rope_scaling",
+        {{"type", "yarn"}, {"factor", 7.5}, {"beta_fast", 0.5}, {"beta_slow", 4.0}}}},
       // LLaMA-3.1-8B.
       {{"rope_theta", 500000.0},
        {"head_dim", 128},
@@ -236,10 +250,14 @@ TEST(RopeScaling, ScaledRopeAtGlobalPositionsUnderEveryLayout) {
   for (const json& c : cases()) {
     const lm::LlamaConfig m = model_of(c);
     const int64_t d = m.head_dim;
-    for (const char* bal : {"contiguous", "zigzag", "striped"})
-      for (int world : {1, 3, 4})
-        for (int64_t n : {int64_t{37}, int64_t{64}}) {
-          const la::Layout layout(la::parse_balance(bal), n, world);
+    for (const char* bal : {"contiguous", "zigzag", "striped", "block-striped"})
+      for (int world : {1, 3, 4, 5})
+        for (int64_t n : {int64_t{37}, int64_t{60}}) {
+          // block-striped: blocks of B tokens cut into P runs (B a multiple of P dividing n).
+          const bool blocks = std::string(bal) == "block-striped";
+          if (blocks && n % 60 != 0) continue;
+          const int64_t block = blocks ? (world == 4 ? 12 : 2 * world * (world == 1 ? 3 : 1)) : 0;
+          const la::Layout layout(la::parse_balance(bal), n, world, block);
           // Positions far out too: the sequence is placed at offset 5000 (a later window).
           const int64_t offset = 5000;
           const RefFreq r = ref_frequencies(c, n + offset);
