@@ -48,9 +48,13 @@ std::function<int()> add_passkey(CLI::App& app) {
                   "--checkpoint is required (or --make-data FILE)");
     const train::PasskeyResult r = train::run_passkey(a->cfg);
     if (comm::launcher_rank() != 0) return 0;
-    std::printf("passkey retrieval: accuracy %.3f over %zu lengths x %zu depths x %lld keys\n",
-                r.overall, r.lengths.size(), r.depths.size(),
-                static_cast<long long>(a->cfg.trials));
+    double digits = 0;
+    for (double d : r.digit_accuracy) digits += d / static_cast<double>(r.digit_accuracy.size());
+    std::printf(
+        "passkey retrieval: accuracy %.3f (digits in place %.3f) over %zu lengths x %zu depths x "
+        "%lld keys\n",
+        r.overall, digits, r.lengths.size(), r.depths.size(),
+        static_cast<long long>(a->cfg.trials));
     for (size_t i = 0; i < r.lengths.size(); ++i) {
       std::printf("  length %6lld:", static_cast<long long>(r.lengths[i]));
       for (size_t j = 0; j < r.depths.size(); ++j)

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -67,8 +68,20 @@ TEST(Passkey, RunScoresACheckpointAndDrawsTheMap) {
   const tr::PasskeyResult r = tr::run_passkey(p);
   ASSERT_EQ(r.accuracy.size(), 4u);
   for (double a : r.accuracy) EXPECT_TRUE(a == 0.0 || a == 1.0);
+  ASSERT_EQ(r.digit_accuracy.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    // one trial of 3 digits: 0, 1/3, 2/3 or 1, and 1 whenever the whole key is right
+    const double d = r.digit_accuracy[i] * 3;
+    EXPECT_NEAR(d, std::round(d), 1e-12);
+    EXPECT_TRUE(r.digit_accuracy[i] >= 0 && r.digit_accuracy[i] <= 1);
+    if (r.accuracy[i] == 1.0) {
+      EXPECT_EQ(r.digit_accuracy[i], 1.0);
+    }
+  }
   const nlohmann::json j = nlohmann::json::parse(longseq::core::read_file(p.out + "/passkey.json"));
   EXPECT_EQ(j.at("cells").size(), 4u);
+  EXPECT_TRUE(j.at("digit_accuracy").is_number());
+  EXPECT_EQ(j.at("cells")[0].at("digit_accuracy"), r.digit_accuracy[0]);
   EXPECT_NE(longseq::core::read_file(p.out + "/passkey.svg").find("<rect"), std::string::npos);
   fs::remove_all(root);
 }

@@ -85,8 +85,16 @@ nlohmann::json PasskeyResult::to_json() const {
     for (size_t j = 0; j < depths.size(); ++j)
       cells.push_back({{"length", lengths[i]},
                        {"depth", depths[j]},
-                       {"accuracy", accuracy[i * depths.size() + j]}});
-  return {{"lengths", lengths}, {"depths", depths}, {"accuracy", overall}, {"cells", cells}};
+                       {"accuracy", accuracy[i * depths.size() + j]},
+                       {"digit_accuracy", digit_accuracy[i * depths.size() + j]}});
+  double digits = 0;
+  for (double d : digit_accuracy) digits += d;
+  if (!digit_accuracy.empty()) digits /= static_cast<double>(digit_accuracy.size());
+  return {{"lengths", lengths},
+          {"depths", depths},
+          {"accuracy", overall},
+          {"digit_accuracy", digits},
+          {"cells", cells}};
 }
 
 std::string passkey_svg(const PasskeyResult& r, const std::string& title) {
@@ -110,6 +118,7 @@ PasskeyResult run_passkey(const PasskeyConfig& cfg) {
   for (size_t i = 0; i < cfg.lengths.size(); ++i)
     for (size_t j = 0; j < cfg.depths.size(); ++j) {
       int correct = 0;
+      double digits_right = 0;
       for (int64_t t = 0; t < cfg.trials; ++t) {
         const std::string key =
             passkey_key(cfg.seed, cfg.lengths[i], static_cast<int64_t>(j), t, cfg.digits);
@@ -127,9 +136,15 @@ PasskeyResult run_passkey(const PasskeyConfig& cfg) {
         std::string got;
         for (int32_t id : out.ids) got += id < 256 ? static_cast<char>(id) : '?';
         correct += got == c.answer;
+        // Partial credit for the report: the key's digits in place (answer[0] is the space).
+        int right = 0;
+        for (size_t k = 1; k < c.answer.size(); ++k)
+          right += k < got.size() && got[k] == c.answer[k];
+        digits_right += static_cast<double>(right) / static_cast<double>(c.answer.size() - 1);
       }
       const double acc = static_cast<double>(correct) / static_cast<double>(cfg.trials);
       r.accuracy.push_back(acc);
+      r.digit_accuracy.push_back(digits_right / static_cast<double>(cfg.trials));
       total += acc;
     }
   r.overall = total / static_cast<double>(r.accuracy.size());

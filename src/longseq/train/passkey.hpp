@@ -51,7 +51,10 @@ struct PasskeyConfig {
 struct PasskeyResult {
   std::vector<int64_t> lengths;
   std::vector<double> depths;
-  std::vector<double> accuracy;  ///< [lengths x depths], row-major
+  std::vector<double> accuracy;  ///< [lengths x depths], row-major: whole key right
+  /// [lengths x depths]: the fraction of the key's digits right in place (partial credit, for
+  /// seeing a model half way; the heat map shows `accuracy`).
+  std::vector<double> digit_accuracy;
   double overall = 0;
   nlohmann::json to_json() const;
 };
