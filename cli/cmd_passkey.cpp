@@ -62,7 +62,7 @@ std::function<int()> add_passkey(CLI::App& app) {
       std::printf("\n");
     }
     if (!a->cfg.out.empty())
-      std::printf("wrote %s/passkey.json and %s/passkey.svg\n", a->cfg.out.c_str(),
+      std::printf("wrote %s/passkey.json, passkey.svg and passkey_digits.svg\n",
                   a->cfg.out.c_str());
     return 0;
   };

@@ -83,6 +83,8 @@ TEST(Passkey, RunScoresACheckpointAndDrawsTheMap) {
   EXPECT_TRUE(j.at("digit_accuracy").is_number());
   EXPECT_EQ(j.at("cells")[0].at("digit_accuracy"), r.digit_accuracy[0]);
   EXPECT_NE(longseq::core::read_file(p.out + "/passkey.svg").find("<rect"), std::string::npos);
+  EXPECT_NE(longseq::core::read_file(p.out + "/passkey_digits.svg").find("<rect"),
+            std::string::npos);
   fs::remove_all(root);
 }
 

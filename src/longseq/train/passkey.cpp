@@ -97,7 +97,7 @@ nlohmann::json PasskeyResult::to_json() const {
           {"cells", cells}};
 }
 
-std::string passkey_svg(const PasskeyResult& r, const std::string& title) {
+std::string passkey_svg(const PasskeyResult& r, const std::string& title, bool digits) {
   core::plot::HeatMap h;
   h.title = title;
   h.xlabel = "depth of the key in the context";
@@ -105,7 +105,7 @@ std::string passkey_svg(const PasskeyResult& r, const std::string& title) {
   for (double d : r.depths)
     h.columns.push_back(core::cat(static_cast<int>(std::lround(d * 100)), "%"));
   for (int64_t l : r.lengths) h.rows.push_back(core::cat(l));
-  h.values = r.accuracy;
+  h.values = digits ? r.digit_accuracy : r.accuracy;
   return core::plot::heatmap_svg(h);
 }
 
@@ -160,6 +160,12 @@ PasskeyResult run_passkey(const PasskeyConfig& cfg) {
     core::write_file_atomic(cfg.out + "/passkey.svg",
                             passkey_svg(r, core::cat("passkey retrieval: ", cfg.checkpoint, " (",
                                                      cfg.trials, " keys per cell, greedy)")));
+    core::write_file_atomic(
+        cfg.out + "/passkey_digits.svg",
+        passkey_svg(r,
+                    core::cat("passkey digits in place: ", cfg.checkpoint, " (", cfg.trials,
+                              " keys per cell, greedy; chance 0.1)"),
+                    true));
   }
   return r;
 }

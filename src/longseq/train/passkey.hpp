@@ -59,10 +59,12 @@ struct PasskeyResult {
   nlohmann::json to_json() const;
 };
 
-/// Runs every (length, depth, trial) through generate(); writes OUT/passkey.json and the heat map
-/// OUT/passkey.svg (accuracy by length x depth, core/plot).
+/// Runs every (length, depth, trial) through generate(); writes OUT/passkey.json and the heat maps
+/// OUT/passkey.svg (accuracy by length x depth, core/plot) and OUT/passkey_digits.svg
+/// (digit_accuracy).
 PasskeyResult run_passkey(const PasskeyConfig& cfg);
 
-std::string passkey_svg(const PasskeyResult& r, const std::string& title);
+/// The heat map of whole-key accuracy, or with `digits` of digit_accuracy (passkey_digits.svg).
+std::string passkey_svg(const PasskeyResult& r, const std::string& title, bool digits = false);
 
 }  // namespace longseq::train
