@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
@@ -109,6 +110,50 @@ std::string passkey_svg(const PasskeyResult& r, const std::string& title, bool d
   return core::plot::heatmap_svg(h);
 }
 
+namespace {
+
+// One trial: greedy generation after the prompt; {whole key right, fraction of digits in place}.
+std::pair<bool, double> score_trial(const PasskeyConfig& cfg, const PasskeyCase& c) {
+  GenerateConfig g;
+  g.checkpoint = cfg.checkpoint;
+  g.prompt.assign(c.prompt.begin(), c.prompt.end());
+  for (int32_t& x : g.prompt) x &= 0xff;
+  g.max_new_tokens = static_cast<int64_t>(c.answer.size());
+  g.world = cfg.world;
+  g.algo = cfg.algo;
+  g.balance = cfg.balance;
+  g.threads = cfg.threads;
+  const GenerateResult out = generate(g);
+  std::string got;
+  for (int32_t id : out.ids) got += id < 256 ? static_cast<char>(id) : '?';
+  // Partial credit for the report: the key's digits in place (answer[0] is the space).
+  int right = 0;
+  for (size_t k = 1; k < c.answer.size(); ++k) right += k < got.size() && got[k] == c.answer[k];
+  return {got == c.answer, static_cast<double>(right) / static_cast<double>(c.answer.size() - 1)};
+}
+
+// OUT/passkey.json and the two heat maps.
+void write_passkey(const PasskeyConfig& cfg, const PasskeyResult& r) {
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.out, ec);
+  core::require(!ec, "passkey", "--out ", cfg.out, ": cannot create: ", ec.message());
+  nlohmann::json j = r.to_json();
+  j["config"] = {{"checkpoint", cfg.checkpoint}, {"trials", cfg.trials},
+                 {"digits", cfg.digits},         {"seed", cfg.seed},
+                 {"world", cfg.world},           {"algo", cfg.algo}};
+  core::write_file_atomic(cfg.out + "/passkey.json", j.dump(1) + "\n");
+  core::write_file_atomic(cfg.out + "/passkey.svg",
+                          passkey_svg(r, core::cat("passkey retrieval: ", cfg.checkpoint, " (",
+                                                   cfg.trials, " keys per cell, greedy)")));
+  core::write_file_atomic(cfg.out + "/passkey_digits.svg",
+                          passkey_svg(r,
+                                      core::cat("passkey digits in place: ", cfg.checkpoint, " (",
+                                                cfg.trials, " keys per cell, greedy; chance 0.1)"),
+                                      true));
+}
+
+}  // namespace
+
 PasskeyResult run_passkey(const PasskeyConfig& cfg) {
   cfg.validate();
   PasskeyResult r;
@@ -118,55 +163,22 @@ PasskeyResult run_passkey(const PasskeyConfig& cfg) {
   for (size_t i = 0; i < cfg.lengths.size(); ++i)
     for (size_t j = 0; j < cfg.depths.size(); ++j) {
       int correct = 0;
-      double digits_right = 0;
+      double digits = 0;
       for (int64_t t = 0; t < cfg.trials; ++t) {
         const std::string key =
             passkey_key(cfg.seed, cfg.lengths[i], static_cast<int64_t>(j), t, cfg.digits);
-        const PasskeyCase c = passkey_case(cfg.lengths[i], cfg.depths[j], key);
-        GenerateConfig g;
-        g.checkpoint = cfg.checkpoint;
-        g.prompt.assign(c.prompt.begin(), c.prompt.end());
-        for (int32_t& x : g.prompt) x &= 0xff;
-        g.max_new_tokens = static_cast<int64_t>(c.answer.size());
-        g.world = cfg.world;
-        g.algo = cfg.algo;
-        g.balance = cfg.balance;
-        g.threads = cfg.threads;
-        const GenerateResult out = generate(g);
-        std::string got;
-        for (int32_t id : out.ids) got += id < 256 ? static_cast<char>(id) : '?';
-        correct += got == c.answer;
-        // Partial credit for the report: the key's digits in place (answer[0] is the space).
-        int right = 0;
-        for (size_t k = 1; k < c.answer.size(); ++k)
-          right += k < got.size() && got[k] == c.answer[k];
-        digits_right += static_cast<double>(right) / static_cast<double>(c.answer.size() - 1);
+        const auto [whole, part] =
+            score_trial(cfg, passkey_case(cfg.lengths[i], cfg.depths[j], key));
+        correct += whole;
+        digits += part;
       }
       const double acc = static_cast<double>(correct) / static_cast<double>(cfg.trials);
       r.accuracy.push_back(acc);
-      r.digit_accuracy.push_back(digits_right / static_cast<double>(cfg.trials));
+      r.digit_accuracy.push_back(digits / static_cast<double>(cfg.trials));
       total += acc;
     }
   r.overall = total / static_cast<double>(r.accuracy.size());
-  if (!cfg.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(cfg.out, ec);
-    core::require(!ec, "passkey", "--out ", cfg.out, ": cannot create: ", ec.message());
-    nlohmann::json j = r.to_json();
-    j["config"] = {{"checkpoint", cfg.checkpoint}, {"trials", cfg.trials},
-                   {"digits", cfg.digits},         {"seed", cfg.seed},
-                   {"world", cfg.world},           {"algo", cfg.algo}};
-    core::write_file_atomic(cfg.out + "/passkey.json", j.dump(1) + "\n");
-    core::write_file_atomic(cfg.out + "/passkey.svg",
-                            passkey_svg(r, core::cat("passkey retrieval: ", cfg.checkpoint, " (",
-                                                     cfg.trials, " keys per cell, greedy)")));
-    core::write_file_atomic(
-        cfg.out + "/passkey_digits.svg",
-        passkey_svg(r,
-                    core::cat("passkey digits in place: ", cfg.checkpoint, " (", cfg.trials,
-                              " keys per cell, greedy; chance 0.1)"),
-                    true));
-  }
+  if (!cfg.out.empty()) write_passkey(cfg, r);
   return r;
 }
 
