@@ -4,8 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
-#include "longseq/attention/startrail.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/plan/attention_cost.hpp"
 #include "longseq/plan/memory.hpp"
 
@@ -110,10 +111,22 @@ TEST(PaperValidation, StarTrailFormulaMatchesExecutorVolume) {
       if (cfg.init_send_target(r) != r) mover = r;
     ASSERT_GE(mover, 0);
     const int64_t l = 4096 / 16;
-    const auto fv = attention::startrail_forward_volume(cfg, mover, l, 8, 4, 16);
-    const auto bv = attention::startrail_backward_volume(cfg, mover, l, 8, 4, 16);
-    const AttentionCost st =
-        cost_attention(attention::Algorithm::parse("startrail:" + std::to_string(c)), p, hw);
+    // The executor's schedule of that rank, in fp32 elements (full mask: nothing pruned).
+    const attention::Algorithm algo = attention::Algorithm::parse("startrail:" + std::to_string(c));
+    const attention::Layout layout(attention::Balance::zigzag, 4096, 16);
+    const attention::PairTable pairs(layout, attention::MaskSpec{});
+    auto volume = [&](attention::Pass pass) {
+      const auto b = attention::schedule_bytes(
+          attention::make_schedule(mover, comm::Topology(16), layout, pairs, algo, pass), algo,
+          pass, {l, 8, 4, 16, 4});
+      return std::pair{b.collective / 4, b.p2p / 4};
+    };
+    struct {
+      int64_t collective, p2p;
+    } fv, bv;
+    std::tie(fv.collective, fv.p2p) = volume(attention::Pass::forward);
+    std::tie(bv.collective, bv.p2p) = volume(attention::Pass::backward);
+    const AttentionCost st = cost_attention(algo, p, hw);
     EXPECT_DOUBLE_EQ(st.forward.collective_bytes, 2.0 * fv.collective) << "C=" << c;
     EXPECT_DOUBLE_EQ(total_bytes(st.forward) - st.forward.collective_bytes, 2.0 * fv.p2p)
         << "C=" << c;

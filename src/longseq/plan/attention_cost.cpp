@@ -5,7 +5,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "longseq/attention/startrail.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::plan {

@@ -48,7 +48,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   for (const auto& s : schedules) steps = std::max(steps, s.num_steps);
 
   auto key_of = [](int rank, const Xfer& x) {
-    return x.send ? Key{rank, x.peer, x.tag()} : Key{x.peer, rank, x.tag()};
+    return x.send ? Key{rank, x.peer, x.tag} : Key{x.peer, rank, x.tag};
   };
   auto start_if_ready = [&](const Key& k, Pending& p) {
     if (p.post_send < 0 || p.post_recv < 0 || p.done >= 0) return;
