@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "longseq/attention/distributed.hpp"
-#include "longseq/attention/ulysses.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"

@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "longseq/attention/schedule.hpp"
+#include "longseq/core/error.hpp"
 
 namespace longseq::cli {
 
@@ -23,7 +24,9 @@ struct ScheduleArgs {
 
 std::function<int()> add_schedule(CLI::App& app) {
   auto a = std::make_shared<ScheduleArgs>();
-  app.add_option("--algo", a->algo, "ring | burst | double-ring[:I][:burst|:ring]");
+  app.add_option("--algo", a->algo,
+                 "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | "
+                 "ulysses | usp:U[:burst|:ring]");
   app.add_option("--balance", a->balance, "contiguous | zigzag | striped");
   app.add_option("--mask", a->mask,
                  "full | causal | window:W (document/blocks masks need files: use `attention`)");
@@ -49,21 +52,35 @@ std::function<int()> add_schedule(CLI::App& app) {
                   static_cast<long long>(a->seq));
       std::printf(
           "  C<j>: compute with rank j's bundle (pairs)   s/r: data send/recv   g/G: gradient "
-          "send/recv   "
-          "peer@wait-step, '*' = inter-node\n");
+          "send/recv   peer@wait-step, '*' = inter-node\n  collective steps (before step 0 / "
+          "after the last): AG all-gather, RS reduce-scatter, A2H/H2A all-to-all into/out of head "
+          "slices, MRG all-to-all + LSE merge, SR send->to/recv<-from; [members] (fields)\n");
       std::vector<RankSchedule> all;
       int steps = 0;
       for (int r = 0; r < a->world; ++r) {
         all.push_back(make_schedule(r, sched_topo, layout, pairs, algo, pass));
         steps = std::max(steps, all.back().num_steps);
       }
+      auto collectives = [&](const char* when, bool pre) {
+        static const char* kOp[] = {"AG", "RS", "A2H", "H2A", "MRG", "SR"};
+        static const char* kField[] = {"q", "k", "v", "do", "D", "lse", "o", "dq", "dk", "dv"};
+        for (int r = 0; r < a->world; ++r)
+          for (const Collective& c : pre ? all[r].pre : all[r].post) {
+            std::string m, f;
+            for (int x : c.members) m += core::cat(m.empty() ? "" : ",", x);
+            for (Field x : c.fields) f += core::cat(f.empty() ? "" : ",", kField[int(x)]);
+            if (c.op == Collective::Op::send_recv) m = core::cat("->", c.to, " <-", c.from);
+            std::printf("  %s r%d: %s[%s](%s)\n", when, r, kOp[int(c.op)], m.c_str(), f.c_str());
+          }
+      };
+      collectives("pre ", true);
       for (int s = 0; s < steps; ++s) {
         std::printf("  step %2d |", s);
         for (int r = 0; r < a->world; ++r) {
           std::string cell;
           for (const Work& w : all[r].work)
             if (w.step == s)
-              cell += "C" + std::to_string(w.origin) + "(" + std::to_string(w.pairs.size()) + ") ";
+              cell += core::cat("C", all[r].ring[w.origin], "(", w.pairs.size(), ") ");
           for (const Xfer& x : all[r].xfers)
             if (x.post_step == s) {
               const char c = x.part == Part::data ? (x.send ? 's' : 'r') : (x.send ? 'g' : 'G');
@@ -74,6 +91,7 @@ std::function<int()> add_schedule(CLI::App& app) {
         }
         std::printf("\n");
       }
+      collectives("post", false);
       std::printf("  slots per rank: data %d, grad %d\n\n", all[0].data_slots, all[0].grad_slots);
     }
     return 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "longseq/attention/distributed.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/kernels/ref/attention.hpp"
@@ -119,23 +120,33 @@ struct AttnCase {
       core::View<const float> vq(lq.data(), core::Shape{l, hq, d}),
           vk(lk.data(), core::Shape{l, hkv, d}), vv(lv.data(), core::Shape{l, hkv, d}),
           vd(ld.data(), core::Shape{l, hq, d});
-      g.reset_stats();
+      attention::prepare(spec, layout, g);
+      g.reset_rank_stats();
       attention::AttentionSaved saved =
           attention::distributed_attention_forward(vq, vk, vv, spec, layout, g, &fwd_stats[r]);
-      fwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
-                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      fwd_bytes[r] = {static_cast<int64_t>(g.rank_stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.rank_stats().sent_inter.bytes)};
       layout.unshard(saved.o.data(), hq * d, r, o.data());
       layout.unshard(saved.lse.data(), hq, r, lse.data());
       if (!backward) return;
-      g.reset_stats();
+      g.reset_rank_stats();
       attention::AttentionGrads gr =
           attention::distributed_attention_backward(vd, saved, spec, layout, g, &bwd_stats[r]);
-      bwd_bytes[r] = {static_cast<int64_t>(g.stats().sent_intra.bytes),
-                      static_cast<int64_t>(g.stats().sent_inter.bytes)};
+      bwd_bytes[r] = {static_cast<int64_t>(g.rank_stats().sent_intra.bytes),
+                      static_cast<int64_t>(g.rank_stats().sent_inter.bytes)};
       layout.unshard(gr.dq.data(), hq * d, r, dq.data());
       layout.unshard(gr.dk.data(), hkv * d, r, dk.data());
       layout.unshard(gr.dv.data(), hkv * d, r, dv.data());
     });
+  }
+
+  /// run_distributed of `algo` in fp32 with the case's mask.
+  void run(const attention::Algorithm& algo, const attention::Layout& layout, int nodes,
+           bool backward = true, const comm::LinkModel& link = {}) {
+    attention::AttentionSpec spec;
+    spec.algo = algo;
+    spec.mask = mask;
+    run_distributed(spec, layout, nodes, backward, link);
   }
 
   /// |got - ref| <= atol + rtol * |ref| elementwise; -inf must match -inf exactly; no NaN.
@@ -154,5 +165,57 @@ struct AttnCase {
                        << " elements out of tolerance";
   }
 };
+
+// Tolerances (|x - ref| <= atol + rtol |ref|, fp32 against fp64, inputs N(0, 1), D = 16): the
+// kernels' own bounds (tests/kernels/cpu_attention_test.cpp: 5e-6 for o/lse, 2e-5 for gradients)
+// widened 4x for the LSE-weighted merges and fp32 gradient sums across ranks (up to 8 partials).
+inline constexpr double kOutTol = 2e-5;
+inline constexpr double kGradTol = 8e-5;
+
+inline attention::Layout make_layout(const std::string& balance, const AttnCase& c) {
+  const attention::Balance b = attention::parse_balance(balance);
+  return attention::Layout(b, c.n, c.world,
+                           b == attention::Balance::block_striped ? 2 * c.world : 0);
+}
+
+inline void expect_matches_reference(const AttnCase& c, bool backward = true) {
+  AttnCase::expect_close("o", c.o, c.ref_o, kOutTol, kOutTol);
+  AttnCase::expect_close("lse", c.lse, c.ref_lse, kOutTol, kOutTol);
+  if (!backward) return;
+  AttnCase::expect_close("dq", c.dq, c.ref_dq, kGradTol, kGradTol);
+  AttnCase::expect_close("dk", c.dk, c.ref_dk, kGradTol, kGradTol);
+  AttnCase::expect_close("dv", c.dv, c.ref_dv, kGradTol, kGradTol);
+}
+
+// Every rank's schedule bytes (schedule.hpp) of one pass: what the counters must show.
+inline std::vector<attention::PassBytes> schedule_bytes_of(const AttnCase& c,
+                                                           const attention::Algorithm& algo,
+                                                           const attention::Layout& layout,
+                                                           int nodes, attention::Pass pass,
+                                                           int64_t elem = 4) {
+  const attention::PairTable pairs(layout, *c.mask);
+  const comm::Topology topo =
+      attention::schedule_topology(algo, comm::Topology::declared(c.world, nodes));
+  std::vector<attention::PassBytes> out;
+  for (int r = 0; r < c.world; ++r)
+    out.push_back(
+        attention::schedule_bytes(attention::make_schedule(r, topo, layout, pairs, algo, pass),
+                                  algo, pass, {layout.local_len(), c.hq, c.hkv, c.d, elem}));
+  return out;
+}
+
+// The byte counters of the last run equal the schedules' bytes, rank by rank and pass by pass.
+inline void expect_schedule_bytes(const AttnCase& c, const attention::Algorithm& algo,
+                                  const attention::Layout& layout, int nodes, bool backward = true,
+                                  int64_t elem = 4) {
+  const auto f = schedule_bytes_of(c, algo, layout, nodes, attention::Pass::forward, elem);
+  const auto b = schedule_bytes_of(c, algo, layout, nodes, attention::Pass::backward, elem);
+  for (int r = 0; r < c.world; ++r) {
+    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, f[r].total()) << "rank " << r;
+    if (backward) {
+      EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, b[r].total()) << "rank " << r;
+    }
+  }
+}
 
 }  // namespace longseq::testing

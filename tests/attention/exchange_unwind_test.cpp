@@ -1,39 +1,46 @@
-// attention/subring Exchange: a rank that throws while transfers are posted unwinds through
-// ~Exchange, whose waits then fail because the world failed. Those failures must stay inside the
-// destructor (issue 20: they escaped it during unwinding and ended the process in std::terminate)
-// and run() must report the world's first failure.
+// A rank that throws while another rank's attention has transfers posted: the waiting rank's
+// waits fail because the world failed, it unwinds through the executor with requests pending
+// (issue 20: failures escaping destructors during unwinding ended the process in
+// std::terminate), and run() reports the world's first failure.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
-#include "longseq/attention/subring.hpp"
+#include "longseq/attention/distributed.hpp"
 #include "longseq/comm/launch.hpp"
 
 namespace {
 
 namespace at = longseq::attention;
 namespace comm = longseq::comm;
+namespace core = longseq::core;
 
-TEST(ExchangeUnwind, FailedWaitsInTheDestructorDoNotTerminateAndTheFirstErrorIsReported) {
-  comm::Options o;
-  o.backend = "local";
-  o.world = 2;
-  o.timeout_s = 60;
-  std::string what = "run() returned normally";
-  try {
-    comm::run_local(o, [&](comm::Group& g) {
-      if (g.rank() == 1) throw std::runtime_error("first failure on rank 1");
-      float x[4] = {};
-      at::detail::Exchange ex(g);
-      ex.recv(x, 4, 1, 7);  // rank 1 never sends: this wait can only end by the world failing
-      throw std::runtime_error("rank 0 unwinds with a receive posted");
-    });
-  } catch (const comm::RankFailed& e) {
-    what = e.what();
-    EXPECT_EQ(e.failed_rank(), 1) << what;
+TEST(ExchangeUnwind, FailedWaitsInTheExecutorDoNotTerminateAndTheFirstErrorIsReported) {
+  for (const char* algo : {"burst", "startrail:2", "ulysses"}) {
+    SCOPED_TRACE(algo);
+    comm::Options o;
+    o.backend = "local";
+    o.world = 4;
+    o.timeout_s = 60;
+    std::string what = "run() returned normally";
+    try {
+      comm::run_local(o, [&](comm::Group& g) {
+        if (g.rank() == 1) throw std::runtime_error("first failure on rank 1");
+        const at::Layout layout(at::Balance::zigzag, 16, 4);
+        std::vector<float> x(4 * 4 * 8, 1.0f);
+        const core::View<const float> v(x.data(), core::Shape{4, 4, 8});
+        at::AttentionSpec spec;
+        spec.algo = at::Algorithm::parse(algo);
+        at::distributed_attention_forward(v, v, v, spec, layout, g);  // rank 1 never takes part
+      });
+    } catch (const comm::RankFailed& e) {
+      what = e.what();
+      EXPECT_EQ(e.failed_rank(), 1) << what;
+    }
+    EXPECT_NE(what.find("first failure on rank 1"), std::string::npos) << what;
   }
-  EXPECT_NE(what.find("first failure on rank 1"), std::string::npos) << what;
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
 
@@ -265,4 +267,118 @@ TEST(Schedule, RefusesBadInput) {
   EXPECT_THROW(longseq::comm::Topology::declared(6, 4), longseq::core::Error);
   EXPECT_THROW(Layout(Balance::block_striped, 100, 3, 16), longseq::core::Error);
   EXPECT_THROW(parse_balance("diagonal"), longseq::core::Error);
+}
+
+namespace {
+
+// Every algorithm with this world's valid parameters (double ring: on 2 or more nodes).
+std::vector<std::string> algorithms_for(int world) {
+  std::vector<std::string> out = {"ring", "burst", "ulysses"};
+  if (world % 2 == 0 && world > 2) out.push_back("double-ring:2");
+  for (int c = 2; c * c <= world; ++c)
+    if (world % (c * c) == 0) {
+      out.push_back("startrail:" + std::to_string(c));
+      out.push_back("startrail:" + std::to_string(c) + ":rings");
+    }
+  for (int u = 2; u < world; ++u)
+    if (world % u == 0 && (u == 2 || u * u == world || u == world / 2)) {
+      out.push_back("usp:" + std::to_string(u));
+      out.push_back("usp:" + std::to_string(u) + ":ring");
+    }
+  return out;
+}
+
+// All ranks' schedules of one pass: point-to-point messages match one to one by (sender,
+// receiver, tag) and stay in the pass's half of comm's tag space; collective steps agree on
+// their sub-groups.
+void check_all_ranks(const std::vector<RankSchedule>& all, const std::string& what) {
+  std::map<std::tuple<int, int, int>, int> sends, recvs;  // (from, to, tag) -> count
+  auto count = [&](int from, int to, int tag, bool send) {
+    ASSERT_GE(tag, 0) << what;
+    ASSERT_LT(tag, longseq::comm::kMaxTag / 2) << what;
+    ++(send ? sends : recvs)[{from, to, tag}];
+  };
+  for (const RankSchedule& rs : all) {
+    const int r = rs.rank;
+    for (const Xfer& x : rs.xfers) {
+      ASSERT_NE(x.peer, r) << what;
+      ASSERT_LT(x.tag, 2 * static_cast<int>(rs.ring.size())) << what;
+      count(x.send ? r : x.peer, x.send ? x.peer : r, x.tag, x.send);
+    }
+    for (const auto* list : {&rs.pre, &rs.post})
+      for (const Collective& c : *list) {
+        if (c.op == Collective::Op::send_recv) {
+          ASSERT_GE(c.tag, 2 * static_cast<int>(rs.ring.size())) << what;
+          for (size_t f = 0; f < c.fields.size(); ++f) {
+            if (c.to != r) count(r, c.to, c.tag + static_cast<int>(f), true);
+            if (c.from != r) count(c.from, r, c.tag + static_cast<int>(f), false);
+          }
+          continue;
+        }
+        // Every member names the same sub-group under the same partition at the same step.
+        ASSERT_NE(std::find(c.members.begin(), c.members.end(), r), c.members.end()) << what;
+        for (int m : c.members) {
+          const auto& other = list == &rs.pre ? all[m].pre : all[m].post;
+          const auto it = std::find_if(other.begin(), other.end(), [&](const Collective& o) {
+            return o.op == c.op && o.partition == c.partition;
+          });
+          ASSERT_NE(it, other.end()) << what;
+          ASSERT_EQ(it->members, c.members) << what;
+        }
+      }
+  }
+  EXPECT_EQ(sends, recvs) << what;
+  for (const auto& [k, n] : sends) ASSERT_EQ(n, 1) << what << ": tag used twice";
+}
+
+}  // namespace
+
+// Schedules of every algorithm at worlds up to 128: tags belong to the executor (no collision,
+// every message matched), collectives agree, and every non-empty chunk pair is computed once per
+// head slice.
+TEST(Schedule, EveryAlgorithmTagsMatchAtLargeWorlds) {
+  int cases = 0;
+  for (int world : {1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 27, 36, 64, 128}) {
+    const int64_t n = world * 3 + 1;
+    for (const char* mk : {"full", "causal"}) {
+      if (world > 16 && std::string(mk) == "full") continue;  // keep the test quick
+      MaskSpec m = make_mask(mk, n, world);
+      Layout layout(Balance::zigzag, n, world);
+      PairTable pairs(layout, m);
+      for (const std::string& a : algorithms_for(world)) {
+        const Algorithm algo = Algorithm::parse(a);
+        const auto topo = schedule_topology(algo, longseq::comm::Topology(world));
+        for (Pass pass : {Pass::forward, Pass::backward}) {
+          std::vector<RankSchedule> all;
+          for (int r = 0; r < world; ++r)
+            all.push_back(make_schedule(r, topo, layout, pairs, algo, pass));
+          const std::string what = a + " " + mk + " world " + std::to_string(world) +
+                                   (pass == Pass::forward ? " fwd" : " bwd");
+          check_all_ranks(all, what);
+          // Coverage: (q rank, qc, k rank, kc) per head slice, exactly once when not empty.
+          const bool bq = bundle_is_query(algo, pass);
+          std::map<std::tuple<int, int, int, int, int>, int> computed;
+          for (const RankSchedule& rs : all)
+            for (const Work& w : rs.work)
+              for (const SubPair& p : w.pairs) {
+                const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
+                ++computed[{rs.q_pieces[qm][p.qp], p.qc, rs.kv_pieces[km][p.kp], p.kc,
+                            rs.head_slice}];
+              }
+          const int slices = all[0].head_slices;
+          size_t want = 0;
+          for (int qr = 0; qr < world; ++qr)
+            for (int kr = 0; kr < world; ++kr)
+              for (int qc = 0; qc < pairs.chunks_per_rank(); ++qc)
+                for (int kc = 0; kc < pairs.chunks_per_rank(); ++kc)
+                  if (pairs.kind(qr, qc, kr, kc) != PairKind::empty) want += slices;
+          EXPECT_EQ(computed.size(), want) << what;
+          for (const auto& [k, c] : computed) ASSERT_EQ(c, 1) << what;
+          ++cases;
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 120);
 }

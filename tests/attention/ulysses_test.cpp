@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/hybrid_case.hpp"
-#include "longseq/attention/hybrid.hpp"
+#include "attention/attention_case.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 
 using namespace longseq::attention;
@@ -58,7 +58,7 @@ TEST(HeadSplit, RefusesWithTheNumbers) {
   const std::string b =
       error_of([] { HeadSplit(12, 4, 6); });  // 4 neither divisible by 6 nor divides 6
   EXPECT_NE(b.find("kv heads 4"), std::string::npos) << b;
-  const std::string c = error_of([] { validate_usp(UspOptions{3, Backward::q}, 8, 12, 12); });
+  const std::string c = error_of([] { Algorithm::parse("usp:3").validate(8, 12, 12); });
   EXPECT_NE(c.find("usp:3 needs U to divide world 8"), std::string::npos) << c;
 }
 
@@ -68,17 +68,35 @@ struct UspRun {
   int64_t hq, hkv;
 };
 
+// The volume formulas (elements per rank and pass, docs/attention-ulysses.md): the all-to-alls
+// inside the Ulysses group (q, k, v in, o and lse out; backward q, dO, D, LSE, k, v in, dq, dk,
+// dv out) and the ring across the R = P/U groups.
+PassBytes usp_formula(const Algorithm& a, Pass pass, int world, int64_t l, int64_t hq, int64_t hkv,
+                      int64_t d) {
+  const int u = a.family == Algorithm::Family::ulysses ? world : a.degree;
+  const HeadSplit hs(hq, hkv, u);
+  const int64_t hops = world / u - 1, tg = u * l, qh = hs.hq_per, kh = hs.kv_per;
+  if (pass == Pass::forward)
+    return {4 * (u - 1) * l * ((qh + 2 * kh) * d + qh * (d + 1)), 4 * hops * 2 * tg * kh * d};
+  const int64_t a2a = (u - 1) * l * ((2 * qh * d + 2 * qh + 2 * kh * d) + (qh + 2 * kh) * d);
+  const int64_t ring = a.backward == Backward::q ? hops * (tg * qh * (2 * d + 2) + tg * qh * d)
+                                                 : hops * 4 * tg * kh * d;
+  return {4 * a2a, 4 * ring};
+}
+
+// Counters equal the schedule's bytes; without a mask nothing is pruned and the schedule's bytes
+// equal the formulas (with one, pruning only ever removes ring transfers).
 void check_bytes(const AttnCase& c, const Algorithm& a, const Layout& layout) {
-  const int64_t l = layout.local_len();
-  const UspVolume f =
-      usp_forward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
-  const UspVolume b =
-      usp_backward_volume(longseq::testing::usp_options_of(a), c.world, l, c.hq, c.hkv, c.d);
-  for (int r = 0; r < c.world; ++r) {
-    EXPECT_EQ(c.fwd_bytes[r].intra + c.fwd_bytes[r].inter, 4 * (f.all_to_all + f.ring))
-        << "rank " << r;
-    EXPECT_EQ(c.bwd_bytes[r].intra + c.bwd_bytes[r].inter, 4 * (b.all_to_all + b.ring))
-        << "rank " << r;
+  longseq::testing::expect_schedule_bytes(c, a, layout, 1);
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    const PassBytes f = usp_formula(a, pass, c.world, layout.local_len(), c.hq, c.hkv, c.d);
+    for (const PassBytes& s : longseq::testing::schedule_bytes_of(c, a, layout, 1, pass)) {
+      EXPECT_EQ(s.collective, f.collective);
+      if (c.mask->describe() == "full") {
+        EXPECT_EQ(s.p2p, f.p2p);
+      }
+      EXPECT_LE(s.p2p, f.p2p);
+    }
   }
 }
 
@@ -102,7 +120,7 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
                      std::to_string(run.hq) + " Hkv " + std::to_string(run.hkv) + " " + bal + " " +
                      mask);
         const Layout layout = longseq::testing::make_layout(bal, c);
-        longseq::testing::run_hybrid(c, a, layout, 1);
+        c.run(a, layout, 1);
         longseq::testing::expect_matches_reference(c);
         check_bytes(c, a, layout);
         if (HasFailure()) return;
@@ -117,13 +135,12 @@ TEST(Usp, AllToAllStaysInsideNodes) {
   c.run_reference();
   const Layout layout(Balance::zigzag, c.n, c.world);
   const Algorithm a = Algorithm::parse("usp:4");
-  longseq::testing::run_hybrid(c, a, layout, 2);
+  c.run(a, layout, 2);
   longseq::testing::expect_matches_reference(c);
-  const UspVolume f =
-      usp_forward_volume(longseq::testing::usp_options_of(a), 8, layout.local_len(), 8, 4, 16);
+  const PassBytes f = usp_formula(a, Pass::forward, 8, layout.local_len(), 8, 4, 16);
   for (int r = 0; r < 8; ++r) {
-    EXPECT_EQ(c.fwd_bytes[r].intra, 4 * f.all_to_all);
-    EXPECT_EQ(c.fwd_bytes[r].inter, 4 * f.ring);
+    EXPECT_EQ(c.fwd_bytes[r].intra, f.collective);
+    EXPECT_EQ(c.fwd_bytes[r].inter, f.p2p);
   }
 }
 

@@ -3,8 +3,7 @@
 #include <charconv>
 #include <vector>
 
-#include "longseq/attention/startrail.hpp"
-#include "longseq/attention/ulysses.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::attention {
@@ -126,11 +125,13 @@ void Algorithm::validate(int world, int64_t hq, int64_t hkv) const {
       StarTrailConfig(world, team, placement);
       break;
     case Family::ulysses:
-      validate_usp(UspOptions{}, world, hq, hkv);
+    case Family::usp: {
+      const int u = family == Family::ulysses ? world : degree;
+      core::require(u >= 1 && world % u == 0, "attention", "--algo usp:", u,
+                    " needs U to divide world ", world);
+      HeadSplit(hq, hkv, u);
       break;
-    case Family::usp:
-      validate_usp(UspOptions{degree, backward}, world, hq, hkv);
-      break;
+    }
   }
 }
 

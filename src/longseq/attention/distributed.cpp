@@ -1,21 +1,25 @@
-// The one executor: runs any RankSchedule (design.md §5). Per step s it (1) waits for the requests
-// whose wait_step is s, (2) adds gradient partials that arrived, (3) posts every transfer of step
-// s together, (4) computes the chunk pairs of step s. Transfers posted at s are in flight while
-// step s computes: that is the overlap (double or triple buffering comes from the schedule's
-// slot count, not from the executor).
+// The one executor: runs the RankSchedule of every algorithm (design.md §5). It runs the
+// schedule's `pre` collective steps (home -> sides), then per ring step s it (1) waits for the
+// requests whose wait_step is s, (2) adds gradient partials that arrived, (3) posts every transfer
+// of step s together, (4) computes the chunk pairs of step s; then the `post` collective steps
+// (sides -> home). Transfers posted at s are in flight while step s computes: that is the overlap
+// (double or triple buffering comes from the schedule's slot count, not from the executor).
 #include "longseq/attention/distributed.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "longseq/attention/block_ops.hpp"
-#include "longseq/attention/hybrid.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
+#include "longseq/kernels/cpu/attention.hpp"
 
 namespace longseq::attention {
 
@@ -25,15 +29,11 @@ using core::View;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Tags of the two passes differ so a late forward message can never match a backward receive, and
-// both sit above the hybrid algorithms' tags (1000 + a few per rank, startrail.cpp, ulysses.cpp).
-// Tags are origin*2 + part, so worlds up to 2^16 fit below comm::kMaxTag = 2^19.
-constexpr int kForwardTagBase = 1 << 17;
-constexpr int kBackwardTagBase = 1 << 18;
-
-struct Dims {
-  int64_t l, hq, hkv, d;
-};
+// The schedule owns its tags (< 2 * world + 4); the passes get disjoint halves of comm's tag
+// space so a late forward message can never match a backward receive.
+int tag_base(Pass p) {
+  return p == Pass::forward ? 0 : comm::kMaxTag / 2;
+}
 
 // Token metadata of every rank (positions, document ids), shared by all steps.
 struct TokenTable {
@@ -85,27 +85,6 @@ const T* compute_input(View<const float> x, std::vector<T>& keep, const char* wh
   }
 }
 
-// A data bundle laid out as bytes: two parts of T (forward and ring backward: K | V; burst
-// backward: Q | dO), then for burst two fp32 parts D | LSE. D and LSE stay fp32 because they are
-// softmax statistics every score is measured against: a bf16 LSE would put a 2^-8 relative
-// error into every exp(s - lse). The fp32 part starts at a 4-byte aligned offset.
-struct BundleLayout {
-  size_t second = 0;  // byte offset of the second T part (the first is at 0)
-  size_t dvec = 0, lse = 0;
-  size_t bytes = 0;
-
-  template <class T>
-  static BundleLayout of(int64_t part_elems, int64_t row_elems) {
-    BundleLayout b;
-    b.second = static_cast<size_t>(part_elems) * sizeof(T);
-    const size_t t_bytes = 2 * b.second;
-    b.dvec = (t_bytes + alignof(float) - 1) / alignof(float) * alignof(float);
-    b.lse = b.dvec + static_cast<size_t>(row_elems) * sizeof(float);
-    b.bytes = row_elems > 0 ? b.lse + static_cast<size_t>(row_elems) * sizeof(float) : t_bytes;
-    return b;
-  }
-};
-
 // One transfer slot of a data bundle: 64-byte aligned raw bytes (core::Buffer) read through
 // typed part pointers.
 class DataSlot {
@@ -128,8 +107,8 @@ class Transport {
       : g_(g), tag_base_(tag_base), st_(st) {}
 
   void post(const Xfer& x, void* slot_ptr, size_t bytes) {
-    comm::Request r = x.send ? g_.isend(x.peer, slot_ptr, bytes, tag_base_ + x.tag())
-                             : g_.irecv(x.peer, slot_ptr, bytes, tag_base_ + x.tag());
+    comm::Request r = x.send ? g_.isend(x.peer, slot_ptr, bytes, tag_base_ + x.tag)
+                             : g_.irecv(x.peer, slot_ptr, bytes, tag_base_ + x.tag);
     pending_.push_back({x.wait_step, std::move(r)});
   }
   void wait_step(int step) {
@@ -198,167 +177,309 @@ void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topol
 
 namespace {
 
-// The ring-family forward with q, k, v in the compute type T (float or bf16) in the kernels and
-// in the bundles.
-template <class T>
-AttentionSaved ring_forward(View<const float> q, View<const float> k, View<const float> v,
-                            const AttentionSpec& spec, const Layout& layout, comm::Group& group,
-                            AttentionStats* stats) {
-  const comm::Topology topo = schedule_topology(spec.algo, group.topology());
-  const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2)};
-  core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention",
-                "q, k, v must be [L, H, D]");
-  core::require(q.dim(0) == dm.l && k.dim(0) == dm.l && v.dim(0) == dm.l, "attention", "rank ",
-                group.rank(), " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0),
-                " q/k/v tokens, the layout gives ", dm.l);
-  core::require(k.shape() == v.shape() && k.dim(2) == dm.d, "attention", "k ", k.shape().str(),
-                " and v ", v.shape().str(), " must match and share D with q ", q.shape().str());
-  validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
-  const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
-  const MaskSpec& mask = *spec.mask;
-  const kernels::Mask kmask = mask.kernel_mask();
-  const int me = group.rank();
-
-  const PairTable pairs(layout, mask);
-  const RankSchedule rs = make_schedule(me, topo, layout, pairs, spec.algo, Pass::forward);
-  check_schedule(rs);
-  const TokenTable tokens(layout, mask);
-
-  std::vector<T> qkeep, kkeep, vkeep;
-  const T* qp = compute_input(q, qkeep, "q");
-  const T* kp = compute_input(k, kkeep, "k");
-  const T* vp = compute_input(v, vkeep, "v");
-
-  // Data part of a bundle: [K | V], each [L, Hkv, D] in T.
-  const int64_t kv_elems = dm.l * dm.hkv * dm.d;
-  const BundleLayout bl = BundleLayout::of<T>(kv_elems, 0);
-  std::vector<DataSlot> slots;
-  for (int i = 0; i < rs.data_slots; ++i) slots.emplace_back(bl.bytes);
-  if (rs.own_slot >= 0) {
-    std::memcpy(slots[rs.own_slot].at<T>(0), kp, bl.second);
-    std::memcpy(slots[rs.own_slot].at<T>(bl.second), vp, bl.second);
+// ---- caches: the trainer calls attention for every layer and step with the same layout, mask
+// and algorithm, so pair tables, token tables and schedules are built once per key. Keys hold
+// every value the cached objects depend on (the mask by a hash of its contents), so a hit is
+// always right; a few entries bound the memory.
+template <class V>
+class Cache {
+ public:
+  template <class Make>
+  std::shared_ptr<const V> get(const std::string& key, Make make) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [k, v] : items_)
+        if (k == key) return v;
+    }
+    auto v = std::make_shared<const V>(make());
+    std::lock_guard<std::mutex> lk(mu_);
+    if (items_.size() >= kCapacity) items_.erase(items_.begin());
+    items_.emplace_back(key, v);
+    return v;
   }
 
-  AttentionSaved saved;
-  saved.q = q;
-  saved.k = k;
-  saved.v = v;
-  saved.o = Tensor<float>(core::Shape{dm.l, dm.hq, dm.d});
-  saved.lse = Tensor<float>(core::Shape{dm.l, dm.hq});
-  std::fill(saved.lse.begin(), saved.lse.end(), kNegInf);
+ private:
+  static constexpr size_t kCapacity = 64;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<const V>>> items_;
+};
 
-  BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
-  Transport tr(group, kForwardTagBase, stats);
-  const int64_t q_rows = spec.query_rows < 0 ? dm.l : std::min(spec.query_rows, dm.l);
-  const auto& my_chunks = layout.chunks(me);
-  size_t wi = 0;
-  double scratch_s = 0;
-  for (int s = 0; s < rs.num_steps; ++s) {
-    tr.wait_step(s);
-    for (const Xfer& x : rs.xfers)
-      if (x.post_step == s) tr.post(x, slots[x.slot].bytes(), bl.bytes);
-    if (wi < rs.work.size() && rs.work[wi].step == s) {
-      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
-      const Work& w = rs.work[wi++];
-      const T* kb = slots[w.slot].at<T>(0);
-      const T* vb = slots[w.slot].at<T>(bl.second);
-      const auto& kv_chunks = layout.chunks(w.origin);
-      for (const SubPair& p : w.pairs) {
-        const Chunk& qc = my_chunks[p.qc];
-        const Chunk& kc = kv_chunks[p.kc];
-        const int64_t q_len = std::clamp<int64_t>(q_rows - qc.local_begin, 0, qc.len);
-        if (q_len == 0) continue;  // rows past spec.query_rows are not asked for
-        ops.forward_merge(qp + qc.local_begin * dm.hq * dm.d, tokens.tokens(me, qc.local_begin),
-                          q_len, kb + kc.local_begin * dm.hkv * dm.d,
-                          vb + kc.local_begin * dm.hkv * dm.d,
-                          tokens.tokens(w.origin, kc.local_begin), kc.len, kmask,
-                          saved.o.data() + qc.local_begin * dm.hq * dm.d,
-                          saved.lse.data() + qc.local_begin * dm.hq);
-        if (stats) ++stats->pairs;
+uint64_t hash_bytes(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct Tables {
+  PairTable pairs;
+  TokenTable tokens;
+};
+
+std::string tables_key(const Layout& layout, const MaskSpec& m) {
+  uint64_t h = hash_bytes(m.doc_ids.data(), m.doc_ids.size() * sizeof(int32_t));
+  h = hash_bytes(m.block_mask.data(), m.block_mask.size(), h);
+  return core::cat(static_cast<int>(layout.balance()), ":", layout.global_len(), ":",
+                   layout.world(), ":", layout.block(), "|", m.causal, ":", m.window, ":",
+                   m.doc_ids.size(), ":", m.block_mask.size(), ":", m.block_size, ":", h);
+}
+
+// The tables and this rank's schedule of one pass, from the caches.
+struct Plan {
+  std::shared_ptr<const Tables> tables;
+  std::shared_ptr<const RankSchedule> rs;
+};
+
+Plan plan_for(const AttentionSpec& spec, const Layout& layout, const comm::Group& group,
+              Pass pass) {
+  static Cache<Tables> tables;
+  static Cache<RankSchedule> schedules;
+  const MaskSpec& mask = *spec.mask;
+  const std::string tk = tables_key(layout, mask);
+  Plan p;
+  p.tables = tables.get(tk, [&] {
+    return Tables{PairTable(layout, mask), TokenTable(layout, mask)};
+  });
+  const comm::Topology topo = schedule_topology(spec.algo, group.topology());
+  std::string nodes;
+  for (int r = 0; r < topo.size(); ++r) nodes += core::cat(topo.node(r), ",");
+  const std::string sk = core::cat(tk, "|", spec.algo.name(), "|", nodes, "|", group.rank(), "|",
+                                   static_cast<int>(pass));
+  p.rs = schedules.get(sk, [&] {
+    return make_schedule(group.rank(), topo, layout, p.tables->pairs, spec.algo, pass);
+  });
+  check_schedule(*p.rs);
+  return p;
+}
+
+constexpr size_t kFields = 10;
+
+// Where every field lives on this rank: home (L rows, all heads; the caller's tensors) and side
+// (the schedule's pieces for this rank's head slice). Without collectives the sides are home.
+struct Store {
+  std::array<std::byte*, kFields> home{}, side{};
+  std::vector<core::Buffer<std::byte>> owned;
+  std::byte* make(size_t bytes) {
+    owned.emplace_back(std::max<size_t>(bytes, 1));
+    std::memset(owned.back().data(), 0, bytes);
+    return owned.back().data();
+  }
+  template <class U>
+  U* h(Field f) {
+    return reinterpret_cast<U*>(home[static_cast<size_t>(f)]);
+  }
+  template <class U>
+  U* s(Field f) {
+    return reinterpret_cast<U*>(side[static_cast<size_t>(f)]);
+  }
+  std::byte*& side_of(Field f) { return side[static_cast<size_t>(f)]; }
+  std::byte* home_of(Field f) { return home[static_cast<size_t>(f)]; }
+};
+
+bool kv_field(Field f) {
+  return f == Field::k || f == Field::v || f == Field::dk || f == Field::dv;
+}
+
+// The sub-group of a collective step (collective over `group` on the first call only).
+comm::Group sub_group(const Collective& c, const comm::Group& group) {
+  const auto me = std::find(c.members.begin(), c.members.end(), group.rank()) - c.members.begin();
+  return group.split_cached(c.partition, c.members.front(), static_cast<int>(me));
+}
+
+// Runs collective steps. Sub-groups come from the group's split cache, so only the first call
+// of a run pays the split.
+void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, const Dims& dm,
+                     Store& st, comm::Group& group, Pass pass, int threads) {
+  using Op = Collective::Op;
+  const int64_t l = dm.l, hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm);
+  for (const Collective& c : cs) {
+    const int n = static_cast<int>(c.members.size());
+    comm::Group sub = n > 0 ? sub_group(c, group) : group;
+    if (c.op == Op::merge) {  // StarTrail's reduce-scatter with LSE weights
+      const int64_t ro = l * dm.hq * dm.d, rl = l * dm.hq;
+      core::Buffer<float> so(n * ro), sl(n * rl);
+      sub.all_to_all(st.s<float>(Field::o), so.data(), ro, core::DType::f32);
+      sub.all_to_all(st.s<float>(Field::lse), sl.data(), rl, core::DType::f32);
+      float* o = st.h<float>(Field::o);
+      float* lse = st.h<float>(Field::lse);
+      std::fill(o, o + ro, 0.f);
+      std::fill(lse, lse + rl, kNegInf);
+      for (int m = 0; m < n; ++m)  // member order: the same rounding on every run
+        kernels::cpu::merge_partials(o, lse, so.data() + m * ro, sl.data() + m * rl, l, dm.hq, dm.d,
+                                     threads);
+      continue;
+    }
+    for (size_t fi = 0; fi < c.fields.size(); ++fi) {
+      const Field f = c.fields[fi];
+      const int64_t eb = field_bytes(f, dm);
+      const core::DType dt = eb == 2 ? core::DType::bf16 : core::DType::f32;
+      const int64_t wh = field_width(f, dm.hq, dm.hkv, dm.d),
+                    ws = field_width(f, hq_s, hkv_s, dm.d);
+      const int64_t unit = f == Field::lse || f == Field::dvec ? 1 : dm.d;
+      const bool heads = c.op == Op::to_heads || c.op == Op::from_heads;
+      const HeadSplit hs(dm.hq, dm.hkv, heads ? n : 1);
+      auto begin = [&](int j) { return (kv_field(f) ? hs.kv_begin(j) : hs.q_begin(j)) * unit; };
+      switch (c.op) {
+        case Op::all_gather:
+          st.side_of(f) = st.make(n * l * wh * eb);
+          sub.all_gather(st.home_of(f), st.side_of(f), l * wh, dt);
+          break;
+        case Op::reduce_scatter:
+          sub.reduce_scatter(st.side_of(f), st.home_of(f), l * wh, dt);
+          break;
+        case Op::to_heads: {
+          core::Buffer<std::byte> pack(n * l * ws * eb);
+          for (int j = 0; j < n; ++j)
+            for (int64_t t = 0; t < l; ++t)
+              std::memcpy(pack.data() + (j * l + t) * ws * eb,
+                          st.home_of(f) + (t * wh + begin(j)) * eb, ws * eb);
+          st.side_of(f) = st.make(n * l * ws * eb);
+          sub.all_to_all(pack.data(), st.side_of(f), l * ws, dt);
+          break;
+        }
+        case Op::from_heads: {  // fp32 outputs; replicated kv heads add up in member order
+          core::Buffer<float> in(n * l * ws);
+          sub.all_to_all(st.side_of(f), in.data(), l * ws, dt);
+          float* home = st.h<float>(f);
+          std::fill(home, home + l * wh, 0.f);
+          for (int i = 0; i < n; ++i)
+            for (int64_t t = 0; t < l; ++t)
+              for (int64_t e = 0; e < ws; ++e)
+                home[t * wh + begin(i) + e] += in[(i * l + t) * ws + e];
+          break;
+        }
+        case Op::send_recv: {
+          const int64_t bytes = l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * ws * eb;
+          if (c.to == group.rank() && c.from == group.rank()) break;
+          std::byte* fresh = st.make(bytes);
+          const int tag = tag_base(pass) + c.tag + static_cast<int>(fi);
+          comm::Request out = group.isend(c.to, st.side_of(f), bytes, tag);
+          comm::Request in = group.irecv(c.from, fresh, bytes, tag);
+          out.wait();
+          in.wait();
+          st.side_of(f) = fresh;
+          break;
+        }
+        case Op::merge:
+          break;
       }
     }
   }
-  tr.wait_all();
-  if (stats) stats->steps += rs.num_steps;
-  return saved;
 }
 
-// The ring-family backward with q, k, v, dO in the compute type T in the kernels and the data
-// bundles; D, LSE and every gradient (the gradient bundles too) are fp32.
+// One pass of any algorithm, q, k, v and dO in the compute type T in the kernels, the bundles
+// and the collectives; D, LSE, outputs and every gradient (on the wire too) fp32.
 template <class T>
-AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved,
-                             const AttentionSpec& spec, const Layout& layout, comm::Group& group,
-                             AttentionStats* stats) {
-  const comm::Topology topo = schedule_topology(spec.algo, group.topology());
-  const Dims dm{layout.local_len(), saved.q.dim(1), saved.k.dim(1), saved.q.dim(2)};
-  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(),
-                " must match q ", saved.q.shape().str());
+void execute(Pass pass, View<const float> q, View<const float> k, View<const float> v,
+             View<const float> dout, AttentionSaved* out, const AttentionSaved* in,
+             AttentionGrads* grads, const AttentionSpec& spec, const Layout& layout,
+             comm::Group& group, AttentionStats* stats) {
+  const bool fwd = pass == Pass::forward;
+  const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2), static_cast<int64_t>(sizeof(T))};
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
-  const MaskSpec& mask = *spec.mask;
-  const kernels::Mask kmask = mask.kernel_mask();
-  const int me = group.rank();
-  const bool bq = spec.algo.backward == Backward::q;
+  const kernels::Mask kmask = spec.mask->kernel_mask();
+  const Plan plan = plan_for(spec, layout, group, pass);
+  const RankSchedule& rs = *plan.rs;
+  const TokenTable& tokens = plan.tables->tokens;
+  const bool bq = bundle_is_query(spec.algo, pass);
+  const int64_t hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm), l = dm.l, d = dm.d;
+  const int64_t rows_q = l * static_cast<int64_t>(rs.q_pieces[rs.member].size());
+  const int64_t rows_k = l * static_cast<int64_t>(rs.kv_pieces[rs.member].size());
+  double scratch_s = 0;
+  double* compute_s = stats ? &stats->compute_s : &scratch_s;
 
-  const PairTable pairs(layout, mask);
-  const RankSchedule rs = make_schedule(me, topo, layout, pairs, spec.algo, Pass::backward);
-  check_schedule(rs);
-  const TokenTable tokens(layout, mask);
-
-  // The saved inputs are the caller's fp32 views; rounding them again gives the forward's values.
+  // Home tensors. The saved inputs are the caller's fp32 views; rounding them again in the
+  // backward gives the forward's values.
   std::vector<T> qkeep, kkeep, vkeep, dkeep;
-  const T* qp = compute_input(saved.q, qkeep, "q");
-  const T* kp = compute_input(saved.k, kkeep, "k");
-  const T* vp = compute_input(saved.v, vkeep, "v");
-  const T* dop = compute_input(dout, dkeep, "do");
-  BlockOps ops(dm.hq, dm.hkv, dm.d, scale, spec.threads);
+  Store st;
+  auto set_home = [&](Field f, const void* p) {
+    st.home[static_cast<size_t>(f)] = static_cast<std::byte*>(const_cast<void*>(p));
+  };
+  set_home(Field::q, compute_input(q, qkeep, "q"));
+  set_home(Field::k, compute_input(k, kkeep, "k"));
+  set_home(Field::v, compute_input(v, vkeep, "v"));
+  std::vector<float> dvec;
+  BlockOps home_ops(dm.hq, dm.hkv, d, scale, spec.threads);
+  if (fwd) {
+    out->o = Tensor<float>(core::Shape{l, dm.hq, d});
+    out->lse = Tensor<float>(core::Shape{l, dm.hq});
+    std::fill(out->lse.begin(), out->lse.end(), kNegInf);
+    set_home(Field::o, out->o.data());
+    set_home(Field::lse, out->lse.data());
+  } else {
+    const T* dop = compute_input(dout, dkeep, "do");
+    set_home(Field::dout, dop);
+    set_home(Field::lse, in->lse.data());
+    // D = rowsum(dO * O) where O lives, so O itself never moves.
+    dvec.resize(static_cast<size_t>(l * dm.hq));
+    {
+      core::ScopedTimer t(compute_s);
+      home_ops.compute_d(in->o.data(), dop, l, dvec.data());
+    }
+    set_home(Field::dvec, dvec.data());
+    grads->dq = Tensor<float>(core::Shape{l, dm.hq, d});
+    grads->dk = Tensor<float>(core::Shape{l, dm.hkv, d});
+    grads->dv = Tensor<float>(core::Shape{l, dm.hkv, d});
+    set_home(Field::dq, grads->dq.data());
+    set_home(Field::dk, grads->dk.data());
+    set_home(Field::dv, grads->dv.data());
+  }
+  st.side = st.home;
+  {
+    core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
+    run_collectives(rs.pre, rs, dm, st, group, pass, spec.threads);
+  }
+  // Output sides: home without collectives, else fresh buffers for this rank's pieces and heads.
+  const bool aliased = rs.pre.empty();
+  if (fwd && !aliased) {
+    st.side_of(Field::o) = st.make(rows_q * hq_s * d * 4);
+    st.side_of(Field::lse) = st.make(rows_q * hq_s * 4);
+    std::fill_n(st.s<float>(Field::lse), rows_q * hq_s, kNegInf);
+  }
+  // Backward: dK, dV side contiguous ([dK | dV] is ring's home gradient); dQ side.
+  const int64_t kv_side = rows_k * hkv_s * d;
+  if (!fwd) {
+    st.side_of(Field::dk) = st.make(2 * kv_side * 4);
+    st.side_of(Field::dv) = st.side_of(Field::dk) + kv_side * 4;
+    if (!aliased) st.side_of(Field::dq) = st.make(rows_q * hq_s * d * 4);
+  }
 
-  const int64_t q_elems = dm.l * dm.hq * dm.d, row_elems = dm.l * dm.hq,
-                kv_elems = dm.l * dm.hkv * dm.d;
-  // D = rowsum(dO * O): computed once at home; burst ships it instead of O.
-  std::vector<float> dvec(static_cast<size_t>(row_elems));
-  ops.compute_d(saved.o.data(), dop, dm.l, dvec.data());
-
-  // Data part: burst [Q | dO | D | LSE] (Q, dO in T), ring [K | V] (in T). Gradient part, fp32
-  // so partial gradients accumulate in fp32 along the ring: burst dQ, ring [dK | dV].
-  const BundleLayout bl =
-      bq ? BundleLayout::of<T>(q_elems, row_elems) : BundleLayout::of<T>(kv_elems, 0);
-  const int64_t grad_elems = bq ? q_elems : 2 * kv_elems;
+  // Bundles: forward and ring backward [K | V] in T; burst [Q | dO | D | LSE]; grad fp32.
+  const BundleLayout bl = data_layout(rs, spec.algo, pass, dm);
+  const int64_t gel = grad_elems(rs, spec.algo, pass, dm);
   std::vector<DataSlot> dslots;
   std::vector<core::Buffer<float>> gslots;
   for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(bl.bytes);
-  for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(grad_elems);
+  for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(gel);
   if (rs.own_slot >= 0) {
     DataSlot& o = dslots[rs.own_slot];
-    std::memcpy(o.at<T>(0), bq ? qp : kp, bl.second);
-    std::memcpy(o.at<T>(bl.second), bq ? dop : vp, bl.second);
+    std::memcpy(o.at<T>(0), st.s<T>(bq ? Field::q : Field::k), bl.second);
+    std::memcpy(o.at<T>(bl.second), st.s<T>(bq ? Field::dout : Field::v), bl.second);
     if (bq) {
-      std::memcpy(o.at<float>(bl.dvec), dvec.data(), row_elems * sizeof(float));
-      std::memcpy(o.at<float>(bl.lse), saved.lse.data(), row_elems * sizeof(float));
+      std::memcpy(o.at<float>(bl.dvec), st.s<float>(Field::dvec), rows_q * hq_s * 4);
+      std::memcpy(o.at<float>(bl.lse), st.s<float>(Field::lse), rows_q * hq_s * 4);
     }
   }
+  float* home_grad = bq ? st.s<float>(Field::dq) : st.s<float>(Field::dk);
 
-  AttentionGrads g;
-  g.dq = Tensor<float>(core::Shape{dm.l, dm.hq, dm.d});
-  g.dk = Tensor<float>(core::Shape{dm.l, dm.hkv, dm.d});
-  g.dv = Tensor<float>(core::Shape{dm.l, dm.hkv, dm.d});
-  // Home gradient of our own bundle, in the gradient part's packing.
-  core::Buffer<float> home_kv(bq ? 0 : 2 * kv_elems);
-  float* home = bq ? g.dq.data() : home_kv.data();
-
-  Transport tr(group, kBackwardTagBase, stats);
-  const auto& my_chunks = layout.chunks(me);
+  BlockOps ops(hq_s, hkv_s, d, scale, spec.threads);
+  Transport tr(group, tag_base(pass), stats);
+  // Rows past spec.query_rows are not asked for (forward, where the query side is home).
+  const int64_t q_rows =
+      fwd && aliased && spec.query_rows >= 0 ? std::min(spec.query_rows, l) : rows_q;
+  const T* qs = st.s<T>(Field::q);
+  const T* ks = st.s<T>(Field::k);
+  const T* vs = st.s<T>(Field::v);
   size_t wi = 0, ai = 0;
-  double scratch_s = 0;
   for (int s = 0; s < rs.num_steps; ++s) {
     tr.wait_step(s);
     {
-      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
+      core::ScopedTimer t(compute_s);
       for (; ai < rs.accumulates.size() && rs.accumulates[ai].step == s; ++ai) {
         const Accumulate& a = rs.accumulates[ai];
-        float* into = a.into < 0 ? home : gslots[a.into].data();
+        float* into = a.into < 0 ? home_grad : gslots[a.into].data();
         const float* from = gslots[a.from].data();
-        for (int64_t i = 0; i < grad_elems; ++i) into[i] += from[i];
+        for (int64_t i = 0; i < gel; ++i) into[i] += from[i];
       }
     }
     for (const Xfer& x : rs.xfers)
@@ -366,75 +487,112 @@ AttentionGrads ring_backward(View<const float> dout, const AttentionSaved& saved
         if (x.part == Part::data)
           tr.post(x, dslots[x.slot].bytes(), bl.bytes);
         else
-          tr.post(x, gslots[x.slot].data(), grad_elems * sizeof(float));
+          tr.post(x, gslots[x.slot].data(), gel * sizeof(float));
       }
-    if (wi < rs.work.size() && rs.work[wi].step == s) {
-      core::ScopedTimer t(stats ? &stats->compute_s : &scratch_s);
-      const Work& w = rs.work[wi++];
-      float* gout = w.grad_slot < 0 ? home : gslots[w.grad_slot].data();
-      if (w.grad_slot >= 0) std::fill(gout, gout + grad_elems, 0.0f);
-      DataSlot& b = dslots[w.slot];
-      const T* b0 = b.at<T>(0);
-      const T* b1 = b.at<T>(bl.second);
-      const auto& other_chunks = layout.chunks(w.origin);
-      for (const SubPair& p : w.pairs) {
-        if (bq) {
-          // Queries (and dO, D, LSE) from the bundle, keys local; dQ into the bundle's gradient.
-          const Chunk& qc = other_chunks[p.qc];
-          const Chunk& kc = my_chunks[p.kc];
-          const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
-          const int64_t ko = kc.local_begin * dm.hkv * dm.d;
-          ops.backward(b0 + qo, kp + ko, vp + ko, b1 + qo, b.at<float>(bl.lse) + ro,
-                       b.at<float>(bl.dvec) + ro, tokens.tokens(w.origin, qc.local_begin), qc.len,
-                       tokens.tokens(me, kc.local_begin), kc.len, kmask, gout + qo,
-                       g.dk.data() + ko, g.dv.data() + ko);
-        } else {
-          // Queries local, keys from the bundle; dK, dV into the bundle's gradient.
-          const Chunk& qc = my_chunks[p.qc];
-          const Chunk& kc = other_chunks[p.kc];
-          const int64_t qo = qc.local_begin * dm.hq * dm.d, ro = qc.local_begin * dm.hq;
-          const int64_t ko = kc.local_begin * dm.hkv * dm.d;
-          ops.backward(qp + qo, b0 + ko, b1 + ko, dop + qo, saved.lse.data() + ro, dvec.data() + ro,
-                       tokens.tokens(me, qc.local_begin), qc.len,
-                       tokens.tokens(w.origin, kc.local_begin), kc.len, kmask, g.dq.data() + qo,
-                       gout + ko, gout + kv_elems + ko);
-        }
-        if (stats) ++stats->pairs;
+    if (wi >= rs.work.size() || rs.work[wi].step != s) continue;
+    core::ScopedTimer t(compute_s);
+    const Work& w = rs.work[wi++];
+    float* gout = w.grad_slot < 0 ? home_grad : gslots[w.grad_slot].data();
+    if (w.grad_slot >= 0) std::fill(gout, gout + gel, 0.0f);
+    DataSlot& b = dslots[w.slot];
+    const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
+    for (const SubPair& p : w.pairs) {
+      const int qr = rs.q_pieces[qm][p.qp], kr = rs.kv_pieces[km][p.kp];
+      const Chunk& qc = layout.chunks(qr)[p.qc];
+      const Chunk& kc = layout.chunks(kr)[p.kc];
+      const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
+      const int64_t qo = qrow * hq_s * d, ro = qrow * hq_s, ko = krow * hkv_s * d;
+      const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
+      const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
+      if (fwd) {
+        const int64_t q_len = std::clamp<int64_t>(q_rows - qrow, 0, qc.len);
+        if (q_len == 0) continue;
+        ops.forward_merge(qs + qo, qt, q_len, b.at<T>(0) + ko, b.at<T>(bl.second) + ko, kt, kc.len,
+                          kmask, st.s<float>(Field::o) + qo, st.s<float>(Field::lse) + ro);
+      } else if (bq) {
+        // Queries (and dO, D, LSE) from the bundle, keys from the key side; dQ into the bundle's
+        // gradient.
+        ops.backward(b.at<T>(0) + qo, ks + ko, vs + ko, b.at<T>(bl.second) + qo,
+                     b.at<float>(bl.lse) + ro, b.at<float>(bl.dvec) + ro, qt, qc.len, kt, kc.len,
+                     kmask, gout + qo, st.s<float>(Field::dk) + ko, st.s<float>(Field::dv) + ko);
+      } else {
+        // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient.
+        ops.backward(qs + qo, b.at<T>(0) + ko, b.at<T>(bl.second) + ko, st.s<T>(Field::dout) + qo,
+                     st.s<float>(Field::lse) + ro, st.s<float>(Field::dvec) + ro, qt, qc.len, kt,
+                     kc.len, kmask, st.s<float>(Field::dq) + qo, gout + ko, gout + kv_side + ko);
       }
+      if (stats) ++stats->pairs;
     }
   }
   tr.wait_all();
-  if (!bq) {
-    std::memcpy(g.dk.data(), home_kv.data(), kv_elems * sizeof(float));
-    std::memcpy(g.dv.data(), home_kv.data() + kv_elems, kv_elems * sizeof(float));
-  }
   if (stats) stats->steps += rs.num_steps;
-  return g;
+  {
+    core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
+    run_collectives(rs.post, rs, dm, st, group, pass, spec.threads);
+  }
+  if (!fwd && aliased) {
+    std::memcpy(grads->dk.data(), st.s<float>(Field::dk), kv_side * sizeof(float));
+    std::memcpy(grads->dv.data(), st.s<float>(Field::dv), kv_side * sizeof(float));
+  }
+}
+
+void check_shapes(View<const float> q, View<const float> k, View<const float> v,
+                  const Layout& layout, int rank) {
+  const int64_t l = layout.local_len();
+  core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention",
+                "q, k, v must be [L, H, D]");
+  core::require(q.dim(0) == l && k.dim(0) == l && v.dim(0) == l, "attention", "rank ", rank,
+                " holds ", q.dim(0), "/", k.dim(0), "/", v.dim(0),
+                " q/k/v tokens, the layout gives ", l);
+  core::require(k.shape() == v.shape() && k.dim(2) == q.dim(2), "attention", "k ", k.shape().str(),
+                " and v ", v.shape().str(), " must match and share D with q ", q.shape().str());
 }
 
 }  // namespace
+
+void prepare(const AttentionSpec& spec, const Layout& layout, comm::Group& group) {
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    const Plan plan = plan_for(spec, layout, group, pass);
+    for (const auto* list : {&plan.rs->pre, &plan.rs->post})
+      for (const Collective& c : *list)
+        if (!c.members.empty()) sub_group(c, group);
+  }
+}
 
 AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k,
                                              View<const float> v, const AttentionSpec& spec,
                                              const Layout& layout, comm::Group& group,
                                              AttentionStats* stats) {
-  if (!spec.algo.ring_family())
-    return hybrid_forward(spec.algo, q, k, v, spec, layout, group, stats);
+  check_shapes(q, k, v, layout, group.rank());
   validate_precision(spec.precision);
+  AttentionSaved saved;
+  saved.q = q;
+  saved.k = k;
+  saved.v = v;
   if (spec.precision == core::DType::bf16)
-    return ring_forward<core::bf16>(q, k, v, spec, layout, group, stats);
-  return ring_forward<float>(q, k, v, spec, layout, group, stats);
+    execute<core::bf16>(Pass::forward, q, k, v, {}, &saved, nullptr, nullptr, spec, layout, group,
+                        stats);
+  else
+    execute<float>(Pass::forward, q, k, v, {}, &saved, nullptr, nullptr, spec, layout, group,
+                   stats);
+  return saved;
 }
 
 AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
                                               const AttentionSpec& spec, const Layout& layout,
                                               comm::Group& group, AttentionStats* stats) {
-  if (!spec.algo.ring_family())
-    return hybrid_backward(spec.algo, dout, saved, spec, layout, group, stats);
+  check_shapes(saved.q, saved.k, saved.v, layout, group.rank());
+  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(),
+                " must match q ", saved.q.shape().str());
   validate_precision(spec.precision);
+  AttentionGrads g;
   if (spec.precision == core::DType::bf16)
-    return ring_backward<core::bf16>(dout, saved, spec, layout, group, stats);
-  return ring_backward<float>(dout, saved, spec, layout, group, stats);
+    execute<core::bf16>(Pass::backward, saved.q, saved.k, saved.v, dout, nullptr, &saved, &g, spec,
+                        layout, group, stats);
+  else
+    execute<float>(Pass::backward, saved.q, saved.k, saved.v, dout, nullptr, &saved, &g, spec,
+                   layout, group, stats);
+  return g;
 }
 
 }  // namespace longseq::attention

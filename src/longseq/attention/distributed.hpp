@@ -26,8 +26,8 @@ class Group;
 namespace longseq::attention {
 
 struct AttentionSpec {
-  /// Any --algo (algorithm.hpp): the ring family runs on the schedules of schedule.hpp,
-  /// StarTrail, Ulysses and USP on hybrid.hpp.
+  /// Any --algo (algorithm.hpp); every one runs its make_schedule plan (schedule.hpp) on the one
+  /// executor.
   Algorithm algo;
   std::shared_ptr<const MaskSpec> mask = std::make_shared<MaskSpec>();
   double scale = 0.0;  ///< 0: 1/sqrt(D)
@@ -36,14 +36,14 @@ struct AttentionSpec {
   /// bf16; validate() refuses any other dtype. The API is fp32 either way (fp32 views in, fp32
   /// o, lse and gradients out). bf16: q, k, v and dO are rounded to bf16 once at entry
   /// (round-to-nearest-even), every block kernel runs its bf16 overload, and the ring family
-  /// ships bf16 K, V (and burst's Q, dO); accumulation, o, lse, D = rowsum(dO * O) and every
-  /// gradient, including the gradient partials on the wire, stay fp32 (design.md §2). The hybrid
-  /// algorithms round the inputs the same way but run fp32 kernels and transfers (hybrid.hpp).
+  /// ships bf16 q, k, v and dO (in the ring and in the collective steps); accumulation, o, lse,
+  /// D = rowsum(dO * O) and every gradient, including the gradient partials on the wire, stay
+  /// fp32 (design.md §2), for every algorithm.
   /// The backward re-rounds the saved fp32 q, k, v, so it needs nothing extra from the forward.
   core::DType precision = core::DType::f32;
   /// Forward only: compute this rank's local query rows [0, query_rows) and nothing for the
   /// rows after them, whose o and lse are then unspecified (the ring family leaves o = 0,
-  /// lse = -inf; the hybrid algorithms compute them anyway). -1: every row. Transfers do not
+  /// lse = -inf; StarTrail, Ulysses and USP compute them anyway). -1: every row. Transfers do not
   /// change, so ranks may pass different values. Local rows are in increasing global position
   /// under every layout, so a prefix is the rank's earliest tokens: sequence-level selective
   /// checkpointing recomputes exactly those (model/transformer.hpp).
@@ -79,6 +79,11 @@ void validate_precision(core::DType precision);
 /// match the layout).
 void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& topo,
               int64_t hq, int64_t hkv, int64_t d);
+
+/// Collective over `group`: builds (and caches) this rank's schedules of both passes and the
+/// sub-groups their collective steps use: what the first forward would do otherwise. Optional;
+/// byte counters reset after it see only the passes themselves.
+void prepare(const AttentionSpec& spec, const Layout& layout, comm::Group& group);
 
 AttentionSaved distributed_attention_forward(core::View<const float> q, core::View<const float> k,
                                              core::View<const float> v, const AttentionSpec& spec,

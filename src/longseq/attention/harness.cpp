@@ -212,17 +212,18 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
   RankRecord mine;
   mine.rank = r;
   mine.node = g.node();
-  g.reset_stats();
+  prepare(spec, layout, g);
+  g.reset_rank_stats();
   AttentionSaved saved = distributed_attention_forward(lq.view(), lk.view(), lv.view(), spec,
                                                        layout, g, &mine.forward);
-  mine.forward_bytes = g.stats();
+  mine.forward_bytes = g.rank_stats();
   AttentionGrads grads;
   if (backward) {
     core::Tensor<float> ld(core::Shape{l, hq, d});
     layout.shard(in.dout.data(), hq * d, r, ld.data());
-    g.reset_stats();
+    g.reset_rank_stats();
     grads = distributed_attention_backward(ld.view(), saved, spec, layout, g, &mine.backward);
-    mine.backward_bytes = g.stats();
+    mine.backward_bytes = g.rank_stats();
   }
 
   HarnessRun out;

@@ -46,6 +46,7 @@ class Layout {
   int64_t global_len() const { return n_; }
   int64_t padded_len() const { return padded_; }
   int64_t local_len() const { return padded_ / world_; }
+  int64_t block() const { return block_; }
 
   /// The rank's tokens as runs, in local order.
   const std::vector<Chunk>& chunks(int rank) const { return chunks_[rank]; }

@@ -5,6 +5,7 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/npy.hpp"
+#include "longseq/kernels/cpu/tiles.hpp"
 
 namespace longseq::attention {
 
@@ -156,34 +157,28 @@ ChunkInfo chunk_info(const Chunk& c, int64_t n, const MaskSpec& m) {
   return info;
 }
 
+// The kernels' own tile classification (kernels/cpu/tiles.hpp), so the schedule and the kernels
+// agree on what is empty, and the block-mask scan is bounded the same way (a striped chunk spans
+// the whole sequence: an unbounded scan would cost O(nb^2) per chunk pair).
 PairKind classify(const MaskSpec& m, const ChunkInfo& q, const ChunkInfo& k) {
-  if (!q.any_valid || !k.any_valid) return PairKind::empty;
-  bool full = !q.has_padding && !k.has_padding;
-  if (m.causal || m.window > 0) {
-    if (k.pmin > q.pmax) return PairKind::empty;
-    if (k.pmax > q.pmin) full = false;
+  auto tile = [](const ChunkInfo& c) {
+    kernels::cpu::detail::TileInfo t;
+    t.any_valid = c.any_valid;
+    t.all_valid = !c.has_padding;
+    t.pmin = c.pmin;
+    t.pmax = c.pmax;
+    t.dmin = c.dmin;
+    t.dmax = c.dmax;
+    return t;
+  };
+  switch (kernels::cpu::detail::classify(m.kernel_mask(), tile(q), tile(k))) {
+    case kernels::cpu::detail::TileKind::empty:
+      return PairKind::empty;
+    case kernels::cpu::detail::TileKind::full:
+      return PairKind::full;
+    default:
+      return PairKind::partial;
   }
-  if (m.window > 0) {
-    if (q.pmin - k.pmax >= m.window) return PairKind::empty;
-    if (q.pmax - k.pmin >= m.window) full = false;
-  }
-  if (!m.doc_ids.empty()) {
-    if (q.dmax < k.dmin || k.dmax < q.dmin) return PairKind::empty;
-    if (!(q.dmin == q.dmax && k.dmin == k.dmax && q.dmin == k.dmin)) full = false;
-  }
-  if (!m.block_mask.empty()) {
-    // The blocks spanned by the chunks' position ranges are a superset of the blocks they touch.
-    bool any = false, all = true;
-    for (int64_t qb = q.pmin / m.block_size; qb <= q.pmax / m.block_size; ++qb)
-      for (int64_t kb = k.pmin / m.block_size; kb <= k.pmax / m.block_size; ++kb) {
-        const bool v = m.block_mask[qb * m.num_blocks + kb] != 0;
-        any |= v;
-        all &= v;
-      }
-    if (!any) return PairKind::empty;
-    if (!all) full = false;
-  }
-  return full ? PairKind::full : PairKind::partial;
 }
 
 PairTable::PairTable(const Layout& layout, const MaskSpec& mask)

@@ -19,6 +19,79 @@ comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& gr
   return comm::Topology::declared(group.size(), group.size() / algo.inner);
 }
 
+StarTrailConfig::StarTrailConfig(int world, int c, TeamPlacement placement)
+    : world_(world), c_(c), placement_(placement) {
+  require(world >= 1 && c >= 1, "attention", "--algo startrail:", c, " needs C >= 1 and a world of",
+          " at least 1 rank, got world ", world);
+  require(world % (c * c) == 0, "attention", "--algo startrail:", c, " needs C*C = ", c * c,
+          " to divide world ", world);
+}
+
+StarTrailConfig::Coord StarTrailConfig::coord(int rank) const {
+  LONGSEQ_CHECK_MSG(rank >= 0 && rank < world_, "rank ", rank, " of ", world_);
+  const int g_len = ring_len();
+  if (placement_ == TeamPlacement::teams)  // rank = (g*G + j)*C + a
+    return {rank / c_ / g_len, rank / c_ % g_len, rank % c_};
+  return {rank / g_len / c_, rank % g_len, rank / g_len % c_};  // rank = (g*C + a)*G + j
+}
+
+int StarTrailConfig::rank_of(const Coord& x) const {
+  const int g_len = ring_len();
+  LONGSEQ_CHECK(x.group >= 0 && x.group < c_ && x.slot >= 0 && x.slot < g_len && x.member >= 0 &&
+                x.member < c_);
+  if (placement_ == TeamPlacement::teams) return (x.group * g_len + x.slot) * c_ + x.member;
+  return (x.group * c_ + x.member) * g_len + x.slot;
+}
+
+std::vector<int> StarTrailConfig::team_ranks(int team) const {
+  std::vector<int> r(c_);
+  for (int a = 0; a < c_; ++a) r[a] = team_member_rank(team, a);
+  return r;
+}
+
+std::vector<int> StarTrailConfig::ring_ranks(int rank) const {
+  std::vector<int> r(ring_len());
+  for (int j = 0; j < ring_len(); ++j) r[j] = ring_step(rank, j - coord(rank).slot + ring_len());
+  return r;
+}
+
+// Algorithm 2: every member of a team holds the same gathered shard, so member a serves team
+// group a; the target team in that group is t / C, the target member t % C. A group's G teams
+// times C members then hold the T = G*C shards exactly once each.
+int StarTrailConfig::init_send_target(int rank) const {
+  const int t = team_of(rank);
+  return rank_of({member_of(rank), t / c_, t % c_});
+}
+
+int StarTrailConfig::init_recv_source(int rank) const {
+  return team_member_rank(initial_shard(rank), coord(rank).group);
+}
+
+int StarTrailConfig::ring_step(int rank, int k) const {
+  Coord x = coord(rank);
+  x.slot = (x.slot + k) % ring_len();
+  return rank_of(x);
+}
+
+int StarTrailConfig::shard_at_step(int rank, int step) const {
+  LONGSEQ_CHECK(step >= 0 && step < ring_len());
+  return initial_shard(ring_step(rank, ring_len() - step));
+}
+
+HeadSplit::HeadSplit(int64_t hq_, int64_t hkv_, int u_) : hq(hq_), hkv(hkv_), u(u_) {
+  require(u >= 1, "attention", "Ulysses group size must be >= 1, got ", u);
+  require(hq >= 1 && hkv >= 1 && hq % hkv == 0, "attention", "query heads ", hq,
+          " must be a multiple of kv heads ", hkv);
+  require(hq % u == 0, "attention", "Ulysses over ", u, " ranks needs the query heads ", hq,
+          " to be divisible by ", u);
+  require(hkv % u == 0 || u % hkv == 0, "attention", "Ulysses over ", u,
+          " ranks needs the kv heads ", hkv, " to be divisible by ", u, " or to divide ", u,
+          " (GQA group ", hq / hkv, ")");
+  hq_per = hq / u;
+  replicated = hkv % u != 0;
+  kv_per = replicated ? 1 : hkv / u;
+}
+
 namespace {
 
 // Coordinates of every rank on the (node, local) grid of the double ring.
@@ -47,14 +120,35 @@ Grid make_grid(const comm::Topology& topo) {
   return g;
 }
 
-// The route tree of one bundle: visit step, parent and gradient chain of every rank.
+// The ring a schedule runs on: n members on a (node, local) grid, the shards each member's query
+// and key sides hold, and which (query member, key member) pairs have work.
+struct RingView {
+  Grid g;
+  Route route = Route::flat;
+  std::vector<std::vector<int>> qp, kp;
+  std::vector<uint8_t> needs;  // [q member * n + k member]
+  int size() const { return static_cast<int>(qp.size()); }
+  RingView(Grid grid, Route r, std::vector<std::vector<int>> q, std::vector<std::vector<int>> k,
+           const PairTable& pairs)
+      : g(std::move(grid)), route(r), qp(std::move(q)), kp(std::move(k)) {
+    const int n = size();
+    needs.assign(static_cast<size_t>(n) * n, 0);
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b)
+        for (int x : qp[a])
+          for (int y : kp[b]) needs[a * n + b] |= pairs.needs(x, y) ? 1 : 0;
+  }
+};
+
+// The route tree of one bundle: visit step, parent and gradient chain of every member.
 struct Tree {
   std::vector<int> step, parent, chain;
   std::vector<uint8_t> needs, kept;
 };
 
-Tree route_tree(int origin, const Grid& g, Route route, const PairTable& pairs, bool bundle_is_q) {
-  const int world = g.nodes * g.per;
+Tree route_tree(int origin, const RingView& v, bool bundle_is_q) {
+  const int world = v.size();
+  const Grid& g = v.g;
   Tree t;
   t.step.resize(world);
   t.parent.assign(world, -1);
@@ -62,7 +156,7 @@ Tree route_tree(int origin, const Grid& g, Route route, const PairTable& pairs, 
   t.needs.resize(world);
   t.kept.assign(world, 0);
   for (int r = 0; r < world; ++r) {
-    if (route == Route::flat) {
+    if (v.route == Route::flat) {
       t.step[r] = (r - origin + world) % world;
       t.parent[r] = r == origin ? -1 : (r - 1 + world) % world;
       t.chain[r] = 0;
@@ -76,9 +170,9 @@ Tree route_tree(int origin, const Grid& g, Route route, const PairTable& pairs, 
         t.parent[r] = g.rank_at[((g.node[r] - 1 + g.nodes) % g.nodes) * g.per + g.local[r]];
       t.chain[r] = g.node[r];
     }
-    t.needs[r] = bundle_is_q ? pairs.needs(origin, r) : pairs.needs(r, origin);
+    t.needs[r] = bundle_is_q ? v.needs[origin * world + r] : v.needs[r * world + origin];
   }
-  // Keep a rank when it or anything below it needs the bundle (children have larger steps).
+  // Keep a member when it or anything below it needs the bundle (children have larger steps).
   std::vector<int> order(world);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return t.step[a] > t.step[b]; });
@@ -116,24 +210,11 @@ struct Interval {
   int index;  // grad receive: index into pending receives
 };
 
-}  // namespace
-
-RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
-                           const PairTable& pairs, Algorithm algo, Pass pass) {
-  const int world = topo.size();
-  require(layout.world() == world, "attention", "layout world ", layout.world(),
-          " != topology world ", world);
-  LONGSEQ_CHECK(rank >= 0 && rank < world);
-  require(algo.ring_family(), "attention", "--algo ", algo.name(),
-          " has no schedule (ring family only)");
-  // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
-  const Grid g = make_grid(algo.route == Route::flat ? comm::Topology(world) : topo);
-  const bool bq = bundle_is_query(algo, pass);
-  const bool backward = pass == Pass::backward;
+// The ring part of `rs` (member rs.member of `v`): transfers, work, accumulates, slots.
+void plan_ring(RankSchedule& rs, const RingView& v, const PairTable& pairs, bool bq,
+               bool backward) {
+  const int world = v.size(), rank = rs.member;
   const int chunks = pairs.chunks_per_rank();
-
-  RankSchedule rs;
-  rs.rank = rank;
   std::vector<Interval> intervals;
   // Transfers whose slot is filled in after colouring: (xfer index, interval index).
   std::vector<std::pair<size_t, size_t>> slot_of_xfer;
@@ -147,7 +228,7 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   int last_step = 0;
 
   for (int j = 0; j < world; ++j) {
-    const Tree t = route_tree(j, g, algo.route, pairs, bq);
+    const Tree t = route_tree(j, v, bq);
     if (!t.kept[rank]) continue;
     const int my = t.step[rank];
 
@@ -178,12 +259,16 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
       Work w;
       w.step = my;
       w.origin = j;
-      const int qr = bq ? j : rank, kr = bq ? rank : j;
-      for (int qc = 0; qc < chunks; ++qc)
-        for (int kc = 0; kc < chunks; ++kc) {
-          const PairKind k = pairs.kind(qr, qc, kr, kc);
-          if (k != PairKind::empty) w.pairs.push_back({qc, kc, k});
-        }
+      const auto& qs = v.qp[bq ? j : rank];
+      const auto& ks = v.kp[bq ? rank : j];
+      for (size_t a = 0; a < qs.size(); ++a)
+        for (int qc = 0; qc < chunks; ++qc)
+          for (size_t b = 0; b < ks.size(); ++b)
+            for (int kc = 0; kc < chunks; ++kc) {
+              const PairKind k = pairs.kind(qs[a], qc, ks[b], kc);
+              if (k != PairKind::empty)
+                w.pairs.push_back({qc, kc, k, static_cast<int>(a), static_cast<int>(b)});
+            }
       rs.work.push_back(std::move(w));
       slot_of_work.push_back({rs.work.size() - 1, data_iv});
       last_step = std::max(last_step, my);
@@ -259,9 +344,192 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
             [](const Work& a, const Work& b) { return a.step < b.step; });
   std::stable_sort(rs.accumulates.begin(), rs.accumulates.end(),
                    [](const Accumulate& a, const Accumulate& b) { return a.step < b.step; });
-  for (const Xfer& x : rs.xfers) last_step = std::max(last_step, x.wait_step);
+  for (Xfer& x : rs.xfers) {
+    last_step = std::max(last_step, x.wait_step);
+    x.peer = rs.ring[x.peer];
+    x.tag = x.origin * 2 + static_cast<int>(x.part);
+  }
   rs.num_steps = last_step + 1;
+}
+
+std::vector<int> iota_vec(int begin, int n, int stride = 1) {
+  std::vector<int> r(n);
+  for (int i = 0; i < n; ++i) r[i] = begin + i * stride;
+  return r;
+}
+
+}  // namespace
+
+RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
+                           const PairTable& pairs, Algorithm algo, Pass pass) {
+  using Op = Collective::Op;
+  const int world = topo.size();
+  require(layout.world() == world, "attention", "layout world ", layout.world(),
+          " != topology world ", world);
+  LONGSEQ_CHECK(rank >= 0 && rank < world);
+  const bool fwd = pass == Pass::forward;
+  RankSchedule rs;
+  rs.rank = rank;
+  std::vector<std::vector<int>> qp, kp;
+  Grid grid;
+  Route route = Route::flat;
+  switch (algo.family) {
+    case Algorithm::Family::ring:
+      rs.ring = iota_vec(0, world);
+      rs.member = rank;
+      for (int r = 0; r < world; ++r) qp.push_back({r});
+      kp = qp;
+      route = algo.route;
+      // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
+      grid = make_grid(route == Route::flat ? comm::Topology(world) : topo);
+      break;
+    case Algorithm::Family::ulysses:
+    case Algorithm::Family::usp: {
+      // Ulysses group u = ranks u*U .. u*U+U-1; member i of every group forms ring i.
+      const int u = algo.family == Algorithm::Family::ulysses ? world : algo.degree;
+      require(u >= 1 && world % u == 0, "attention", "--algo ", algo.name(),
+              " needs U to divide world ", world);
+      const int groups = world / u, i = rank % u;
+      rs.ring = iota_vec(i, groups, u);
+      rs.member = rank / u;
+      for (int g = 0; g < groups; ++g) qp.push_back(iota_vec(g * u, u));
+      kp = qp;
+      rs.head_slices = u;
+      rs.head_slice = i;
+      if (u > 1) {
+        const std::string part = core::cat("ulysses:", u);
+        const auto& mem = qp[rs.member];
+        using F = Field;
+        rs.pre.push_back({Op::to_heads,
+                          fwd ? std::vector{F::q, F::k, F::v}
+                              : std::vector{F::q, F::dout, F::dvec, F::lse, F::k, F::v},
+                          mem, part});
+        rs.post.push_back({Op::from_heads,
+                           fwd ? std::vector{F::o, F::lse} : std::vector{F::dq, F::dk, F::dv}, mem,
+                           part});
+      }
+      grid = make_grid(comm::Topology(groups));
+      break;
+    }
+    case Algorithm::Family::startrail: {
+      const StarTrailConfig cfg(world, algo.team, algo.placement);
+      rs.ring = cfg.ring_ranks(rank);
+      rs.member = cfg.coord(rank).slot;
+      for (int r : rs.ring) {
+        qp.push_back(cfg.team_ranks(cfg.team_of(r)));
+        kp.push_back(cfg.team_ranks(cfg.initial_shard(r)));
+      }
+      if (algo.team > 1) {
+        const std::string part = core::cat(
+            "team:", algo.team, ":", algo.placement == TeamPlacement::teams ? "teams" : "rings");
+        const auto mem = cfg.team_ranks(cfg.team_of(rank));
+        const int tag = 2 * cfg.ring_len();
+        const int out = cfg.init_send_target(rank), in = cfg.init_recv_source(rank);
+        using F = Field;
+        rs.pre.push_back({Op::all_gather,
+                          fwd ? std::vector{F::q, F::k, F::v}
+                              : std::vector{F::q, F::dout, F::dvec, F::lse, F::k, F::v},
+                          mem, part});
+        rs.pre.push_back({Op::send_recv, {F::k, F::v}, {}, "", out, in, tag});
+        if (fwd) {
+          rs.post.push_back({Op::merge, {F::o, F::lse}, mem, part});
+        } else {
+          rs.post.push_back({Op::reduce_scatter, {F::dq}, mem, part});
+          rs.post.push_back({Op::send_recv, {F::dk, F::dv}, {}, "", in, out, tag + 2});
+          rs.post.push_back({Op::reduce_scatter, {F::dk, F::dv}, mem, part});
+        }
+      }
+      grid = make_grid(comm::Topology(cfg.ring_len()));
+      break;
+    }
+  }
+  rs.q_pieces = qp;
+  rs.kv_pieces = kp;
+  const RingView view(std::move(grid), route, std::move(qp), std::move(kp), pairs);
+  plan_ring(rs, view, pairs, bundle_is_query(algo, pass), !fwd);
   return rs;
+}
+
+int64_t field_width(Field f, int64_t hq, int64_t hkv, int64_t d) {
+  switch (f) {
+    case Field::k:
+    case Field::v:
+    case Field::dk:
+    case Field::dv:
+      return hkv * d;
+    case Field::dvec:
+    case Field::lse:
+      return hq;
+    default:
+      return hq * d;
+  }
+}
+
+int64_t field_bytes(Field f, const Dims& dims) {
+  return f <= Field::dout ? dims.elem : 4;
+}
+
+int64_t side_hq(const RankSchedule& rs, const Dims& dm) {
+  return dm.hq / rs.head_slices;
+}
+int64_t side_hkv(const RankSchedule& rs, const Dims& dm) {
+  return rs.head_slices == 1 ? dm.hkv : HeadSplit(dm.hq, dm.hkv, rs.head_slices).kv_per;
+}
+
+BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
+  const bool bq = bundle_is_query(algo, pass);
+  const int64_t rows = dm.l * static_cast<int64_t>(bq ? rs.q_pieces[rs.member].size()
+                                                      : rs.kv_pieces[rs.member].size());
+  const int64_t part = rows * (bq ? side_hq(rs, dm) : side_hkv(rs, dm)) * dm.d;
+  BundleLayout b;
+  b.second = static_cast<size_t>(part * dm.elem);
+  b.bytes = 2 * b.second;
+  if (!bq) return b;
+  // D and LSE stay fp32: softmax statistics every score is measured against (a bf16 LSE would
+  // put a 2^-8 relative error into every exp(s - lse)).
+  b.dvec = (b.bytes + 3) / 4 * 4;
+  b.lse = b.dvec + static_cast<size_t>(rows * side_hq(rs, dm)) * 4;
+  b.bytes = b.lse + static_cast<size_t>(rows * side_hq(rs, dm)) * 4;
+  return b;
+}
+
+int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
+  if (pass == Pass::forward) return 0;
+  if (bundle_is_query(algo, pass))
+    return dm.l * static_cast<int64_t>(rs.q_pieces[rs.member].size()) * side_hq(rs, dm) * dm.d;
+  return 2 * dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * side_hkv(rs, dm) * dm.d;
+}
+
+PassBytes schedule_bytes(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
+  PassBytes b;
+  const int64_t hq = side_hq(rs, dm), hkv = side_hkv(rs, dm);
+  for (const auto* list : {&rs.pre, &rs.post})
+    for (const Collective& c : *list)
+      for (Field f : c.fields) {
+        const int64_t others = static_cast<int64_t>(c.members.size()) - 1;
+        const int64_t row = field_bytes(f, dm);
+        switch (c.op) {
+          case Collective::Op::all_gather:
+          case Collective::Op::reduce_scatter:
+          case Collective::Op::merge:
+            b.collective += others * dm.l * field_width(f, dm.hq, dm.hkv, dm.d) * row;
+            break;
+          case Collective::Op::to_heads:
+          case Collective::Op::from_heads:
+            b.collective += others * dm.l * field_width(f, hq, hkv, dm.d) * row;
+            break;
+          case Collective::Op::send_recv:
+            if (c.to != rs.rank)
+              b.p2p += dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) *
+                       field_width(f, hq, hkv, dm.d) * row;
+            break;
+        }
+      }
+  const int64_t data = static_cast<int64_t>(data_layout(rs, algo, pass, dm).bytes);
+  const int64_t grad = grad_elems(rs, algo, pass, dm) * 4;
+  for (const Xfer& x : rs.xfers)
+    if (x.send && x.peer != rs.rank) b.p2p += x.part == Part::data ? data : grad;
+  return b;
 }
 
 }  // namespace longseq::attention

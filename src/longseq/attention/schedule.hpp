@@ -1,25 +1,40 @@
 #pragma once
 // Schedules: pure functions from (rank, world, topology, layout, mask, algorithm, pass) to the
-// plan one executor runs (design.md §5). No communication, no compute: tests check them for
-// every world up to 64, and the planner costs them.
+// plan the one executor (distributed.cpp) runs, for every algorithm (design.md §5). No
+// communication, no compute: tests check them for every world up to 64 and beyond, and the
+// planner replays them.
 //
-// The model. Every rank owns one *bundle*: the shard that circulates (K,V in the forward and in
+// A schedule has three phases. (1) `pre`: collective steps over sub-groups (all-gather of a
+// StarTrail team, Ulysses' all-to-all into head slices, StarTrail's initial point-to-point
+// transfer) that turn the rank's home tensors (its L tokens, all heads) into its *sides*: the
+// query side holds the shards of the ranks q_pieces[member] (L rows each, in that order), the key
+// side those of kv_pieces[member], both for this rank's head slice. The ring family has no
+// collectives and its sides are its home tensors. (2) The ring: the members of `ring` (world
+// ranks; a sub-ring for StarTrail and USP) pass bundles, described below. (3) `post`: collectives
+// that bring the sides' outputs home (Ulysses' all-to-all back, StarTrail's reduce-scatter).
+//
+// The ring. Every member owns one *bundle*: the side that circulates (K,V in the forward and in
 // ring's backward; Q, dO, D, LSE in burst's backward). A bundle spreads from its origin along a
-// route tree: the flat ring is a path r, r+1, ..., r+P-1; the double ring is an outer path across
-// nodes (same local rank) with an inner path inside every node. Rank r *visits* bundle j at step
+// route tree: the flat ring is a path m, m+1, ..., m+n-1; the double ring is an outer path across
+// nodes (same local rank) with an inner path inside every node. Member r *visits* bundle j at step
 // t(r, j) and computes the non-empty chunk pairs it owes for it. Branches whose subtree needs
 // nothing are pruned, so a step whose chunk pairs are all empty posts no transfer.
 // Backward passes also carry a gradient part (dK,dV for ring; dQ for burst). Gradients are summed
-// along *chains* (the computing ranks of one inner path, in visit order); each chain's last rank
-// sends its partial sum home, where the origin adds it to its own gradient. A rank computes its
-// contribution into a fresh slot, and only at the next step adds the partial that arrived
-// meanwhile and forwards the sum: the one-step warm-up of BurstEngine Figure 5, so gradient
-// transfers overlap the next compute instead of stalling it.
+// along *chains* (the computing members of one inner path, in visit order); each chain's last
+// member sends its partial sum home, where the origin adds it to its own gradient. A member
+// computes its contribution into a fresh slot, and only at the next step adds the partial that
+// arrived meanwhile and forwards the sum: the one-step warm-up of BurstEngine Figure 5, so
+// gradient transfers overlap the next compute instead of stalling it.
 //
 // Timing is logical. At step s a rank (1) waits for the requests whose wait_step is s, (2) adds
 // received gradient partials, (3) posts all transfers whose post_step is s in one grouped call,
 // (4) computes the work of step s. Every request is posted at a step strictly before the step at
 // which either side waits for it, so by induction over steps no schedule can deadlock.
+//
+// Tags belong to the schedule: ring transfers take tags [0, 2n) (origin * 2 + part, n ring
+// members), point-to-point collective steps the tags after them; the executor adds a per-pass
+// base. Collectives run on cached sub-groups (comm::Group::split_cached) whose messages never
+// meet user tags. So no two transfers between one pair of ranks share a tag, at any world size.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -40,30 +55,90 @@ enum class Pass : uint8_t { forward, backward };
 /// group size.
 comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group);
 
+/// StarTrail / WallFacer placement (WallFacer §4.2-4.5, StarTrail §3). P ranks, C team size,
+/// T = P/C teams, G = P/C^2 teams per team group (= sub-ring length). A rank is (g, j, a): team
+/// group g, team j in the group (global team t = g*G + j), member a of the team. `teams` puts a
+/// team on consecutive ranks (rank = t*C + a), `rings` a sub-ring (rank = (g*C + a)*G + j).
+/// Initial transfer (Algorithm 2): member a of team t sends its team's K,V to team group a, team
+/// t / C, member t % C, so rank (g, j, a) starts with team shard j*C + a; sub-ring (g, a) then
+/// circulates the G shards of its group (Algorithm 3). C = 1 is the flat ring.
+class StarTrailConfig {
+ public:
+  struct Coord {
+    int group = 0, slot = 0, member = 0;
+    bool operator==(const Coord&) const = default;
+  };
+  /// Throws core::Error naming the values unless C >= 1 and C*C divides P.
+  StarTrailConfig(int world, int c, TeamPlacement placement = TeamPlacement::teams);
+  int world() const { return world_; }
+  int c() const { return c_; }
+  int teams() const { return world_ / c_; }          ///< T
+  int ring_len() const { return world_ / c_ / c_; }  ///< G
+  Coord coord(int rank) const;
+  int rank_of(const Coord& x) const;
+  int team_of(int rank) const { return coord(rank).group * ring_len() + coord(rank).slot; }
+  int member_of(int rank) const { return coord(rank).member; }
+  int team_member_rank(int team, int member) const {
+    return rank_of({team / ring_len(), team % ring_len(), member});
+  }
+  std::vector<int> team_ranks(int team) const;  ///< member order
+  std::vector<int> ring_ranks(int rank) const;  ///< sub-ring through rank, slot order
+  int init_send_target(int rank) const;
+  int init_recv_source(int rank) const;
+  int initial_shard(int rank) const { return coord(rank).slot * c_ + coord(rank).member; }
+  int ring_next(int rank) const { return ring_step(rank, 1); }
+  int ring_prev(int rank) const { return ring_step(rank, ring_len() - 1); }
+  /// Team shard held at ring step s: the initial shard of ring position slot - s.
+  int shard_at_step(int rank, int step) const;
+
+ private:
+  int ring_step(int rank, int k) const;
+  int world_, c_;
+  TeamPlacement placement_;
+};
+
+/// How a Ulysses group of U ranks shares Hq query and Hkv kv heads: query heads split evenly;
+/// kv heads split when Hkv % U == 0, else (U % Hkv == 0) each kv head goes to the U/Hkv members
+/// whose query heads use it (their dK, dV partials are summed on the way back).
+struct HeadSplit {
+  /// Throws core::Error naming the values unless Hq % U == 0 and (Hkv % U == 0 or U % Hkv == 0).
+  HeadSplit(int64_t hq, int64_t hkv, int u);
+  int64_t hq = 0, hkv = 0;
+  int u = 1;
+  int64_t hq_per = 0;  ///< query heads per member: Hq / U
+  int64_t kv_per = 0;  ///< kv heads per member: Hkv / U, or 1 when replicated
+  bool replicated = false;
+  int64_t q_begin(int i) const { return i * hq_per; }
+  /// First kv head of member i (its query heads use kv heads kv_begin(i) .. + kv_per).
+  int64_t kv_begin(int i) const { return replicated ? q_begin(i) / (hq / hkv) : i * kv_per; }
+};
+
 enum class Part : uint8_t { data, grad };
 
-/// One point-to-point transfer as seen from one side.
+/// One point-to-point transfer of the ring as seen from one side.
 struct Xfer {
   bool send = false;
-  int peer = -1;
-  int origin = -1;  ///< bundle origin rank
+  int peer = -1;    ///< world rank
+  int origin = -1;  ///< bundle origin (ring member)
   Part part = Part::data;
   int slot = -1;  ///< data or grad slot (by part) read from / written into
   int post_step = 0;
   int wait_step = 0;
-  int tag() const { return origin * 2 + static_cast<int>(part); }
+  int tag = 0;  ///< origin * 2 + part
 };
 
-/// A chunk pair to compute: q chunk index of the query side's rank, kv chunk index of the key side.
+/// A chunk pair to compute: chunk qc of query piece qp (index into the query member's q_pieces)
+/// against chunk kc of key piece kp.
 struct SubPair {
   int qc = 0, kc = 0;
   PairKind kind = PairKind::partial;
+  int qp = 0, kp = 0;
 };
 
 /// The compute of one step: this rank with bundle `origin` (held in data slot `slot`).
-/// Forward and ring-backward: queries are local, keys come from the bundle. Burst backward:
-/// queries come from the bundle, keys are local. grad_slot: where a backward step writes its
-/// contribution to the bundle's gradient (-1: the bundle is our own, write straight home).
+/// Forward and ring-backward: queries come from this rank's query side, keys from the bundle.
+/// Burst backward: queries come from the bundle, keys from the key side. grad_slot: where a
+/// backward step writes its contribution to the bundle's gradient (-1: our own bundle, home).
 struct Work {
   int step = 0;
   int origin = -1;
@@ -79,25 +154,87 @@ struct Accumulate {
   int into = -1;
 };
 
+/// The tensors collective steps move. q, k, v, dout are in the compute type (bf16 under precision
+/// bf16); dvec (= rowsum(dO * O)), lse, o and the gradients are fp32.
+enum class Field : uint8_t { q, k, v, dout, dvec, lse, o, dq, dk, dv };
+
+/// One collective step over a sub-group of ranks (`members`, world ranks in group order; the
+/// sub-group is the split named `partition`).
+struct Collective {
+  enum class Op : uint8_t {
+    all_gather,      ///< home rows of every member -> side [n*L rows], member order
+    reduce_scatter,  ///< side [n*L rows] summed over the members -> this member's home rows
+    to_heads,        ///< all-to-all: home [L, H] -> side [n*L, H/n]: member j gets slice j
+    from_heads,      ///< all-to-all back, side -> home; replicated kv heads summed
+    merge,           ///< all-to-all of side (o, lse) row blocks, LSE-weighted merge into home
+    send_recv,       ///< point to point: side to `to`, new side from `from` (tags tag + field)
+  };
+  Op op = Op::all_gather;
+  std::vector<Field> fields;
+  std::vector<int> members;
+  std::string partition;
+  int to = -1, from = -1, tag = 0;
+};
+
 /// Everything one rank does in one pass.
 struct RankSchedule {
   int rank = 0;
-  int num_steps = 0;       ///< steps 0 .. num_steps-1 (the last ones may have only waits)
+  int num_steps = 0;       ///< ring steps 0 .. num_steps-1 (the last ones may have only waits)
   int data_slots = 0;      ///< buffers of one bundle's data part
   int grad_slots = 0;      ///< buffers of one bundle's gradient part (backward only)
   int own_slot = -1;       ///< data slot the executor packs this rank's own bundle into at step 0
   std::vector<Work> work;  ///< by step, at most one per step
   std::vector<Xfer> xfers;
   std::vector<Accumulate> accumulates;
+  std::vector<int> ring;  ///< world rank of every ring member
+  int member = 0;         ///< this rank's index in `ring`
+  /// By member: the world ranks whose shards its query side / key side hold.
+  std::vector<std::vector<int>> q_pieces, kv_pieces;
+  int head_slices = 1;  ///< Ulysses degree: the sides hold 1/head_slices of the heads
+  int head_slice = 0;   ///< which slice (the rank's index in its Ulysses group)
+  std::vector<Collective> pre, post;
 };
 
 /// The plan of `rank`. Pure: the same arguments give the same schedule on every rank.
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
                            const PairTable& pairs, Algorithm algo, Pass pass);
 
-/// Which side of a (q rank, kv rank) pair the bundle is, for `algo` and `pass`.
+/// Which side of a (q, kv) pair the bundle is, for `algo` and `pass` (StarTrail's backward is
+/// always burst-style).
 inline bool bundle_is_query(Algorithm algo, Pass pass) {
-  return pass == Pass::backward && algo.backward == Backward::q;
+  return pass == Pass::backward &&
+         (algo.backward == Backward::q || algo.family == Algorithm::Family::startrail);
 }
+
+/// Per-rank shape of a pass: L tokens, heads, head dim, bytes of the compute type.
+struct Dims {
+  int64_t l = 0, hq = 1, hkv = 1, d = 1;
+  int64_t elem = 4;
+};
+
+/// Elements per token of field `f` for `hq` query and `hkv` kv heads.
+int64_t field_width(Field f, int64_t hq, int64_t hkv, int64_t d);
+/// Bytes per element of field `f` (dims.elem for q, k, v, dout; 4 otherwise).
+int64_t field_bytes(Field f, const Dims& dims);
+
+/// A bundle as bytes: the first T part at 0, the second at `second`, then for burst two fp32
+/// parts D | LSE at the 4-byte aligned offsets dvec and lse.
+struct BundleLayout {
+  size_t second = 0, dvec = 0, lse = 0, bytes = 0;
+};
+/// The data part of `rs`'s bundles, and the gradient part's fp32 elements.
+BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm);
+int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm);
+/// Query/key side head counts of `rs` (home counts unless Ulysses slices them).
+int64_t side_hq(const RankSchedule& rs, const Dims& dm);
+int64_t side_hkv(const RankSchedule& rs, const Dims& dm);
+
+/// Bytes one rank sends in one pass by its schedule (what comm's counters see; self-transfers
+/// count zero): sub-group collectives, and point-to-point (ring and send_recv steps).
+struct PassBytes {
+  int64_t collective = 0, p2p = 0;
+  int64_t total() const { return collective + p2p; }
+};
+PassBytes schedule_bytes(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm);
 
 }  // namespace longseq::attention

@@ -284,6 +284,19 @@ Group Group::inter_group() const {
   return sub;
 }
 
+Group Group::split_cached(std::string_view partition, int color, int key) const {
+  GroupImpl& g = impl();
+  {
+    std::lock_guard<std::mutex> lk(g.cache_mu);
+    const auto it = g.split_cache.find(partition);
+    if (it != g.split_cache.end()) return Group(it->second);
+  }
+  Group sub = split(color, key);
+  std::lock_guard<std::mutex> lk(g.cache_mu);
+  g.split_cache.emplace(std::string(partition), sub.impl_);
+  return sub;
+}
+
 Stats Group::stats() const {
   return impl().counters().load(rank(), node());
 }

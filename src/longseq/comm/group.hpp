@@ -177,6 +177,11 @@ class Group {
   /// Collective over this group, MPI_Comm_split semantics: ranks with the same color form a
   /// sub-group, ordered by (key, rank in this group); color kUndefined gets an invalid Group.
   Group split(int color, int key) const;
+  /// split(color, key), collective on the first call for `partition` only and cached on this
+  /// group afterwards (a sub-group per layer and step would cost a collective each time). Every
+  /// rank must pass the same `partition` name for the same split, and a name must always mean
+  /// the same colors and keys (e.g. "team:4:teams").
+  Group split_cached(std::string_view partition, int color, int key) const;
 
   // ---- topology ---------------------------------------------------------------------------
   const Topology& topology() const;

@@ -10,9 +10,11 @@
 // match a user message. gid 0 is reserved (the MPI backend's control messages).
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -92,9 +94,10 @@ class GroupImpl {
   /// Scratch memory for collectives (grow-only, one collective at a time per group).
   std::byte* scratch(size_t bytes);
 
-  /// Cache for intra_group()/inter_group().
+  /// Cache for intra_group()/inter_group() and split_cached().
   std::mutex cache_mu;
   std::shared_ptr<GroupImpl> intra_cache, inter_cache;
+  std::map<std::string, std::shared_ptr<GroupImpl>, std::less<>> split_cache;
 
  protected:
   /// World ranks and topology of a child group made of these group ranks (for make_child).

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "longseq/attention/startrail.hpp"
+#include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::plan {
@@ -21,8 +21,8 @@ using attention::Pass;
 using attention::RankSchedule;
 using attention::Route;
 
-bool schedule_based(const Algorithm& a) {
-  return a.family != Algorithm::Family::startrail && a.family != Algorithm::Family::ulysses;
+bool schedule_based(const Algorithm&) {
+  return true;
 }
 
 namespace {
@@ -250,16 +250,6 @@ const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_
 // ---------------------------------------------------------------------------------------------
 // Schedule-based passes
 
-int64_t data_part_elems(const Algorithm& algo, Pass pass, int64_t l, int64_t hq, int64_t hkv,
-                        int64_t d) {
-  if (attention::bundle_is_query(algo, pass)) return 2 * l * hq * d + 2 * l * hq;
-  return 2 * l * hkv * d;
-}
-
-int64_t grad_part_elems(const Algorithm& algo, int64_t l, int64_t hq, int64_t hkv, int64_t d) {
-  return algo.backward == Backward::q ? l * hq * d : 2 * l * hkv * d;
-}
-
 ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass pass) {
   const int world = prob.world;
   Layout layout(prob.balance, prob.n, world, prob.mask.block_size);
@@ -276,37 +266,45 @@ ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass 
 
 namespace {
 
-struct RingProblem {
-  Algorithm algo;
-  AttnProblem prob;                         // world = ring length, heads per member
-  std::function<bool(int, int)> same_node;  // over ring positions
-  int host_ranks = 0;  // all ranks of the job (USP: groups x U), for Hardware::compute_share
-};
-
-PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64_t q_limit,
-                     bool keep, double* buffer_bytes) {
-  const ScheduleSet set = make_schedules(rp.algo, rp.prob, pass);
-  const AttnProblem& p = rp.prob;
+// One pass of any algorithm: all ranks' make_schedule plans replayed by the simulator. Bundle,
+// gradient and collective message sizes are the schedule's (pieces x L rows, the rank's head
+// slice), counted in hw.dtype_bytes per element.
+PassCost replay_pass(const Algorithm& algo, const AttnProblem& p, Pass pass, const Hardware& hw,
+                     int64_t q_limit, bool keep, double* buffer_bytes) {
+  const ScheduleSet set = make_schedules(algo, p, pass);
   const int64_t l = set.layout.local_len();
   const double e = hw.dtype_bytes;
-  const double data_b =
-      static_cast<double>(data_part_elems(rp.algo, pass, l, p.hq, p.hkv, p.d)) * e;
-  const double grad_b = static_cast<double>(grad_part_elems(rp.algo, l, p.hq, p.hkv, p.d)) * e;
+  const RankSchedule& r0 = set.ranks[0];
+  const attention::Dims dm{l, p.hq, p.hkv, p.d, 4};
+  const int64_t hq_s = attention::side_hq(r0, dm), hkv_s = attention::side_hkv(r0, dm);
+  const int64_t rows_q = l * static_cast<int64_t>(r0.q_pieces[r0.member].size());
+  const int64_t rows_k = l * static_cast<int64_t>(r0.kv_pieces[r0.member].size());
+  const bool bq = attention::bundle_is_query(algo, pass);
+  const double data_b = static_cast<double>(bq ? 2 * rows_q * hq_s * p.d + 2 * rows_q * hq_s
+                                               : 2 * rows_k * hkv_s * p.d) *
+                        e;
+  const double grad_b = static_cast<double>(attention::grad_elems(r0, algo, pass, dm)) * e;
   const bool fwd = pass == Pass::forward;
   const int64_t tq = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_q : hw.tiles.bwd_q) : 0;
   const int64_t tk = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_k : hw.tiles.bwd_k) : 0;
   const PairCounts& counts = pair_counts(set.layout, p.mask, q_limit, tq, tk);
-  const bool bq = attention::bundle_is_query(rp.algo, pass);
-  const double per_pair = (pass == Pass::forward ? 4.0 : 10.0) * static_cast<double>(p.hq * p.d);
+  const double per_pair = (fwd ? 4.0 : 10.0) * static_cast<double>(hq_s * p.d);
+  // The (q rank, q chunk, k rank, k chunk) of every pair of a step.
+  auto for_pairs = [&](int rank, const attention::Work& w, auto&& f) {
+    const RankSchedule& rs = set.ranks[rank];
+    const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
+    for (const auto& sp : w.pairs) f(rs.q_pieces[qm][sp.qp], sp.qc, rs.kv_pieces[km][sp.kp], sp.kc);
+  };
 
   ReplayModel m;
   m.bytes = [&](const attention::Xfer& x) {
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
-    const int qr = bq ? w.origin : rank, kr = bq ? rank : w.origin;
     double f = 0;
-    for (const auto& sp : w.pairs) f += static_cast<double>(counts.at(qr, sp.qc, kr, sp.kc));
+    for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
+      f += static_cast<double>(counts.at(qr, qc, kr, kc));
+    });
     return f * per_pair;
   };
   // gamma = peak x (labelled) kernel efficiency, x the core share when ranks oversubscribe a host.
@@ -316,18 +314,28 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
     const double partial_cost =
         fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
     m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
-      const int qr = bq ? w.origin : rank, kr = bq ? rank : w.origin;
       double f = 0;
-      for (const auto& sp : w.pairs) {
-        const TileWork& t = counts.tiles(qr, sp.qc, kr, sp.kc);
+      for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
+        const TileWork& t = counts.tiles(qr, qc, kr, kc);
         f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
-      }
+      });
       return f * per_pair;
     };
   }
-  m.flops_per_s = (pass == Pass::forward ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) *
-                  hw.compute_share(rp.host_ranks > 0 ? rp.host_ranks : p.world);
-  m.same_node = rp.same_node;
+  m.message_bytes = [&](int, const attention::Collective& c, attention::Field f) {
+    using Op = attention::Collective::Op;
+    const int64_t home = l * attention::field_width(f, p.hq, p.hkv, p.d);
+    const int64_t side = attention::field_width(f, hq_s, hkv_s, p.d);
+    const int64_t elems = c.op == Op::to_heads || c.op == Op::from_heads ? l * side
+                          : c.op == Op::send_recv                        ? rows_k * side
+                                                                         : home;
+    return static_cast<double>(elems) * e;
+  };
+  m.collective_efficiency = hw.corrections.collective_efficiency;
+  m.flops_per_s =
+      (fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) * hw.compute_share(p.world);
+  const int gpn = p.gpus_per_node;
+  m.same_node = [gpn](int x, int y) { return x / gpn == y / gpn; };
   m.intra = hw.intra;
   m.inter = hw.inter;
   m.wait_copy = hw.wait_copy;
@@ -338,6 +346,7 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
   const int crit = tl.critical_rank();
   c.seconds = tl.makespan;
   c.compute_s = tl.ranks[crit].compute_s;
+  c.collective_s = tl.ranks[crit].collective_s;
   const double ranks = static_cast<double>(tl.ranks.size());
   for (const auto& r : tl.ranks) {
     c.flops = std::max(c.flops, r.flops);
@@ -347,192 +356,20 @@ PassCost replay_pass(const RingProblem& rp, Pass pass, const Hardware& hw, int64
     c.bytes_intra += r.bytes_intra / ranks;
     c.bytes_inter += r.bytes_inter / ranks;
     c.bytes_inter_max = std::max(c.bytes_inter_max, r.bytes_inter);
+    c.collective_bytes += r.collective_bytes / ranks;
   }
   if (buffer_bytes) {
+    // Slots, plus the sides a schedule with collective steps holds beside the home tensors.
+    const double sides =
+        r0.pre.empty() ? 0.0
+                       : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
     double b = 0;
     for (const RankSchedule& rs : set.ranks)
-      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b);
+      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides);
     *buffer_bytes = b;
   }
   if (keep) c.timeline = std::move(tl);
   return c;
-}
-
-// A collective or point-to-point term of the formula models: per rank, per link class.
-struct CommTerm {
-  int64_t msgs_intra = 0, msgs_inter = 0;
-  double bytes_intra = 0, bytes_inter = 0;
-  double seconds = 0;
-  void add_to(PassCost& c) const {
-    c.messages_intra += static_cast<double>(msgs_intra);
-    c.messages_inter += static_cast<double>(msgs_inter);
-    c.bytes_intra += bytes_intra;
-    c.bytes_inter += bytes_inter;
-    c.bytes_inter_max += bytes_inter;
-  }
-};
-
-// `msgs` messages of `bytes` each over one link class; ring collectives get the labelled
-// collective efficiency, point-to-point hops do not.
-CommTerm term(bool inter, int64_t msgs, double bytes_each, const Hardware& hw, bool collective) {
-  CommTerm t;
-  const Link& link = inter ? hw.inter : hw.intra;
-  const double eff = collective ? hw.corrections.collective_efficiency : 1.0;
-  (inter ? t.msgs_inter : t.msgs_intra) = msgs;
-  (inter ? t.bytes_inter : t.bytes_intra) = static_cast<double>(msgs) * bytes_each;
-  t.seconds =
-      static_cast<double>(msgs) * (link.latency_s + bytes_each / (link.bandwidth_Bps * eff));
-  return t;
-}
-
-// All-to-all inside groups of U consecutive ranks: every rank sends `per_peer` bytes to each of
-// its U-1 peers; intra-node and inter-node rails run concurrently. (Formula: DeepSpeed-Ulysses.)
-CommTerm all_to_all(int u, int gpn, double per_peer, const Hardware& hw) {
-  const int intra_peers = std::min(u, gpn) - 1, inter_peers = u - std::min(u, gpn);
-  const CommTerm a = term(false, intra_peers, per_peer, hw, true);
-  const CommTerm b = term(true, inter_peers, per_peer, hw, true);
-  CommTerm t;
-  t.msgs_intra = a.msgs_intra;
-  t.bytes_intra = a.bytes_intra;
-  t.msgs_inter = b.msgs_inter;
-  t.bytes_inter = b.bytes_inter;
-  t.seconds = std::max(a.seconds, b.seconds);
-  return t;
-}
-
-int64_t total_visible(const AttnProblem& p, int64_t q_limit) {
-  const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
-  return pair_counts(layout, p.mask, q_limit).total();
-}
-
-// ---------------------------------------------------------------------------------------------
-// USP / Ulysses: all-to-all (formula) + the ring across groups (schedule; world 1 for Ulysses).
-
-AttentionCost cost_usp(const Algorithm& a, const AttnProblem& p, const Hardware& hw, double frac,
-                       bool keep) {
-  const int u = a.family == Algorithm::Family::ulysses ? p.world : a.degree;
-  const int groups = p.world / u;
-  const int64_t kv_per = p.hkv % u == 0 ? p.hkv / u : 1;
-  const int64_t hq_per = p.hq / u;
-  RingProblem rp;
-  rp.algo = Algorithm{Route::flat, a.backward};
-  rp.prob = p;
-  rp.prob.world = groups;
-  rp.prob.hq = hq_per;
-  rp.prob.hkv = kv_per;
-  rp.host_ranks = p.world;
-  const int gpn = p.gpus_per_node;
-  rp.same_node = [u, gpn](int x, int y) { return (x * u) / gpn == (y * u) / gpn; };
-
-  const Layout world_layout(p.balance, p.n, p.world, p.mask.block_size);
-  const double l = static_cast<double>(world_layout.local_len()), e = hw.dtype_bytes;
-  const double dd = static_cast<double>(p.d);
-  AttentionCost c;
-  auto finish = [&](PassCost& pc, double in_per_peer, double out_per_peer) {
-    const CommTerm in = all_to_all(u, gpn, in_per_peer * e, hw);
-    const CommTerm out = all_to_all(u, gpn, out_per_peer * e, hw);
-    in.add_to(pc);
-    out.add_to(pc);
-    pc.collective_bytes = in.bytes_intra + in.bytes_inter + out.bytes_intra + out.bytes_inter;
-    pc.collective_s = in.seconds + out.seconds;
-    pc.seconds += pc.collective_s;  // DeepSpeed-Ulysses does not overlap its all-to-alls
-    pc.model = (a.family == Algorithm::Family::ulysses
-                    ? std::string("formula: DeepSpeed-Ulysses all-to-all")
-                    : std::string("schedule (ring across groups) + formula: all-to-all")) +
-               " inside groups of " + std::to_string(u);
-  };
-  double buf_f = 0, buf_b = 0;
-  // U rings (one per Ulysses member) run at once; the replay is of one of them.
-  auto all_rings = [u](PassCost& pc) { pc.flops_total *= u; };
-  c.forward = replay_pass(rp, Pass::forward, hw, -1, keep, &buf_f);
-  all_rings(c.forward);
-  finish(c.forward, l * dd * (hq_per + 2 * kv_per), l * hq_per * (dd + 1));
-  c.backward = replay_pass(rp, Pass::backward, hw, -1, keep, &buf_b);
-  all_rings(c.backward);
-  finish(c.backward, l * (2 * hq_per * dd + 2 * hq_per + 2 * kv_per * dd),
-         l * dd * (hq_per + 2 * kv_per));
-  if (frac > 0) {
-    // The group's U*L tokens per member: the first `frac` of them are recomputed.
-    const int64_t limit = static_cast<int64_t>(frac * static_cast<double>(u) * l);
-    c.partial_recompute = replay_pass(rp, Pass::forward, hw, limit, false, nullptr);
-    all_rings(c.partial_recompute);
-    finish(c.partial_recompute, l * dd * (hq_per + 2 * kv_per), l * hq_per * (dd + 1));
-    c.recompute_fraction = frac;
-  }
-  // The head-sharded copies of q, k, v (and o) of U*L tokens replace the sequence-sharded ones.
-  c.buffer_bytes_forward = buf_f + u * l * dd * (2 * hq_per + 2 * kv_per) * e;
-  c.buffer_bytes_backward = buf_b + u * l * (dd * (3 * hq_per + 4 * kv_per) + 2 * hq_per) * e;
-  return c;
-}
-
-// ---------------------------------------------------------------------------------------------
-// StarTrail / WallFacer (formula: WallFacer eq. (6)-(7), StarTrail §3.2; placement from the
-// executor's StarTrailConfig).
-
-AttentionCost cost_startrail(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
-                             double frac) {
-  const attention::StarTrailConfig cfg(p.world, a.team, a.placement);
-  const int gpn = p.gpus_per_node;
-  auto node = [gpn](int r) { return r / gpn; };
-  bool team_inter = false, ring_inter = false, init_inter = false, init_moves = false;
-  for (int r = 0; r < p.world; ++r) {
-    const std::vector<int> team = cfg.team_ranks(cfg.team_of(r));
-    for (int x : team) team_inter = team_inter || node(x) != node(r);
-    ring_inter = ring_inter || node(cfg.ring_next(r)) != node(r);
-    const int t = cfg.init_send_target(r);
-    init_moves = init_moves || t != r;
-    init_inter = init_inter || node(t) != node(r);
-  }
-  const int64_t c = a.team, g = cfg.ring_len();
-  const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
-  const double l = static_cast<double>(layout.local_len()), e = hw.dtype_bytes;
-  const double hq = static_cast<double>(p.hq), hkv = static_cast<double>(p.hkv),
-               d = static_cast<double>(p.d);
-  const double kv_shard = 2 * c * l * hkv * d * e;  // one team shard of K,V
-  const std::string label =
-      std::string("formula: WallFacer eq. (6)-(7) / StarTrail §3.2, placement ") +
-      std::string(attention::team_placement_name(a.placement)) + " from StarTrailConfig";
-  // Mask-aware compute, assuming the team shards balance it (labelled; the schedule-based models
-  // take it per rank from the schedule instead).
-  auto pass = [&](bool fwd, int64_t q_limit) {
-    PassCost pc;
-    pc.model = label;
-    const double per_pair = (fwd ? 4.0 : 10.0) * hq * d;
-    const double vis = static_cast<double>(total_visible(p, q_limit));
-    pc.flops_total = vis * per_pair;
-    pc.flops = pc.flops_total / p.world;
-    pc.compute_s = pc.flops / ((fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) *
-                               hw.compute_share(p.world));
-    // Team collectives: ring all-gather / reduce-scatter over C members, C-1 messages each.
-    const double gather = fwd ? l * (hq + 2 * hkv) * d : l * (2 * hq * d + 2 * hq + 2 * hkv * d);
-    const double scatter = fwd ? l * hq * (d + 1) : l * (hq + 2 * hkv) * d;
-    const CommTerm ag = term(team_inter, c - 1, gather * e, hw, true);
-    const CommTerm rs = term(team_inter, c - 1, scatter * e, hw, true);
-    // Point-to-point: the initial transfer of K,V (and its reverse for dK,dV), then G-1 hops.
-    const CommTerm init = term(init_inter, init_moves ? (fwd ? 1 : 2) : 0, kv_shard, hw, false);
-    const double hop_bytes = fwd ? kv_shard : c * l * (hq * (2 * d + 2) + hq * d) * e;
-    const CommTerm hops = term(ring_inter, g - 1, hop_bytes, hw, false);
-    const double hop_s = g > 1 ? hops.seconds / static_cast<double>(g - 1) : 0.0;
-    const double step_s = pc.compute_s / static_cast<double>(g);
-    for (const CommTerm* t : {&ag, &rs, &init, &hops}) t->add_to(pc);
-    pc.collective_bytes = ag.bytes_intra + ag.bytes_inter + rs.bytes_intra + rs.bytes_inter;
-    pc.collective_s = ag.seconds + rs.seconds + init.seconds;
-    pc.seconds = pc.collective_s + step_s + static_cast<double>(g - 1) * std::max(step_s, hop_s);
-    return pc;
-  };
-  AttentionCost out;
-  out.forward = pass(true, -1);
-  out.backward = pass(false, -1);
-  if (frac > 0) {
-    out.partial_recompute = pass(true, static_cast<int64_t>(frac * l));
-    out.recompute_fraction = frac;
-  }
-  // WallFacer eq. (10): the gathered Q,K,V hold 3CA instead of 3A, i.e. 3(C-1)A extra.
-  out.extra_activation_bytes = (c - 1) * l * (hq + 2 * hkv) * d * e;
-  out.buffer_bytes_forward =
-      2 * kv_shard + c * l * hq * (d + 1) * 4.0;  // ring double buffer + fp32 partials
-  out.buffer_bytes_backward = kv_shard + 2 * c * l * (hq * (2 * d + 2) + hq * d) * e;
-  return out;
 }
 
 }  // namespace
@@ -540,24 +377,30 @@ AttentionCost cost_startrail(const Algorithm& a, const AttnProblem& p, const Har
 AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
                              double frac, bool keep) {
   validate_algo(a, p);
-  if (a.family == Algorithm::Family::startrail) return cost_startrail(a, p, hw, frac);
-  if (!a.ring_family()) return cost_usp(a, p, hw, frac, keep);
-
-  RingProblem rp;
-  rp.prob = p;
-  rp.algo = a;
-  const int gpn = p.gpus_per_node;
-  rp.same_node = [gpn](int x, int y) { return x / gpn == y / gpn; };
   AttentionCost c;
-  c.forward = replay_pass(rp, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
-  c.backward = replay_pass(rp, Pass::backward, hw, -1, keep, &c.buffer_bytes_backward);
+  c.forward = replay_pass(a, p, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
+  c.backward = replay_pass(a, p, Pass::backward, hw, -1, keep, &c.buffer_bytes_backward);
+  const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
+  const int64_t l = layout.local_len();
   if (frac > 0) {
-    const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
+    // The executor limits the query rows only where the query side is the rank's own tokens (no
+    // collective steps); elsewhere the recomputation is the whole forward.
+    const bool own_rows = make_schedules(a, p, Pass::forward).ranks[0].pre.empty();
     c.partial_recompute = replay_pass(
-        rp, Pass::forward, hw, static_cast<int64_t>(frac * static_cast<double>(layout.local_len())),
-        false, nullptr);
+        a, p, Pass::forward, hw,
+        own_rows ? static_cast<int64_t>(frac * static_cast<double>(l)) : -1, false, nullptr);
     c.recompute_fraction = frac;
   }
+  // Gathered sides beyond the rank's own q, k, v (StarTrail: 3(C-1)A, WallFacer eq. (10)).
+  const RankSchedule r0 = make_schedules(a, p, Pass::forward).ranks[0];
+  const attention::Dims dm{l, p.hq, p.hkv, p.d, 4};
+  const double q_side = static_cast<double>(l * r0.q_pieces[r0.member].size()) *
+                        static_cast<double>(attention::side_hq(r0, dm));
+  const double kv_side = static_cast<double>(l * r0.kv_pieces[r0.member].size()) *
+                         static_cast<double>(attention::side_hkv(r0, dm));
+  c.extra_activation_bytes =
+      (q_side - static_cast<double>(l * p.hq) + 2 * (kv_side - static_cast<double>(l * p.hkv))) *
+      static_cast<double>(p.d) * hw.dtype_bytes;
   return c;
 }
 

@@ -2,22 +2,18 @@
 // Cost of one distributed-attention layer (forward, backward, and the recomputation a checkpoint
 // policy asks for) on a modelled cluster.
 //
-// Two kinds of model, always labelled in `PassCost::model`:
-//   "schedule"  ring, burst, double-ring(:ring) and the ring part of USP: the executor's own
-//               make_schedule() plans, replayed by the simulator (simulator.hpp). Messages, bytes
-//               per link class, overlap and idle time all come from the schedule; nothing about
-//               what a schedule does is re-derived here.
-//   "formula"   StarTrail/WallFacer and the Ulysses all-to-all: closed forms from the papers
-//               (WallFacer eq. (6)-(7), StarTrail §3.2, DeepSpeed-Ulysses), with the placement
-//               (which transfers cross nodes) taken from the executor's StarTrailConfig. These
-//               algorithms have an executor (attention/startrail.hpp, ulysses.hpp) but no
-//               make_schedule() plan yet; when they get one, their cost switches to "schedule" in
-//               cost_attention() without touching the step model.
+// One kind of model (`PassCost::model` = "schedule") for every algorithm: the executor's own
+// make_schedule() plans of all ranks, replayed by the simulator (simulator.hpp), collective steps
+// (StarTrail's team all-gathers, Ulysses' all-to-alls) included. Messages, bytes per link class,
+// overlap and idle time all come from the schedule; nothing about what a schedule does is
+// re-derived here (the papers' volume formulas are tests: tests/attention/startrail_test.cpp,
+// ulysses_test.cpp, tests/plan/paper_validation_test.cpp).
 //
 // Legend: P ranks, L = layout.local_len() tokens per rank, Hq/Hkv heads, D head dim,
-// e = Hardware::dtype_bytes. Part sizes in elements, per bundle (the executor's):
-//   forward and ring-backward data  2*L*Hkv*D (K,V)      ring-backward grad  2*L*Hkv*D (dK,dV)
-//   burst-backward data  2*L*Hq*D + 2*L*Hq (Q,dO + D,LSE) burst-backward grad L*Hq*D (dQ)
+// e = Hardware::dtype_bytes. Part sizes in elements, per bundle (the executor's; R rows = the
+// bundle's pieces x L, heads the rank's slice):
+//   forward and ring-backward data  2*R*Hkv*D (K,V)      ring-backward grad  2*R*Hkv*D (dK,dV)
+//   burst-backward data  2*R*Hq*D + 2*R*Hq (Q,dO + D,LSE) burst-backward grad R*Hq*D (dQ)
 // FLOPs are mask-aware and counted per visible (q, k) pair: forward 4*Hq*D (QK^T and PV),
 // backward 10*Hq*D (QK^T recomputed, dV, dP, dQ, dK).
 #include <cstdint>
@@ -33,7 +29,7 @@
 
 namespace longseq::plan {
 
-/// True when the cost of `algo` comes from make_schedule (see the file comment).
+/// True: every algorithm's cost comes from make_schedule (see the file comment).
 bool schedule_based(const attention::Algorithm& algo);
 
 /// The attention problem of one layer.
@@ -57,7 +53,7 @@ struct PassCost {
   double bytes_intra = 0, bytes_inter = 0;
   double bytes_inter_max =
       0;  ///< the rank that sends most inter-node bytes (its NIC share is busiest)
-  double collective_s = 0;  ///< not-overlapped collective time inside `seconds` (formula models)
+  double collective_s = 0;      ///< collective-step time of the critical rank inside `seconds`
   double collective_bytes = 0;  ///< of bytes_intra + bytes_inter: team collectives / all-to-alls
   std::optional<Timeline> timeline;  ///< schedule models only
   double exposed_comm_s() const { return seconds > compute_s ? seconds - compute_s : 0.0; }
@@ -86,9 +82,9 @@ AttentionCost cost_attention(const attention::Algorithm& algo, const AttnProblem
                              const Hardware& hw, double recompute_fraction = 0,
                              bool keep_timelines = false);
 
-/// The executor's schedules of a ring-family algorithm, one per rank, and the topology they run
-/// on (attention::schedule_topology: a double ring's inner rings are blocks of algo.inner ranks,
-/// of prob.gpus_per_node when algo.inner is 0; physical placement is gpus_per_node).
+/// The executor's schedules of an algorithm, one per rank, and the topology they run on
+/// (attention::schedule_topology: a double ring's inner rings are blocks of algo.inner ranks, of
+/// prob.gpus_per_node when algo.inner is 0; physical placement is gpus_per_node).
 struct ScheduleSet {
   comm::Topology topo;
   attention::Layout layout;
@@ -113,11 +109,5 @@ struct TileWork {
 TileWork kernel_tile_work(const attention::Chunk& q, const attention::Chunk& k, int64_t n,
                           const attention::MaskSpec& mask, int64_t tile_q, int64_t tile_k,
                           int64_t q_local_limit = -1);
-
-/// Elements of one bundle's parts (see the legend).
-int64_t data_part_elems(const attention::Algorithm& algo, attention::Pass pass, int64_t l,
-                        int64_t hq, int64_t hkv, int64_t d);
-int64_t grad_part_elems(const attention::Algorithm& algo, int64_t l, int64_t hq, int64_t hkv,
-                        int64_t d);
 
 }  // namespace longseq::plan

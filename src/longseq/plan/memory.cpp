@@ -6,7 +6,6 @@
 #include <sstream>
 #include <thread>
 
-#include "longseq/attention/hybrid.hpp"
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"

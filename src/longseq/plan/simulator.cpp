@@ -48,7 +48,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   for (const auto& s : schedules) steps = std::max(steps, s.num_steps);
 
   auto key_of = [](int rank, const Xfer& x) {
-    return x.send ? Key{rank, x.peer, x.tag()} : Key{x.peer, rank, x.tag()};
+    return x.send ? Key{rank, x.peer, x.tag} : Key{x.peer, rank, x.tag};
   };
   auto start_if_ready = [&](const Key& k, Pending& p) {
     if (p.post_send < 0 || p.post_recv < 0 || p.done >= 0) return;
@@ -66,6 +66,58 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
     (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += bytes;
   };
 
+  auto collectives = [&](bool pre) {
+    size_t count = 0;
+    for (const auto& rs : schedules) count = std::max(count, (pre ? rs.pre : rs.post).size());
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<double> next = now;
+      for (int r = 0; r < world; ++r) {
+        const auto& list = pre ? schedules[r].pre : schedules[r].post;
+        if (i >= list.size()) continue;
+        const attention::Collective& c = list[i];
+        using Op = attention::Collective::Op;
+        const bool p2p = c.op == Op::send_recv;
+        std::vector<int> peers;  // one message to each entry, per field
+        double start = now[r];
+        if (p2p) {
+          if (c.to != r) peers.push_back(c.to);
+          start = std::max({now[r], now[c.to], now[c.from]});
+        } else {
+          const int n = static_cast<int>(c.members.size());
+          const int me = static_cast<int>(std::find(c.members.begin(), c.members.end(), r) -
+                                          c.members.begin());
+          for (int x : c.members) start = std::max(start, now[x]);
+          for (int k = 1; k < n; ++k)
+            peers.push_back(c.op == Op::all_gather || c.op == Op::reduce_scatter
+                                ? c.members[(me + 1) % n]
+                                : c.members[(me + k) % n]);
+        }
+        std::array<double, 2> busy{0.0, 0.0};
+        RankTimeline& rt = tl.ranks[r];
+        for (attention::Field f : c.fields) {
+          const double b = m.message_bytes(r, c, f);
+          for (int peer : peers) {
+            const int cls = m.same_node(r, peer) ? 0 : 1;
+            const Link& link = cls == 0 ? m.intra : m.inter;
+            busy[cls] +=
+                link.latency_s + b / (link.bandwidth_Bps * (p2p ? 1.0 : m.collective_efficiency));
+            (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
+            (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += b;
+            if (!p2p) rt.collective_bytes += b;
+          }
+        }
+        for (int cls = 0; cls < 2; ++cls)
+          if (busy[cls] > 0)
+            rt.spans.push_back({start, start + busy[cls],
+                                cls == 0 ? Activity::intra : Activity::inter, pre ? -1 : steps});
+        next[r] = start + std::max(busy[0], busy[1]);
+        rt.collective_s += next[r] - now[r];
+      }
+      now = next;
+    }
+  };
+
+  collectives(true);
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < world; ++r) {
       const RankSchedule& rs = schedules[r];
@@ -107,6 +159,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
         }
     }
   }
+  collectives(false);
   for (const auto& [k, p] : xfers)
     LONGSEQ_CHECK_MSG(p.done >= 0, "transfer ", std::get<0>(k), " -> ", std::get<1>(k), " tag ",
                       std::get<2>(k), " has only one side");

@@ -16,6 +16,12 @@
 // receiver is charged (in the executor whichever side waits first copies; every rank receives as
 // much as it sends in the ring schedules, so the charge per rank is the same).
 //
+// Collective steps (RankSchedule::pre before step 0, post after the last step): the members of a
+// sub-group start together, at the latest member's time; comm runs all-gather and reduce-scatter
+// as rings (n-1 messages to the next member) and all-to-alls as one message to every other
+// member, a send_recv step is one message each way. Intra- and inter-node rails run concurrently;
+// collectives get ReplayModel::collective_efficiency.
+//
 // Because every request is posted at a step strictly before either side waits for it, replaying
 // all ranks step by step in lock-step order always knows a transfer's completion before a wait
 // needs it. Port contention is served in that (step, rank) order, not strictly by time.
@@ -42,7 +48,9 @@ struct RankTimeline {
   double finish = 0;        ///< when the rank's last step is done
   double compute_s = 0;     ///< sum of compute spans
   double flops = 0;
-  double wait_copy_s = 0;  ///< local backend: time spent copying received messages at waits
+  double wait_copy_s = 0;       ///< local backend: time spent copying received messages at waits
+  double collective_s = 0;      ///< in collective steps (waiting for the members included)
+  double collective_bytes = 0;  ///< sent in sub-group collectives (not send_recv steps)
   int64_t messages_intra = 0, messages_inter = 0;  ///< sent by this rank
   double bytes_intra = 0, bytes_inter = 0;         ///< sent by this rank
 };
@@ -69,6 +77,10 @@ struct ReplayModel {
   Link intra, inter;
   /// bandwidth_Bps > 0: the local backend's copy at the wait (see the file comment).
   Link wait_copy;
+  /// Bytes of one message of collective step `c` of `rank` for field `f` (a per-peer block; a
+  /// send_recv: the whole side). Unset: the schedules have no collective steps.
+  std::function<double(int rank, const attention::Collective& c, attention::Field f)> message_bytes;
+  double collective_efficiency = 1;
 };
 
 /// Replays `schedules` (one per rank, all of the same pass). Throws nothing; a send without its
