@@ -90,19 +90,20 @@ Run run_distributed(const Inputs& in, const AttentionSpec& spec, Balance bal, in
         k(s.k.data(), core::Shape{l, in.hkv, in.d}), v(s.v.data(), core::Shape{l, in.hkv, in.d}),
         d(s.dout.data(), core::Shape{l, in.hq, in.d});
     AttentionStats fs, bs;
+    prepare(spec, layout, g);  // schedules and sub-groups, outside the timed passes
     g.barrier();
-    g.reset_stats();
+    g.reset_rank_stats();  // every group of the rank: the collectives' sub-groups too
     core::Timer t;
     AttentionSaved saved = distributed_attention_forward(q, k, v, spec, layout, g, &fs);
     g.barrier();
     fwd[r] = t.elapsed();
-    const comm::Stats fst = g.stats();
-    g.reset_stats();
+    const comm::Stats fst = g.rank_stats();
+    g.reset_rank_stats();
     t.restart();
     AttentionGrads grads = distributed_attention_backward(d, saved, spec, layout, g, &bs);
     g.barrier();
     bwd[r] = t.elapsed();
-    const comm::Stats bst = g.stats();
+    const comm::Stats bst = g.rank_stats();
     run.ranks[r] = {
         {"rank", r},
         {"forward", {{"compute_s", fs.compute_s}, {"wait_s", fs.wait_s}, {"bytes", fst.to_json()}}},
