@@ -1,8 +1,13 @@
 // Checkpoints as untrusted input (issue 20): a trainer_state.json whose step is out of range, a
 // config.json of the wrong shape, and flipped bytes in any file of a checkpoint are refused at
 // --resume and --init-from, naming the file, the field or tensor, and the value.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +15,7 @@
 #include "longseq/core/checksum.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/checkpoint.hpp"
+#include "longseq/train/run.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -19,6 +25,7 @@ namespace tr = longseq::train;
 namespace core = longseq::core;
 using longseq::testing::error_of;
 using longseq::testing::refusal;
+using longseq::testing::run;
 using longseq::testing::temp_path;
 using longseq::testing::tiny_config;
 
@@ -157,6 +164,141 @@ TEST(CheckpointReliability, RefusesConfigJsonValuesOutOfRange) {
     const std::string m = error_of([&] { tr::read_hf_config(d + "/checkpoint"); });
     EXPECT_NE(m.find("[train] " + p + ": " + c.what), std::string::npos) << c.key << ": " << m;
   }
+  fs::remove_all(d);
+}
+
+// ---- the history of an interrupted run (issue 20: metrics.json kept only the steps since the
+// last --resume) ----------------------------------------------------------------------------------
+
+std::string train_cmd(const std::string& args) {
+  return std::string(LONGSEQ_CLI) + " train --preset tiny --data " + LONGSEQ_SOURCE_DIR +
+         "/data/kjv-genesis-exodus.txt --seq 64 --threads 1 " + args;
+}
+
+// Starts `cmd` (exec'ed by sh, so the pid is the command's) with its stdout on a pipe of one page
+// and reads it until a line starts with `marker`; then kill -9. The small pipe makes this
+// event-based: the child blocks on its output after a few lines, so it cannot finish the run
+// before the kill whatever the machine's load. Returns how the child ended (waitpid status).
+int kill9_after_line(const std::string& cmd, const std::string& marker, std::string& seen) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  ::fcntl(fds[0], F_SETPIPE_SZ, 4096);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string line;
+  char c;
+  bool found = false;
+  while (!found && ::read(fds[0], &c, 1) == 1) {
+    seen += c;
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    found = line.rfind(marker, 0) == 0;
+    line.clear();
+  }
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ::close(fds[0]);
+  return found ? st : -1;
+}
+
+nlohmann::json metrics_of(const std::string& dir) {
+  return nlohmann::json::parse(core::read_file(dir + "/metrics.json"));
+}
+
+TEST(CheckpointReliability, StepRecordsRoundTripThroughTheirJson) {
+  // Every key record_json writes, each with its own value, must come back through
+  // record_from_json: a field added to one and not the other fails here.
+  nlohmann::json j = tr::record_json(tr::StepRecord{});
+  double v = 1.25;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "step")
+      *it = 17;
+    else
+      *it = (v *= 3.0);
+  }
+  EXPECT_EQ(tr::record_json(tr::record_from_json(j, "test")), j);
+  nlohmann::json missing = j;
+  missing.erase("lr");
+  EXPECT_NE(error_of([&] {
+              tr::record_from_json(missing, "here");
+            }).find("[train] here: lr missing or not a number"),
+            std::string::npos);
+  nlohmann::json extra = j;
+  extra["novel"] = 1;
+  EXPECT_NE(error_of([&] { tr::record_from_json(extra, "here"); }).find("12 fields"),
+            std::string::npos);
+}
+
+TEST(CheckpointReliability, InterruptedTwiceTheRunKeepsEveryStepOnceBitForBit) {
+  const std::string straight = temp_path("hist", "straight"), cut = temp_path("hist", "cut");
+  fs::remove_all(straight);
+  fs::remove_all(cut);
+  const std::string steps = "--steps 40 ";
+  std::string log;
+  ASSERT_EQ(run(train_cmd(steps + "--quiet --save-every 0 --out " + straight), log), 0) << log;
+
+  // 1. kill -9 after step 5's line, during a run saving after every step.
+  std::string seen;
+  const int st =
+      kill9_after_line(train_cmd(steps + "--save-every 1 --out " + cut), "step    5", seen);
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st << "\n" << seen;
+  // 2. resumed, then stopped by --stop-after; 3. resumed to the end.
+  ASSERT_EQ(run(train_cmd(steps + "--quiet --save-every 1 --resume " + cut + " --out " + cut +
+                          " --stop-after 20"),
+                log),
+            0)
+      << log;
+  EXPECT_EQ(metrics_of(cut)["steps"].size(), 20u);
+  ASSERT_EQ(run(train_cmd(steps + "--quiet --save-every 5 --resume " + cut + " --out " + cut), log),
+            0)
+      << log;
+
+  const nlohmann::json a = metrics_of(straight)["steps"], b = metrics_of(cut)["steps"];
+  ASSERT_EQ(a.size(), 40u);
+  ASSERT_EQ(b.size(), a.size()) << b.dump(1);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["step"], static_cast<int>(i));
+    for (const char* k : {"loss", "lr", "grad_norm"})  // bit for bit (timings differ)
+      EXPECT_EQ(b[i][k].get<double>(), a[i][k].get<double>()) << "step " << i << " " << k;
+  }
+  // The final state too: the checkpoints' tensors are byte-identical.
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    const auto x = core::read_safetensors(straight + "/checkpoint/" + f);
+    const auto y = core::read_safetensors(cut + "/checkpoint/" + f);
+    ASSERT_EQ(x.tensors.size(), y.tensors.size());
+    for (const auto& [name, t] : x.tensors)
+      EXPECT_TRUE(t.bytes == y.tensors.at(name).bytes) << name;
+  }
+  fs::remove_all(straight);
+  fs::remove_all(cut);
+}
+
+TEST(CheckpointReliability, RefusesALogHistoryOutOfOrder) {
+  const std::string d = fresh_copy("hist_bad");
+  const std::string p = d + "/checkpoint/trainer_state.json";
+  fs::remove(d + "/checkpoint/checksums.json");
+  auto ts = nlohmann::json::parse(core::read_file(p));
+  ASSERT_EQ(ts["log_history"].size(), 1u);
+  ts["log_history"].push_back(ts["log_history"][0]);  // step 0 twice; the checkpoint's step is 1
+  core::write_file_atomic(p, ts.dump());
+  EXPECT_NE(refusal(resume_from(d))
+                .find("trainer_state.json: log_history[1]: step 0 out of range "
+                      "[1, 1)"),
+            std::string::npos)
+      << refusal(resume_from(d));
+  ts["log_history"] = 5;
+  core::write_file_atomic(p, ts.dump());
+  EXPECT_NE(refusal(resume_from(d)).find("log_history is number"), std::string::npos);
   fs::remove_all(d);
 }
 

@@ -3,7 +3,9 @@
 //   model.safetensors      parameters under Hugging Face LLaMA names (loads in transformers)
 //   optimizer.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //   config.json            the Hugging Face LlamaConfig of the model
-//   trainer_state.json     step (next to run), seed, data position, RNG note, train config
+//   trainer_state.json     step (next to run), seed, data position, RNG note, train config, and
+//                          log_history: the metrics records of every step before `step`, so
+//                          that a resumed run's metrics.json holds the whole run (each step once)
 //   checksums.json         CRC-32C of config.json and trainer_state.json (the tensors' own are in
 //                          the safetensors __metadata__, core/safetensors.hpp)
 // The set is written into DIR/checkpoint.tmp/ (each file fsync'ed), then the old checkpoint is

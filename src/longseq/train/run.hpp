@@ -105,5 +105,8 @@ void write_metrics(const std::string& out, const nlohmann::json& config,
                    const std::vector<StepRecord>& steps);
 /// One record as metrics.json writes it.
 nlohmann::json record_json(const StepRecord& r);
+/// The inverse of record_json (a checkpoint's log_history); throws core::Error("[train] <where>:
+/// ...") naming a missing or mistyped field.
+StepRecord record_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace longseq::train

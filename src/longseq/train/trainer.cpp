@@ -125,6 +125,31 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
 
 // ---- checkpointing -----------------------------------------------------------------------------
 
+namespace {
+
+// The records of the steps before `step` that a checkpoint carries (trainer_state.json's
+// "log_history", as Hugging Face's Trainer names it), checked: strictly increasing steps in
+// [0, step), so that each step is in metrics.json exactly once however often the run was
+// interrupted. A checkpoint written before the history was recorded has none: an empty history.
+std::vector<StepRecord> history_of(const json& ts, int64_t step, const std::string& where) {
+  std::vector<StepRecord> h;
+  if (!ts.contains("log_history")) return h;
+  const json& a = ts["log_history"];
+  core::require(a.is_array(), "train", where, ": log_history is ", a.type_name(),
+                ", expected an array of step records");
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string at = core::cat(where, ": log_history[", i, "]");
+    h.push_back(record_from_json(a[i], at));
+    const int64_t s = h.back().step;
+    const int64_t lo = h.size() > 1 ? h[h.size() - 2].step + 1 : 0;
+    core::require(s >= lo && s < step, "train", at, ": step ", s, " out of range [", lo, ", ", step,
+                  ") (each step once, in order, before the checkpoint's step ", step, ")");
+  }
+  return h;
+}
+
+}  // namespace
+
 int64_t restore(RankRun& run) {
   const TrainConfig& cfg = run.s.cfg;
   if (!cfg.init_from.empty()) load_hf_weights(cfg.init_from, run.state);
@@ -133,7 +158,9 @@ int64_t restore(RankRun& run) {
   core::require(ts.at("seed").get<uint64_t>() == cfg.seed, "train", "--resume ", cfg.resume,
                 ": checkpoint seed ", ts.at("seed").get<uint64_t>(), " differs from --seed ",
                 cfg.seed);
-  return ts.at("step").get<int64_t>();
+  const int64_t step = ts.at("step").get<int64_t>();
+  run.records = history_of(ts, step, "--resume " + cfg.resume + ": trainer_state.json");
+  return step;
 }
 
 void save_if_due(RankRun& run, int64_t step) {
@@ -154,6 +181,11 @@ void save_if_due(RankRun& run, int64_t step) {
        {{"kind", "counter-based (core/rng.hpp); initialisation stream derive_seed(seed, unit)"},
         {"seed", cfg.seed}}},
       {"config", run.s.config}};
+  // Every step so far (with the history restored at --resume): a run resumed from this
+  // checkpoint writes the whole run's metrics.json, not only the steps after the resume.
+  json history = json::array();
+  for (const StepRecord& r : run.records) history.push_back(record_json(r));
+  ts["log_history"] = std::move(history);
   save_checkpoint(cfg.out, run.state, ts, run.writer);
 }
 
@@ -171,6 +203,7 @@ struct RunOutput {
 void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
   RankRun run(setup, world);
   const int64_t start = restore(run);
+  const size_t restored = run.records.size();  // the history a --resume checkpoint carried
   for (int64_t step = start; step < setup.end; ++step) {
     const StepResult res = run_step(run, step);
     const StepRecord rec = measure(run, res);
@@ -182,7 +215,8 @@ void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
   std::vector<float> params;
   if (setup.cfg.keep_params) params = gather_all(run, false);
   if (!run.writer) return;
-  out.records = std::move(run.records);
+  out.records.assign(run.records.begin() + static_cast<std::ptrdiff_t>(restored),
+                     run.records.end());
   out.first_step = start;
   out.params = std::move(params);
   out.grads = std::move(run.final_grads);
