@@ -129,8 +129,22 @@ StepRecord record_from_json(const json& j, const std::string& where) {
                   " missing or not a number (", j.value(k, json()).dump(), ")");
     *dst = j[k].is_null() ? std::numeric_limits<double>::quiet_NaN() : j[k].get<double>();
   }
-  core::require(j.size() == std::size(fields) + 1, "train", where, ": ", j.size(),
-                " fields, a step record has ", std::size(fields) + 1);
+  // The per-op account: every category record_json writes, and "other".
+  core::require(j.contains("ops") && j["ops"].is_object() &&
+                    j["ops"].size() == static_cast<size_t>(core::kNumOps) + 1,
+                "train", where, ": ops missing or not an object of ", core::kNumOps + 1,
+                " numbers (", j.value("ops", json()).dump(), ")");
+  const json& ops = j["ops"];
+  auto number = [&](const char* k) {
+    core::require(ops.contains(k) && (ops[k].is_number() || ops[k].is_null()), "train", where,
+                  ": ops.", k, " missing or not a number");
+    return ops[k].is_null() ? std::numeric_limits<double>::quiet_NaN() : ops[k].get<double>();
+  };
+  for (int i = 0; i < core::kNumOps; ++i)
+    r.ops.s[static_cast<size_t>(i)] = number(core::op_name(static_cast<core::Op>(i)));
+  r.other_s = number("other");
+  core::require(j.size() == std::size(fields) + 2, "train", where, ": ", j.size(),
+                " fields, a step record has ", std::size(fields) + 2);
   return r;
 }
 
