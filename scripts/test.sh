@@ -12,3 +12,6 @@ bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
 bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
 # Every fuzz harness for 20 s under ASan + UBSan (clang, build-asan; docs/reliability.md).
 bash scripts/ci_fuzz.sh
+# The test labels core, comm, attention and the fuzz replays under ASan + UBSan (same build), the
+# local comm tests under TSan (build-tsan: only test_comm).
+bash scripts/ci_sanitize.sh
