@@ -2,6 +2,7 @@
 // overrides. The flags are the rows of train/config.hpp's table (add a flag there, not here);
 // every flag's default is the preset's value; --help shows the "main" preset's
 // (tests/train/cli_train_test.cpp checks that --help lists every row with it).
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -65,6 +66,14 @@ std::function<int()> add_train(CLI::App& app) {
                   static_cast<long long>(s.steps.front().step),
                   static_cast<long long>(s.steps.back().step), s.peak_gflops,
                   c.out.empty() ? "" : ("; wrote " + c.out + "/metrics.json").c_str());
+    if (s.stop_signal != 0) {
+      // The shell's convention for a process ended by a signal (docs/reliability.md).
+      if (comm::launcher_rank() == 0)
+        std::fprintf(stderr, "[train] stopped by %s after a whole step%s\n",
+                     s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                     c.out.empty() || c.save_every < 0 ? "" : "; checkpoint saved");
+      return 128 + s.stop_signal;
+    }
     return 0;
   };
 }

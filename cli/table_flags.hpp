@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "longseq/core/options.hpp"
@@ -82,7 +83,11 @@ class TableFlags {
   template <class T>
   CLI::Option* declare(CLI::App& app, Slot& slot, const char* flag, const std::string& help, T*) {
     slot.value = std::optional<T>();
-    return app.add_option(flag, std::get<std::optional<T>>(slot.value), help);
+    CLI::Option* o = app.add_option(flag, std::get<std::optional<T>>(slot.value), help);
+    // CLI11 reads "-7" into an unsigned type as 2^64 - 7 (strtoull): refused instead, naming the
+    // flag (issue 20: --seed -7 was a silent wrap-around).
+    if constexpr (std::is_unsigned_v<T>) o->check(CLI::NonNegativeNumber);
+    return o;
   }
 
   std::deque<Slot> slots_;  // a deque: CLI11 keeps pointers into the slots

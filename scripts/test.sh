@@ -10,3 +10,8 @@ ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 # A 2-host x 2-rank MPI job across network namespaces (prints SKIPPED where they are refused).
 bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
 bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
+# Every fuzz harness for 20 s under ASan + UBSan (clang, build-asan; docs/reliability.md).
+bash scripts/ci_fuzz.sh
+# The test labels core, comm, attention and the fuzz replays under ASan + UBSan (same build), the
+# local comm tests under TSan (build-tsan: only test_comm).
+bash scripts/ci_sanitize.sh

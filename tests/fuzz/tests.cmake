@@ -3,7 +3,8 @@
 #   fuzz_replay_<parser> (label fuzz) that runs it over the committed corpus/<parser>/: the seeds
 #   and every crash the fuzzers found, so each stays a regression test.
 # * -DLONGSEQ_FUZZ=ON with clang (scripts/ci_fuzz.sh): fuzz_<parser>, the libFuzzer binaries.
-set(LONGSEQ_FUZZ_TARGETS npy safetensors token_file trainer_state hf_config tokenizer mask)
+set(LONGSEQ_FUZZ_TARGETS npy safetensors st_index token_file trainer_state checksums hf_config
+    tokenizer mask preset hardware)
 set(_fuzz_libs longseq_tokenizer longseq_train longseq_plan longseq_model longseq_attention longseq_comm longseq_kernels
     longseq_core nlohmann_json::nlohmann_json OpenMP::OpenMP_CXX Threads::Threads)
 foreach(name ${LONGSEQ_FUZZ_TARGETS})

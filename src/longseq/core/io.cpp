@@ -52,14 +52,24 @@ void write_atomic(const std::string& path,
     ::unlink(tmp.c_str());
     throw;
   }
+  // Any failure from here on (a full disk can first show at fsync or close on some filesystems)
+  // removes the tmp file too: `path` keeps its previous content and no partial file stays behind.
   if (::fsync(fd) != 0) {
     const int e = errno;
     ::close(fd);
+    ::unlink(tmp.c_str());
     fail("io", tmp, ": fsync failed: ", std::strerror(e));
   }
-  if (::close(fd) != 0) fail("io", tmp, ": close failed: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("io", path, ": rename from ", tmp, " failed: ", std::strerror(errno));
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("io", tmp, ": close failed: ", std::strerror(e));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("io", path, ": rename from ", tmp, " failed: ", std::strerror(e));
+  }
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   fsync_dir(dir.empty() ? std::string(".") : dir.string());
 }

@@ -1,6 +1,7 @@
 #include "longseq/model/config.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
@@ -18,10 +19,26 @@ void LlamaConfig::validate() const {
   positive(head_dim, "head_dim");
   positive(intermediate, "intermediate");
   positive(vocab, "vocab");
+  // Bounds far beyond any model, so that the products of sizes below (parameter counts, buffer
+  // sizes) cannot overflow: an absurd flag or config.json value is refused here, naming it, instead
+  // of wrapping into a small or negative size (a crash) or an allocation that never ends.
+  const std::pair<const char*, int64_t> dims[] = {
+      {"layers", layers},     {"hidden", hidden},     {"heads", heads},
+      {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"intermediate", intermediate}};
+  for (const auto& [name, v] : dims)
+    core::require(v <= kMaxDim, "model", name, " ", v, " out of range [1, ", kMaxDim, "]");
   core::require(heads % kv_heads == 0, "model", "heads ", heads, " not divisible by kv_heads ",
                 kv_heads);
   core::require(hidden == heads * head_dim, "model", "hidden ", hidden, " != heads ", heads,
                 " * head_dim ", head_dim, " = ", heads * head_dim);
+  const double params =
+      static_cast<double>(layers) *
+          (4.0 * static_cast<double>(hidden) * static_cast<double>(hidden) +
+           3.0 * static_cast<double>(hidden) * static_cast<double>(intermediate)) +
+      2.0 * static_cast<double>(vocab) * static_cast<double>(hidden);
+  core::require(params <= static_cast<double>(kMaxParameters), "model", "about ", params,
+                " parameters (layers ", layers, ", hidden ", hidden, ", intermediate ",
+                intermediate, ", vocab ", vocab, "): more than ", kMaxParameters);
   core::require(head_dim % 2 == 0, "model", "head_dim ", head_dim,
                 " must be even (RoPE rotates pairs of halves)");
   core::require(rope_theta > 0, "model", "rope_theta must be > 0, got ", rope_theta);

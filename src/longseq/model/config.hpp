@@ -30,6 +30,11 @@
 
 namespace longseq::model {
 
+/// Bounds of LlamaConfig::validate: every size at most kMaxDim, the parameter count at most
+/// kMaxParameters (far beyond any model; they keep products of sizes from overflowing int64).
+inline constexpr int64_t kMaxDim = int64_t{1} << 20;
+inline constexpr int64_t kMaxParameters = int64_t{1} << 40;
+
 struct LlamaConfig {
   int64_t layers = 4;
   int64_t hidden = 256;
@@ -58,7 +63,7 @@ struct LlamaConfig {
   /// Throws core::Error("[model] ...") naming the values: non-positive sizes, heads not divisible
   /// by kv_heads, hidden != heads * head_dim, odd head_dim (RoPE pairs halves), theta <= 0,
   /// eps <= 0, sliding_window < 0, negative max_position_embeddings, rope_scaling values
-  /// (RopeScaling::validate).
+  /// (RopeScaling::validate), a size above kMaxDim, a parameter count above kMaxParameters.
   void validate() const;
   /// The RoPE frequencies of a forward over a sequence of `seq_len` tokens (dynamic scaling
   /// depends on it; 0 = max_position_embeddings).

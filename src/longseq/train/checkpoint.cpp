@@ -59,7 +59,36 @@ void verify_json_checksums(const std::string& ck) {
   }
 }
 
+// The files of one checkpoint into `tmp` (each written atomically and fsync'ed).
+void write_checkpoint_files(const std::string& tmp, const model::ParamLayout& layout,
+                            const std::vector<std::vector<float>> (&full)[3],
+                            const nlohmann::json& trainer_state) {
+  std::vector<core::SafeTensorRef> model_t, opt_t;
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (const auto& t : layout.units()[u].tensors) {
+      model_t.push_back({t.name, core::DType::f32, t.shape, full[0][u].data() + t.offset});
+      opt_t.push_back(
+          {"exp_avg." + t.name, core::DType::f32, t.shape, full[1][u].data() + t.offset});
+      opt_t.push_back(
+          {"exp_avg_sq." + t.name, core::DType::f32, t.shape, full[2][u].data() + t.offset});
+    }
+  core::write_safetensors(tmp + "/model.safetensors", model_t, {{"format", "pt"}});
+  core::write_safetensors(tmp + "/optimizer.safetensors", opt_t, {{"format", "pt"}});
+  const std::string texts[] = {hf_config(layout.config()).dump(2) + "\n",
+                               trainer_state.dump(2) + "\n"};
+  nlohmann::json sums = nlohmann::json::object();
+  for (int i = 0; i < 2; ++i) {
+    core::write_file_atomic(tmp + "/" + kJsonFiles[i], texts[i]);
+    sums[kJsonFiles[i]] = core::crc32c_hex(core::crc32c(texts[i].data(), texts[i].size()));
+  }
+  core::write_file_atomic(tmp + "/checksums.json", nlohmann::json{{"crc32c", sums}}.dump(2) + "\n");
+}
+
 }  // namespace
+
+void verify_checkpoint_checksums(const std::string& ck) {
+  verify_json_checksums(ck);
+}
 
 int64_t validate_trainer_state(const nlohmann::json& ts, const std::string& path) {
   core::require(ts.is_object(), "train", path, ": expected a JSON object, got ", ts.type_name());
@@ -118,25 +147,16 @@ void save_checkpoint(const std::string& dir, ShardedState& state,
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   core::require(!ec, "train", "cannot create ", tmp, ": ", ec.message());
-  std::vector<core::SafeTensorRef> model_t, opt_t;
-  for (int u = 0; u < layout.num_units(); ++u)
-    for (const auto& t : layout.units()[u].tensors) {
-      model_t.push_back({t.name, core::DType::f32, t.shape, full[0][u].data() + t.offset});
-      opt_t.push_back(
-          {"exp_avg." + t.name, core::DType::f32, t.shape, full[1][u].data() + t.offset});
-      opt_t.push_back(
-          {"exp_avg_sq." + t.name, core::DType::f32, t.shape, full[2][u].data() + t.offset});
-    }
-  core::write_safetensors(tmp + "/model.safetensors", model_t, {{"format", "pt"}});
-  core::write_safetensors(tmp + "/optimizer.safetensors", opt_t, {{"format", "pt"}});
-  const std::string texts[] = {hf_config(layout.config()).dump(2) + "\n",
-                               trainer_state.dump(2) + "\n"};
-  nlohmann::json sums = nlohmann::json::object();
-  for (int i = 0; i < 2; ++i) {
-    core::write_file_atomic(tmp + "/" + kJsonFiles[i], texts[i]);
-    sums[kJsonFiles[i]] = core::crc32c_hex(core::crc32c(texts[i].data(), texts[i].size()));
+  // A failed write (disk full, quota, I/O error) removes the partial set, so that its space is
+  // free again and nothing half-written is left beside checkpoint/, which is untouched until the
+  // new set is complete: the previous checkpoint stays the one --resume reads.
+  try {
+    write_checkpoint_files(tmp, layout, full, trainer_state);
+  } catch (const core::Error& e) {
+    fs::remove_all(tmp, ec);
+    core::fail("train", "saving a checkpoint in ", dir, " failed (", e.what(), "); ",
+               fs::exists(cur) ? cur + " is unchanged" : std::string("no earlier checkpoint"));
   }
-  core::write_file_atomic(tmp + "/checksums.json", nlohmann::json{{"crc32c", sums}}.dump(2) + "\n");
   // Every rename is followed by an fsync of DIR, so that after a crash the directory entries are
   // as durable as the files (which write_file_atomic already fsync'ed): checkpoint/ is either the
   // old set or the new one, and checkpoint.old/ is only removed once the new one is in place.
@@ -292,6 +312,25 @@ model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& 
   return c;
 }
 
+std::vector<std::string> hf_index_files(const nlohmann::json& j, const std::string& path) {
+  core::require(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "train",
+                path, ": no weight_map object");
+  std::vector<std::string> files;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    core::require(it.value().is_string(), "train", path, ": weight_map[", it.key(),
+                  "] is not a file name (", it.value().dump(), ")");
+    const std::string f = it.value().get<std::string>();
+    // A shard is a file beside the index (as transformers writes them): no directories, so an
+    // index cannot make --init-from read files elsewhere.
+    core::require(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", "train",
+                  path, ": weight_map[", it.key(), "] is '", f,
+                  "', expected a file name in the same directory");
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  core::require(!files.empty(), "train", path, ": weight_map names no file");
+  return files;
+}
+
 namespace {
 
 // The files holding the weights: one model.safetensors, or the shards an index names.
@@ -299,15 +338,8 @@ std::vector<std::string> weight_files(const std::string& dir) {
   std::vector<std::string> files;
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {
-    const nlohmann::json j = read_json(index);
-    core::require(j.contains("weight_map") && j["weight_map"].is_object(), "train", index,
-                  ": no weight_map object");
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      core::require(it.value().is_string(), "train", index, ": weight_map[", it.key(),
-                    "] is not a file name");
-      const std::string f = dir + "/" + it.value().get<std::string>();
-      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
-    }
+    files = hf_index_files(read_json(index), index);
+    for (std::string& f : files) f = dir + "/" + f;
   } else {
     core::require(fs::exists(dir + "/model.safetensors"), "train", "--init-from ", dir,
                   ": neither model.safetensors nor model.safetensors.index.json in it");

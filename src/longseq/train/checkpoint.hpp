@@ -3,7 +3,9 @@
 //   model.safetensors      parameters under Hugging Face LLaMA names (loads in transformers)
 //   optimizer.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //   config.json            the Hugging Face LlamaConfig of the model
-//   trainer_state.json     step (next to run), seed, data position, RNG note, train config
+//   trainer_state.json     step (next to run), seed, data position, RNG note, train config, and
+//                          log_history: the metrics records of every step before `step`, so
+//                          that a resumed run's metrics.json holds the whole run (each step once)
 //   checksums.json         CRC-32C of config.json and trainer_state.json (the tensors' own are in
 //                          the safetensors __metadata__, core/safetensors.hpp)
 // The set is written into DIR/checkpoint.tmp/ (each file fsync'ed), then the old checkpoint is
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "longseq/train/zero.hpp"
 
@@ -30,6 +33,11 @@ void save_checkpoint(const std::string& dir, ShardedState& state,
 /// checksum that fails: tensors are checked by read_safetensors, config.json and trainer_state.json
 /// against checksums.json).
 nlohmann::json load_checkpoint(const std::string& dir, ShardedState& state);
+
+/// Checks the JSON files of the checkpoint directory `ck` against its checksums.json (absent: an
+/// older checkpoint, nothing to check). Throws core::Error("[train] ...") naming the file: a
+/// malformed checksums.json, an unknown file name in it, a checksum that fails.
+void verify_checkpoint_checksums(const std::string& ck);
 
 /// The largest step a trainer_state.json may hold (2^40: far beyond any run, small enough that
 /// step * dp and the schedule's arithmetic cannot overflow).
@@ -62,6 +70,11 @@ model::LlamaConfig read_hf_config(const std::string& dir);
 /// also sizes in [1, kMaxConfigDim], finite positive rope_theta and rms_norm_eps. May throw
 /// nlohmann::json exceptions for wrongly typed optional fields (read_hf_config names the file).
 model::LlamaConfig hf_config_fields(const nlohmann::json& j, const std::string& path);
+
+/// The shard files a model.safetensors.index.json names (`path` names it in messages), each once,
+/// in the order of first mention; refused, naming the entry: no weight_map object, a value that is
+/// not a plain file name (empty, containing '/', "." or ".."), an empty map.
+std::vector<std::string> hf_index_files(const nlohmann::json& index, const std::string& path);
 
 /// Loads DIR's weights into the parameter shards (every rank reads the files; moments untouched).
 /// Every tensor of the layout must be present with its shape (lm_head.weight is not needed when

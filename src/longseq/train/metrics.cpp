@@ -2,7 +2,11 @@
 // trainer.hpp), the per-step line, and metrics.json.
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <limits>
+#include <utility>
 
+#include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/train/run.hpp"
@@ -98,6 +102,50 @@ json record_json(const StepRecord& r) {
           {"comm_wait_s", r.comm_wait_s},
           {"saved_activation_mib", r.saved_activation_mib},
           {"ops", ops}};
+}
+
+StepRecord record_from_json(const json& j, const std::string& where) {
+  // Every key record_json writes must be back, a number (step an integer): a key added there and
+  // not here fails the round trip of tests/train/checkpoint_reliability_test.cpp.
+  core::require(j.is_object(), "train", where, ": expected an object, got ", j.type_name());
+  StepRecord r;
+  const std::pair<const char*, double*> fields[] = {
+      {"loss", &r.loss},
+      {"lr", &r.lr},
+      {"grad_norm", &r.grad_norm},
+      {"seconds", &r.seconds},
+      {"tokens_per_sec", &r.tokens_per_sec},
+      {"mfu", &r.mfu},
+      {"peak_rss_mib", &r.peak_rss_mib},
+      {"compute_s", &r.compute_s},
+      {"comm_wait_s", &r.comm_wait_s},
+      {"saved_activation_mib", &r.saved_activation_mib}};
+  core::require(j.contains("step") && j["step"].is_number_integer(), "train", where,
+                ": step missing or not an integer (", j.value("step", json()).dump(), ")");
+  r.step = j["step"].get<int64_t>();
+  for (const auto& [k, dst] : fields) {
+    // null: a NaN (a diverged loss), which JSON cannot hold and record_json writes as null.
+    core::require(j.contains(k) && (j[k].is_number() || j[k].is_null()), "train", where, ": ", k,
+                  " missing or not a number (", j.value(k, json()).dump(), ")");
+    *dst = j[k].is_null() ? std::numeric_limits<double>::quiet_NaN() : j[k].get<double>();
+  }
+  // The per-op account: every category record_json writes, and "other".
+  core::require(j.contains("ops") && j["ops"].is_object() &&
+                    j["ops"].size() == static_cast<size_t>(core::kNumOps) + 1,
+                "train", where, ": ops missing or not an object of ", core::kNumOps + 1,
+                " numbers (", j.value("ops", json()).dump(), ")");
+  const json& ops = j["ops"];
+  auto number = [&](const char* k) {
+    core::require(ops.contains(k) && (ops[k].is_number() || ops[k].is_null()), "train", where,
+                  ": ops.", k, " missing or not a number");
+    return ops[k].is_null() ? std::numeric_limits<double>::quiet_NaN() : ops[k].get<double>();
+  };
+  for (int i = 0; i < core::kNumOps; ++i)
+    r.ops.s[static_cast<size_t>(i)] = number(core::op_name(static_cast<core::Op>(i)));
+  r.other_s = number("other");
+  core::require(j.size() == std::size(fields) + 2, "train", where, ": ", j.size(),
+                " fields, a step record has ", std::size(fields) + 2);
+  return r;
 }
 
 void write_metrics(const std::string& out, const json& config,

@@ -11,7 +11,7 @@
 //   run_step(run, step)  one optimizer step -> StepResult (loss, norm, lr, this rank's times).
 //   measure(run, res)    metrics: the step's record (slowest rank, MFU, memory); collective.
 //   report(run, rec)     metrics out: the per-step line and metrics.json (writer rank).
-//   save_if_due(run, s)  checkpointing out: --save-every and the last step.
+//   save_if_due(run, s)  checkpointing out: --save-every, the last step, a stop by signal.
 //   run_rank(setup, w)   the loop over steps on one rank.
 //
 // Every function that takes a RankRun is collective over the run's world unless it says not.
@@ -93,8 +93,9 @@ StepResult run_step(RankRun& run, int64_t step);
 StepRecord measure(RankRun& run, const StepResult& r);
 /// Prints the step's line and rewrites metrics.json (writer only; not collective).
 void report(RankRun& run, const StepRecord& r);
-/// Saves a checkpoint after `step` when --save-every or the end of the run asks for one.
-void save_if_due(RankRun& run, int64_t step);
+/// Saves a checkpoint after `step` when --save-every or the end of the run asks for one;
+/// `stopping` (a SIGINT / SIGTERM stop after this step) counts as the end of the run.
+void save_if_due(RankRun& run, int64_t step, bool stopping = false);
 /// All units' full parameters (or gradients), concatenated; every rank gets them.
 std::vector<float> gather_all(RankRun& run, bool grads);
 
@@ -105,5 +106,8 @@ void write_metrics(const std::string& out, const nlohmann::json& config,
                    const std::vector<StepRecord>& steps);
 /// One record as metrics.json writes it.
 nlohmann::json record_json(const StepRecord& r);
+/// The inverse of record_json (a checkpoint's log_history); throws core::Error("[train] <where>:
+/// ...") naming a missing or mistyped field.
+StepRecord record_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace longseq::train

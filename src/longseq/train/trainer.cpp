@@ -2,11 +2,15 @@
 // metrics are metrics.cpp).
 #include "longseq/train/trainer.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
 #include "longseq/comm/launch.hpp"
+#include "longseq/core/checksum.hpp"
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
@@ -125,6 +129,52 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
 
 // ---- checkpointing -----------------------------------------------------------------------------
 
+namespace {
+
+// The records of the steps before `step` that a checkpoint carries (trainer_state.json's
+// "log_history", as Hugging Face's Trainer names it), checked: strictly increasing steps in
+// [0, step), so that each step is in metrics.json exactly once however often the run was
+// interrupted. A checkpoint written before the history was recorded has none: an empty history.
+std::vector<StepRecord> history_of(const json& ts, int64_t step, const std::string& where) {
+  std::vector<StepRecord> h;
+  if (!ts.contains("log_history")) return h;
+  const json& a = ts["log_history"];
+  core::require(a.is_array(), "train", where, ": log_history is ", a.type_name(),
+                ", expected an array of step records");
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string at = core::cat(where, ": log_history[", i, "]");
+    h.push_back(record_from_json(a[i], at));
+    const int64_t s = h.back().step;
+    const int64_t lo = h.size() > 1 ? h[h.size() - 2].step + 1 : 0;
+    core::require(s >= lo && s < step, "train", at, ": step ", s, " out of range [", lo, ", ", step,
+                  ") (each step once, in order, before the checkpoint's step ", step, ")");
+  }
+  return h;
+}
+
+// The identity of the training data: its token count and the CRC-32C of the tokens as read
+// (uint32 each). The order of sequences is a function of the file, so a resume on other data (a
+// file truncated or regenerated since) would silently train on another sequence order.
+json data_identity(const TokenFile& f) {
+  return {{"tokens", f.tokens.size()},
+          {"crc32c",
+           core::crc32c_hex(core::crc32c(f.tokens.data(), f.tokens.size() * sizeof(uint32_t)))}};
+}
+
+// --resume: the data must be what the checkpoint was trained on (checkpoints written before the
+// identity was recorded are not checked).
+void check_same_data(const json& ts, const RunSetup& s, const std::string& where) {
+  if (!ts.contains("data") || !ts["data"].is_object() || !ts["data"].contains("identity")) return;
+  const json have = data_identity(s.data), want = ts["data"]["identity"];
+  core::require(have == want, "train", where, ": --data ", s.data.path,
+                " is not the data the "
+                "checkpoint was trained on (",
+                want.dump(), " then, ", have.dump(),
+                " now): a changed or truncated file would change the sequence order");
+}
+
+}  // namespace
+
 int64_t restore(RankRun& run) {
   const TrainConfig& cfg = run.s.cfg;
   if (!cfg.init_from.empty()) load_hf_weights(cfg.init_from, run.state);
@@ -133,12 +183,16 @@ int64_t restore(RankRun& run) {
   core::require(ts.at("seed").get<uint64_t>() == cfg.seed, "train", "--resume ", cfg.resume,
                 ": checkpoint seed ", ts.at("seed").get<uint64_t>(), " differs from --seed ",
                 cfg.seed);
-  return ts.at("step").get<int64_t>();
+  const int64_t step = ts.at("step").get<int64_t>();
+  check_same_data(ts, run.s, "--resume " + cfg.resume);
+  run.records = history_of(ts, step, "--resume " + cfg.resume + ": trainer_state.json");
+  return step;
 }
 
-void save_if_due(RankRun& run, int64_t step) {
+void save_if_due(RankRun& run, int64_t step, bool stopping) {
   const TrainConfig& cfg = run.s.cfg;
-  const bool last = step + 1 == run.s.end;
+  // A stop by SIGINT / SIGTERM ends the run early: saved like its last step.
+  const bool last = step + 1 == run.s.end || stopping;
   const bool due = !cfg.out.empty() && cfg.save_every >= 0 &&
                    (last || (cfg.save_every > 0 && (step + 1) % cfg.save_every == 0));
   if (!due) return;
@@ -149,11 +203,17 @@ void save_if_due(RankRun& run, int64_t step) {
        {{"file", cfg.data},
         {"next_step", step + 1},
         {"sequences", run.s.loader.num_sequences()},
+        {"identity", data_identity(run.s.data)},
         {"order", "sequence (step * dp + replica) mod sequences"}}},
       {"rng",
        {{"kind", "counter-based (core/rng.hpp); initialisation stream derive_seed(seed, unit)"},
         {"seed", cfg.seed}}},
       {"config", run.s.config}};
+  // Every step so far (with the history restored at --resume): a run resumed from this
+  // checkpoint writes the whole run's metrics.json, not only the steps after the resume.
+  json history = json::array();
+  for (const StepRecord& r : run.records) history.push_back(record_json(r));
+  ts["log_history"] = std::move(history);
   save_checkpoint(cfg.out, run.state, ts, run.writer);
 }
 
@@ -161,28 +221,81 @@ void save_if_due(RankRun& run, int64_t step) {
 
 namespace {
 
+// SIGINT / SIGTERM: the handler only records the signal; the loop looks at it between steps
+// (stop_signal), so a step and a checkpoint being written always complete, and every rank stops
+// after the same step. docs/reliability.md states the semantics and the exit status.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores into it");
+
+extern "C" void record_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+}
+
+// Installs the handlers for one train() call and restores the previous ones after it (train() is
+// a library call; a program embedding it keeps its own handlers outside the run). SA_RESETHAND:
+// a second signal takes the default action, so an impatient second Ctrl-C still ends the process
+// at once.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction sa = {};
+    sa.sa_handler = record_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ = {}, old_term_ = {};
+};
+
+// Collective: the signal any rank of the world has received (0: none). Under mpirun each process
+// has its own handler and signals may reach the processes at different steps; the maximum makes
+// every rank stop after the same step.
+int stop_signal(RankRun& run) {
+  int32_t sig = g_stop_signal.load();
+  run.world.all_reduce(&sig, &sig, 1, core::DType::i32, comm::ReduceOp::max);
+  return sig;
+}
+
 // What the writer rank hands back from inside comm::run.
 struct RunOutput {
   std::vector<StepRecord> records;
   int64_t first_step = 0;
   std::vector<float> params, grads;
+  int stop_signal = 0;
 };
 
 void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
   RankRun run(setup, world);
   const int64_t start = restore(run);
+  const size_t restored = run.records.size();  // the history a --resume checkpoint carried
   for (int64_t step = start; step < setup.end; ++step) {
     const StepResult res = run_step(run, step);
     const StepRecord rec = measure(run, res);
     run.records.push_back(rec);
     report(run, rec);
-    save_if_due(run, step);
+    const int sig = stop_signal(run);
+    save_if_due(run, step, sig != 0);
+    if (sig != 0) {
+      if (run.writer) out.stop_signal = sig;
+      break;
+    }
   }
   run.progress.finish();
   std::vector<float> params;
   if (setup.cfg.keep_params) params = gather_all(run, false);
   if (!run.writer) return;
-  out.records = std::move(run.records);
+  out.records.assign(run.records.begin() + static_cast<std::ptrdiff_t>(restored),
+                     run.records.end());
   out.first_step = start;
   out.params = std::move(params);
   out.grads = std::move(run.final_grads);
@@ -204,6 +317,7 @@ comm::Options comm_options(const RunSetup& s) {
 }  // namespace
 
 TrainSummary train(const TrainConfig& cfg) {
+  const StopSignals signals;
   const RunSetup setup(cfg);
   RunOutput out;
   comm::run(comm_options(setup), [&](comm::Group& world) { run_rank(setup, world, out); });
@@ -213,6 +327,7 @@ TrainSummary train(const TrainConfig& cfg) {
   summary.peak_gflops = setup.peak_gflops;
   summary.params = std::move(out.params);
   summary.grads = std::move(out.grads);
+  summary.stop_signal = out.stop_signal;
   return summary;
 }
 

@@ -58,12 +58,17 @@ struct TrainSummary {
   double peak_gflops = 0;
   std::vector<float> params;  ///< keep_params only
   std::vector<float> grads;   ///< keep_params only: last step's gradient, before clipping
+  /// SIGINT or SIGTERM when the run stopped early on that signal (after a whole step, with a
+  /// final checkpoint when --out and --save-every >= 0; docs/reliability.md), else 0.
+  int stop_signal = 0;
 };
 
 /// Loads `cfg.data`: a token file, or a .txt file tokenized byte-level in memory (one document).
 TokenFile load_training_data(const std::string& path);
 
-/// Runs the whole training (local backend threads, or MPI under mpirun). Blocking.
+/// Runs the whole training (local backend threads, or MPI under mpirun). Blocking. While it runs,
+/// SIGINT and SIGTERM are handled (the previous handlers are restored on return): the run stops
+/// after the current step, saves as if that step were the last, and returns with stop_signal set.
 TrainSummary train(const TrainConfig& cfg);
 
 /// The machine's measured peak at `precision` (f32: sgemm, bf16: bf16 GEMM with fp32
