@@ -38,6 +38,41 @@ std::string mask_of(const train::TrainConfig& c) {
   return c.mask_text();
 }
 
+// The predicted peak grows with N; bisect on multiples of longest_step(c) tokens (2 per context
+// rank and a whole number of 1024-token blocks, so every layout divides it).
+int64_t longest_step(const train::TrainConfig& c) {
+  return 1024 * 2 * static_cast<int64_t>(c.world / std::max(c.dp, 1));
+}
+
+struct Longest {
+  std::string checkpoint;
+  int64_t seq = 0;  ///< 0: not even one step fits
+  double predicted_bytes = 0;
+};
+
+std::vector<Longest> longest_per_policy(train::TrainConfig c, const std::string& mask_flag,
+                                        int64_t tokens, double limit,
+                                        const std::vector<std::string>& policies) {
+  const int64_t step = longest_step(c);
+  std::vector<Longest> out;
+  for (const std::string& p : policies) {
+    c.checkpoint = p;
+    auto predict = [&](int64_t n) {
+      c.seq = n;
+      const std::string mk = !mask_flag.empty() ? mask_flag : mask_of(c);
+      return plan::host_trainer_memory(host_inputs(c, mk, std::max(tokens, n))).total();
+    };
+    int64_t lo = 0, hi = 1;  // in steps: lo fits (0: none), hi does not
+    while (hi <= (int64_t{1} << 16) && predict(hi * step) <= limit) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      (predict(mid * step) <= limit ? lo : hi) = mid;
+    }
+    out.push_back({p, lo * step, lo > 0 ? predict(lo * step) : 0});
+  }
+  return out;
+}
+
 }  // namespace
 
 plan::HostTrainerInputs host_inputs(const train::TrainConfig& c, const std::string& mask_text,
@@ -115,6 +150,13 @@ int plan_host(const HostPlanArgs& a) {
                                  {"state", r.state},
                                  {"ranks_times_items", items}});
     }
+    if (a.longest) {
+      out["longest_step_tokens"] = longest_step(c);
+      out["longest"] = nlohmann::json::array();
+      for (const Longest& l : longest_per_policy(c, a.mask, tokens, limit, policies))
+        out["longest"].push_back(
+            {{"checkpoint", l.checkpoint}, {"seq", l.seq}, {"predicted_bytes", l.predicted_bytes}});
+    }
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
   }
@@ -149,33 +191,11 @@ int plan_host(const HostPlanArgs& a) {
       std::printf("  %-64s %10.1f MiB\n", "total", mib(r.total()));
     }
   if (a.longest) {
-    // The predicted peak grows with N; bisect on multiples of `step` tokens (2 per context rank
-    // and a whole number of 1024-token blocks, so every layout divides it).
-    const int64_t step = 1024 * 2 * static_cast<int64_t>(c.world / std::max(c.dp, 1));
     std::printf("\nlongest N within %.2f GiB (multiples of %lld tokens):\n", limit / (1 << 30),
-                static_cast<long long>(step));
-    for (const std::string& p : policies) {
-      c.checkpoint = p;
-      auto fits = [&](int64_t n) {
-        c.seq = n;
-        const std::string mk = !a.mask.empty() ? a.mask : mask_of(c);
-        return plan::host_trainer_memory(host_inputs(c, mk, std::max(tokens, n))).total() <= limit;
-      };
-      int64_t lo = 0, hi = 1;  // in steps: lo fits (0: none), hi does not
-      while (hi <= (int64_t{1} << 12) && fits(hi * step)) lo = hi, hi *= 2;
-      while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        (fits(mid * step) ? lo : hi) = mid;
-      }
-      c.seq = lo * step;
-      const double peak =
-          lo > 0 ? plan::host_trainer_memory(host_inputs(c, !a.mask.empty() ? a.mask : mask_of(c),
-                                                         std::max(tokens, c.seq)))
-                       .total()
-                 : 0;
-      std::printf("  %-14s N = %9lld  (%.1f MiB predicted)\n", p.c_str(),
-                  static_cast<long long>(lo * step), mib(peak));
-    }
+                static_cast<long long>(longest_step(c)));
+    for (const Longest& l : longest_per_policy(c, a.mask, tokens, limit, policies))
+      std::printf("  %-14s N = %9lld  (%.1f MiB predicted)\n", l.checkpoint.c_str(),
+                  static_cast<long long>(l.seq), mib(l.predicted_bytes));
   }
   return 0;
 }
