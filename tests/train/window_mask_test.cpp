@@ -31,6 +31,7 @@
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
+#include "longseq/core/npy.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/model/attention_op.hpp"
@@ -239,6 +240,36 @@ TEST(TrainWindowMask, DistributedStepEqualsWorldOneForEveryAlgorithmAndLayout) {
       const double rel = expect_same(train_step(c), base, what);
       std::printf("  window:12 %-34s max|dg| = %.2e max|g|\n", what.c_str(), rel);
     }
+}
+
+// A block-sparse mask (local + global blocks of 8 tokens) trains under the block-striped layout it
+// is made for: the trainer hands the mask's block size to the layout (it did not, and
+// block-striped was refused for want of it), and the distributed step equals world 1.
+TEST(TrainWindowMask, BlockMaskUnderBlockStripedEqualsWorldOne) {
+  tr::TrainConfig one = longseq::testing::tiny_config();
+  const int64_t b = 8, nb = (one.seq + b - 1) / b;
+  std::vector<uint8_t> blocks(static_cast<size_t>(nb * nb), 0);
+  for (int64_t q = 0; q < nb; ++q)
+    for (int64_t k = 0; k <= q; ++k)
+      blocks[static_cast<size_t>(q * nb + k)] = (q - k <= 1 || k == 0) ? 1 : 0;
+  const std::string p = longseq::testing::temp_path("window_mask", "blocks.npy");
+  longseq::core::write_npy(p, longseq::core::DType::u8, {nb, nb}, blocks.data());
+  one.mask = "blocks:" + p + ":8";
+  const Step base = train_step(one);
+  EXPECT_GT(
+      std::fabs(train_step(longseq::testing::tiny_config()).s.steps[0].loss - base.s.steps[0].loss),
+      1e-5)
+      << "the block mask changes the loss (the test can fail)";
+  for (int world : {2, 4})
+    for (const char* algo : {"ring", "burst"}) {
+      tr::TrainConfig c = one;
+      c.world = world;
+      c.algo = algo;
+      c.balance = "block-striped";
+      expect_same(train_step(c), base,
+                  std::string(algo) + " world " + std::to_string(world) + " block-striped");
+    }
+  std::remove(p.c_str());
 }
 
 TEST(TrainWindowMask, WindowWithDocumentsAndCheckpointPoliciesEqualWorldOne) {

@@ -63,6 +63,9 @@ struct TrainMask {
   /// files of the wrong length for `seq` tokens).
   static TrainMask parse(const std::string& text, int64_t seq);
   int64_t window() const { return base ? base->window : 0; }
+  /// The block mask's block size B (blocks:FILE:B), 0 without one: the block-striped layout
+  /// deals out runs of B / P tokens, so it needs B.
+  int64_t block() const { return base ? base->block_size : 0; }
   /// The mask of one step: `base` with `docs` (empty: none) as document ids.
   std::shared_ptr<const attention::MaskSpec> with_documents(std::vector<int32_t> docs) const;
 };

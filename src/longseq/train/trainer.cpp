@@ -102,7 +102,7 @@ RunSetup::RunSetup(const TrainConfig& c)
       data(checked_data(cfg)),
       loader(data, cfg.seq),
       layout(cfg.model_config()),
-      seq_layout(parsed.balance, cfg.seq, cfg.cp()),
+      seq_layout(parsed.balance, cfg.seq, cfg.cp(), parsed.mask.block()),
       threads(threads_per_rank(cfg)),
       options(model_options(cfg, parsed, threads)),
       peak_gflops(measure_peak_gflops(parsed.precision)),
