@@ -174,8 +174,7 @@ std::function<int()> add_plan(CLI::App& app) {
                     std::string(checkpoint_name(e.config.checkpoint)).c_str(),
                     std::string(loss_name(e.config.loss)).c_str(), e.step_seconds,
                     e.tokens_per_sec_per_gpu, 100 * e.mfu, gib(e.memory.total()).c_str(),
-                    gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str(),
-                    schedule_based(e.config.algo) ? "schedule" : "formula");
+                    gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str(), "schedule");
       }
       if (feasible > shown)
         std::printf("     ... %d more feasible (--top 0 lists all)\n", feasible - shown);
@@ -225,23 +224,16 @@ std::function<int()> add_plan(CLI::App& app) {
       std::fprintf(out, "    %-48s %10s GiB\n", "total", gib(best->memory.total()).c_str());
     }
     if (!a->timeline.empty() && best) {
-      if (!schedule_based(best->config.algo)) {
-        std::fprintf(
-            stderr,
-            "[plan] --timeline: %s is costed by formula (no schedule yet), no timeline drawn\n",
-            best->config.algo.name().c_str());
-      } else {
-        std::filesystem::create_directories(a->timeline);
-        const AttentionCost c =
-            cost_attention(best->config.algo, attention_problem(o), o.hw, 0, true);
-        for (const auto& [pass, pc] :
-             {std::pair{"forward", &c.forward}, std::pair{"backward", &c.backward}}) {
-          const std::string path =
-              a->timeline + "/" + safe_name(best->config.algo.name()) + "-" + pass + ".svg";
-          write_file(path, timeline_svg(*pc->timeline,
-                                        best->config.algo.name() + " " + pass + " (one layer)"));
-          std::fprintf(stderr, "wrote %s\n", path.c_str());
-        }
+      std::filesystem::create_directories(a->timeline);
+      const AttentionCost c =
+          cost_attention(best->config.algo, attention_problem(o), o.hw, 0, true);
+      for (const auto& [pass, pc] :
+           {std::pair{"forward", &c.forward}, std::pair{"backward", &c.backward}}) {
+        const std::string path =
+            a->timeline + "/" + safe_name(best->config.algo.name()) + "-" + pass + ".svg";
+        write_file(path, timeline_svg(*pc->timeline,
+                                      best->config.algo.name() + " " + pass + " (one layer)"));
+        std::fprintf(stderr, "wrote %s\n", path.c_str());
       }
     }
     return best ? 0 : 3;

@@ -21,10 +21,6 @@ using attention::Pass;
 using attention::RankSchedule;
 using attention::Route;
 
-bool schedule_based(const Algorithm&) {
-  return true;
-}
-
 namespace {
 
 // The double ring's inner ring size: named (double-ring:I) or the ranks of one node.

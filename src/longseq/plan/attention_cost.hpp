@@ -29,9 +29,6 @@
 
 namespace longseq::plan {
 
-/// True: every algorithm's cost comes from make_schedule (see the file comment).
-bool schedule_based(const attention::Algorithm& algo);
-
 /// The attention problem of one layer.
 struct AttnProblem {
   int64_t n = 0;  ///< global sequence length
