@@ -32,6 +32,7 @@ namespace tr = longseq::train;
 using longseq::testing::error_of;
 using longseq::testing::temp_path;
 using longseq::testing::tiny_config;
+using longseq::testing::unusual_heads_config;
 
 // A tiny model trained for two steps (so that its loss is not uniform), saved once.
 const std::string& checkpoint() {
@@ -97,11 +98,7 @@ TEST(Eval, EveryAlgorithmLayoutAndMaskEqualsOneRank) {
   static const std::string ck = [] {
     const std::string root = temp_path("eval", "heads6");
     fs::remove_all(root);
-    tr::TrainConfig c = tiny_config();
-    c.model.heads = 6;
-    c.model.kv_heads = 2;
-    c.model.head_dim = 4;
-    c.model.hidden = 24;
+    tr::TrainConfig c = unusual_heads_config();
     c.steps = 2;
     c.out = root;
     c.save_every = 0;

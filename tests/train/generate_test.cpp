@@ -35,6 +35,7 @@ namespace tr = longseq::train;
 namespace lm = longseq::model;
 using longseq::testing::temp_path;
 using longseq::testing::tiny_config;
+using longseq::testing::unusual_heads_config;
 
 // A tiny model trained enough that sampled text depends on its probabilities (40 steps).
 std::string trained(const std::string& name, const std::string& rope_scaling) {
@@ -154,11 +155,7 @@ TEST(Generate, SlidingWindowAndUnusualHeadsEqualOneRank) {
   static const std::string ck = [] {
     const std::string root = temp_path("generate", "window");
     fs::remove_all(root);
-    tr::TrainConfig c = tiny_config();
-    c.model.heads = 6;
-    c.model.kv_heads = 2;
-    c.model.head_dim = 4;
-    c.model.hidden = 24;
+    tr::TrainConfig c = unusual_heads_config();
     c.steps = 20;
     c.optim.lr = 1e-2;
     c.out = root;

@@ -46,6 +46,17 @@ inline train::TrainConfig tiny_config() {
   return c;
 }
 
+/// tiny_config() with unusual heads: 6 query heads of 4 dims sharing 2 key/value heads (g = 3),
+/// hidden 24, so head splits that assume g = 1 or 2 fail.
+inline train::TrainConfig unusual_heads_config() {
+  train::TrainConfig c = tiny_config();
+  c.model.heads = 6;
+  c.model.kv_heads = 2;
+  c.model.head_dim = 4;
+  c.model.hidden = 24;
+  return c;
+}
+
 /// Runs a shell command; `out` gets its stdout and stderr. Returns the exit status (-1: did not
 /// exit normally).
 inline int run(const std::string& cmd, std::string& out) {
