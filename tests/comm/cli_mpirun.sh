@@ -122,6 +122,23 @@ if [ "$NP" = 3 ]; then
   "${MPIRUN[@]}" "$LONGSEQ" calibrate --out "$WORK/cal.json" >"$WORK/cal.log" 2>&1 || fail "mpirun -np $NP calibrate: $(tail -2 "$WORK/cal.log")"
   [ "$(grep -c "^wrote " "$WORK/cal.log")" = 1 ] || fail "mpirun -np $NP calibrate: 'wrote' not printed exactly once"
   grep -q '"mpi"' "$WORK/cal.json" 2>/dev/null || fail "mpirun -np $NP calibrate: $WORK/cal.json has no mpi link"
+  # eval, generate and passkey: the distributed engine under mpirun, one writer, the local
+  # backend's results (each process used to write eval.json / passkey.json from its own ranks).
+  "$LONGSEQ" train --preset tiny --data "$DATA" --quiet --steps 2 --seq 61 --out "$WORK/ck" >"$WORK/ck.log" 2>&1 ||
+    fail "train for the eval checkpoint: $(tail -2 "$WORK/ck.log")"
+  for m in local mpi; do
+    run=("$LONGSEQ")
+    [ $m = mpi ] && run=("${MPIRUN[@]}" "$LONGSEQ")
+    "${run[@]}" eval --checkpoint "$WORK/ck" --data "$DATA" --seq 61 --world 3 --algo ring --balance zigzag \
+      --out "$WORK/ev_$m" >"$WORK/ev_$m.log" 2>&1 || fail "$m eval: $(tail -2 "$WORK/ev_$m.log")"
+    "${run[@]}" generate --checkpoint "$WORK/ck" --prompt 'And God said' --max-new-tokens 6 --world 3 \
+      --algo burst --json >"$WORK/gen_$m.log" 2>&1 || fail "$m generate: $(tail -2 "$WORK/gen_$m.log")"
+    "${run[@]}" passkey --checkpoint "$WORK/ck" --lengths 128 --depths 0,1 --trials 1 --world 3 \
+      --out "$WORK/pk_$m" >"$WORK/pk_$m.log" 2>&1 || fail "$m passkey: $(tail -2 "$WORK/pk_$m.log")"
+  done
+  cmp -s "$WORK/ev_local/eval.json" "$WORK/ev_mpi/eval.json" || fail "mpirun -np $NP eval: eval.json differs from the local backend's"
+  cmp -s "$WORK/gen_local.log" "$WORK/gen_mpi.log" || fail "mpirun -np $NP generate --json: output differs from the local backend's"
+  cmp -s "$WORK/pk_local/passkey.json" "$WORK/pk_mpi/passkey.json" || fail "mpirun -np $NP passkey: passkey.json differs from the local backend's"
   # --backend local under mpirun: every process runs the same threads; one prints and writes.
   "${MPIRUN[@]}" "$LONGSEQ" attention --random 100,2,2,8 --world 2 --backend local --out "$WORK/lo" >"$WORK/lo.log" 2>&1 ||
     fail "mpirun -np $NP attention --backend local: $(tail -2 "$WORK/lo.log")"

@@ -254,7 +254,8 @@ EvalResult evaluate(const EvalConfig& cfg) {
   EvalResult r = summarize(sum, cnt, cfg.buckets);
   r.sequences = e.sequences;
   r.seconds = timer.elapsed();
-  if (!cfg.out.empty()) write_eval(e, r, mc);
+  // Under mpirun only the process holding world rank 0 has the sums (one writer, as in train).
+  if (!cfg.out.empty() && comm::launcher_rank() == 0) write_eval(e, r, mc);
   return r;
 }
 

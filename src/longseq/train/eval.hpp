@@ -98,7 +98,8 @@ struct EvalResult {
 };
 
 /// Runs the evaluation (local backend threads, or MPI under mpirun) and, with cfg.out, writes
-/// OUT/eval.json and OUT/loss_by_position.svg. Blocking.
+/// OUT/eval.json and OUT/loss_by_position.svg. Blocking. Under mpirun the result is world rank
+/// 0's, so it is meaningful in the launcher's rank-0 process only, and only that process writes.
 EvalResult evaluate(const EvalConfig& cfg);
 
 /// The loss-by-position line plot (core/plot).

@@ -64,7 +64,8 @@ struct GenerateResult {
   }
 };
 
-/// Runs prefill and decoding (local threads, or MPI under mpirun). Blocking.
+/// Runs prefill and decoding (local threads, or MPI under mpirun). Blocking. Under mpirun the
+/// result is world rank 0's: meaningful in the launcher's rank-0 process only.
 GenerateResult generate(const GenerateConfig& cfg);
 
 /// The i-th new token from `logits` (see top of file). Throws core::Error for temperature < 0 or

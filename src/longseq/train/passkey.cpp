@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/core/plot.hpp"
@@ -178,7 +179,7 @@ PasskeyResult run_passkey(const PasskeyConfig& cfg) {
       total += acc;
     }
   r.overall = total / static_cast<double>(r.accuracy.size());
-  if (!cfg.out.empty()) write_passkey(cfg, r);
+  if (!cfg.out.empty() && comm::launcher_rank() == 0) write_passkey(cfg, r);
   return r;
 }
 

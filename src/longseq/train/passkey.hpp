@@ -61,7 +61,8 @@ struct PasskeyResult {
 
 /// Runs every (length, depth, trial) through generate(); writes OUT/passkey.json and the heat maps
 /// OUT/passkey.svg (accuracy by length x depth, core/plot) and OUT/passkey_digits.svg
-/// (digit_accuracy).
+/// (digit_accuracy). Under mpirun the scores are those of the launcher's rank-0 process (where
+/// generate()'s result lives), and only that process writes.
 PasskeyResult run_passkey(const PasskeyConfig& cfg);
 
 /// The heat map of whole-key accuracy, or with `digits` of digit_accuracy (passkey_digits.svg).
