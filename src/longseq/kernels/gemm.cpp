@@ -139,7 +139,7 @@ struct MatmulEntry {
   std::vector<uint8_t> scratch_buf;
 };
 
-using MatmulKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+using MatmulKey = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                              uint32_t, uint32_t>;
 
 uint32_t float_bits(float x) {
@@ -148,12 +148,13 @@ uint32_t float_bits(float x) {
   return u;
 }
 
-MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                        int64_t ldb, float beta, int64_t ldc) {
+MatmulEntry make_matmul(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, int64_t lda, int64_t ldb, float beta, int64_t ldc) {
   using dt = dnnl::memory::data_type;
-  const dnnl::memory::desc a_md({m, k}, dt::bf16,
+  const dt in = bf16_inputs ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc a_md({m, k}, in,
                                 ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-  const dnnl::memory::desc b_md({k, n}, dt::bf16,
+  const dnnl::memory::desc b_md({k, n}, in,
                                 tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
@@ -176,21 +177,40 @@ MatmulEntry make_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   return e;
 }
 
-MatmulEntry& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                        int64_t ldb, float beta, int64_t ldc) {
+MatmulEntry& matmul_for(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, int64_t lda, int64_t ldb, float beta, int64_t ldc) {
   // Bounded: a caller sweeping many shapes (a benchmark) must not grow memory without end.
   constexpr size_t kMaxEntries = 256;
   thread_local std::map<MatmulKey, MatmulEntry> cache;
-  const MatmulKey key{ta, tb, m, n, k, lda, ldb, ldc, float_bits(alpha), float_bits(beta)};
+  const MatmulKey key{bf16_inputs,     ta, tb, m, n, k, lda, ldb, ldc, float_bits(alpha),
+                      float_bits(beta)};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= kMaxEntries) cache.clear();
-  return cache.emplace(key, make_matmul(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc)).first->second;
+  return cache.emplace(key, make_matmul(bf16_inputs, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc))
+      .first->second;
 }
 
 dnnl::stream& thread_stream() {
   thread_local dnnl::stream s(cpu_engine());
   return s;
+}
+
+// Runs a cached matmul primitive on (a, b, c); the caller holds OmpSingleThread.
+void run_matmul(MatmulEntry& e, const void* a, const void* b, float* c) {
+  e.a.set_data_handle(const_cast<void*>(a));
+  e.b.set_data_handle(const_cast<void*>(b));
+  e.c.set_data_handle(c);
+  auto& s = thread_stream();
+  // The C entry point takes a plain array; the C++ one builds an unordered_map per call, which
+  // costs several percent at 64x64 tiles.
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, e.a.get()},
+                                  {DNNL_ARG_WEIGHTS, e.b.get()},
+                                  {DNNL_ARG_DST, e.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, e.scratch.get()}};
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(e.prim.get(), s.get(), 4, args),
+                          "dnnl_primitive_execute");
+  s.wait();
 }
 
 }  // namespace
@@ -201,6 +221,20 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   OmpSingleThread one;
+  // Attention's tiles (every operand dense, all sizes <= 1024): the matmul primitive (brgemm)
+  // runs them 5-20% faster than dnnl_sgemm, which re-packs both operands on every call.
+  // Everything else (the model's products, strided views) stays on dnnl_sgemm, whose speed
+  // does not depend on a per-shape primitive cache.
+  const bool dense = lda == (ta ? m : k) && ldb == (tb ? k : n) && ldc == n;
+  if (dense && std::max({m, n, k}) <= 1024) {
+    try {
+      run_matmul(matmul_for(false, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
+      return;
+    } catch (const dnnl::error& err) {
+      core::fail("gemm", "oneDNN f32 matmul failed (", err.what(), ") for m=", m, " n=", n,
+                 " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+    }
+  }
   const dnnl_status_t st =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
@@ -248,20 +282,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   }
   OmpSingleThread one;  // before creation too: the primitive's blocking is chosen for 1 thread
   try {
-    MatmulEntry& e = matmul_for(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
-    e.a.set_data_handle(const_cast<core::bf16*>(a));
-    e.b.set_data_handle(const_cast<core::bf16*>(b));
-    e.c.set_data_handle(c);
-    auto& s = thread_stream();
-    // The C entry point takes a plain array; the C++ one builds an unordered_map per call, which
-    // costs several percent at 64x64 tiles.
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, e.a.get()},
-                                    {DNNL_ARG_WEIGHTS, e.b.get()},
-                                    {DNNL_ARG_DST, e.c.get()},
-                                    {DNNL_ARG_SCRATCHPAD, e.scratch.get()}};
-    dnnl::error::wrap_c_api(dnnl_primitive_execute(e.prim.get(), s.get(), 4, args),
-                            "dnnl_primitive_execute");
-    s.wait();
+    run_matmul(matmul_for(true, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
     if (c != c_user)
       for (int64_t r = 0; r < m; ++r)
         std::memcpy(c_user + r * ldc_user, c + r * n, static_cast<size_t>(n) * sizeof(float));

@@ -105,11 +105,12 @@ void attention_delta(const core::bf16* dout, const float* o, int64_t t, int64_t 
 
 /// Number of fixed key-tile chunks C the backward splits each kv head into (a function of dims
 /// only, never of threads). Work units are (kv head, chunk); chunk c owns key tiles c, c + C, ...
-/// (interleaved so causal work is balanced). dq contributions of chunk 0 go straight into dq,
-/// those of chunk c > 0 into a zeroed dq-sized workspace buffer, added to dq in order c = 1..C-1
-/// at the end: a fixed summation order whatever the thread count.
-/// Worked example: Hkv = 8 gives C = 1 (8 independent heads, no buffers); Hkv = 2 gives C = 4
-/// (8 units, 3 extra [Tq, Hq, D] buffers); Hkv = 1 (MQA) gives C = 8.
+/// (interleaved so causal work is balanced). Chunk c accumulates its dq contributions into its
+/// own zeroed head-major [Hq, Tq, D] workspace buffer (dense, so the tile GEMMs accumulate in
+/// place), and the buffers are added to dq in order c = 0..C-1 at the end: a fixed summation
+/// order whatever the thread count.
+/// Worked example: Hkv = 8 gives C = 1 (8 independent heads, one buffer); Hkv = 2 gives C = 4
+/// (8 units, 4 buffers); Hkv = 1 (MQA) gives C = 8.
 int64_t attention_backward_chunks(const AttnDims& dims);
 
 /// Floats of workspace attention_block_backward needs for `dims` on `threads` threads.
