@@ -45,13 +45,13 @@ std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s) {
 }
 
 namespace detail {
-void* aligned_alloc_bytes(size_t bytes) {
+void* aligned_alloc_bytes(size_t bytes, bool zero) {
   // aligned_alloc needs a size that is a multiple of the alignment; zero-size gets one line so
   // data() is never null for an allocated buffer.
   const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
   if (!p) fail("core", "out of memory allocating ", bytes, " bytes");
-  std::memset(p, 0, rounded ? rounded : kAlignment);
+  if (zero) std::memset(p, 0, rounded ? rounded : kAlignment);
   return p;
 }
 }  // namespace detail

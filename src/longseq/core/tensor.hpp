@@ -104,10 +104,16 @@ namespace detail {
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
-void* aligned_alloc_bytes(size_t bytes);
+/// zero = false leaves the bytes as the allocator returned them.
+void* aligned_alloc_bytes(size_t bytes, bool zero = true);
 }  // namespace detail
 
 inline constexpr size_t kAlignment = 64;
+
+/// Tag: allocate without zeroing, for a buffer the caller overwrites whole right away. A big
+/// buffer's pages are then first touched by the (multi-threaded) kernel that writes it instead
+/// of by one thread's memset (at world 1, L = 32K, the zeroing passes took ~1 s of a step).
+struct Uninit {};
 
 /// Owning, 64-byte aligned, zero-initialised array of trivially copyable T.
 template <class T>
@@ -118,6 +124,9 @@ class Buffer {
   Buffer() = default;
   explicit Buffer(size_t n)
       : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T)))), size_(n) {}
+  /// Contents indeterminate (see Uninit).
+  Buffer(size_t n, Uninit)
+      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T), false))), size_(n) {}
   T* data() { return ptr_.get(); }
   const T* data() const { return ptr_.get(); }
   size_t size() const { return size_; }
@@ -140,6 +149,8 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(Shape shape) : shape_(shape), buf_(static_cast<size_t>(shape.numel())) {}
+  /// Contents indeterminate: for a tensor the caller overwrites whole right away (see Uninit).
+  Tensor(Shape shape, Uninit u) : shape_(shape), buf_(static_cast<size_t>(shape.numel()), u) {}
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_.numel(); }
   int64_t dim(int i) const { return shape_[i]; }

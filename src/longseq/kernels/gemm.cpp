@@ -100,6 +100,11 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   gemm_f32(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
 }
 
+void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 const char* gemm_library() {
   return "openblas";
 }
@@ -221,25 +226,30 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   OmpSingleThread one;
-  // Attention's tiles (every operand dense, all sizes <= 1024): the matmul primitive (brgemm)
-  // runs them 5-20% faster than dnnl_sgemm, which re-packs both operands on every call.
-  // Everything else (the model's products, strided views) stays on dnnl_sgemm, whose speed
-  // does not depend on a per-shape primitive cache.
-  const bool dense = lda == (ta ? m : k) && ldb == (tb ? k : n) && ldc == n;
-  if (dense && std::max({m, n, k}) <= 1024) {
-    try {
-      run_matmul(matmul_for(false, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
-      return;
-    } catch (const dnnl::error& err) {
-      core::fail("gemm", "oneDNN f32 matmul failed (", err.what(), ") for m=", m, " n=", n,
-                 " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
-    }
-  }
   const dnnl_status_t st =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
     core::fail("gemm", "dnnl_sgemm failed with status ", static_cast<int>(st), " for m=", m,
                " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  // The matmul primitive (brgemm) runs dense attention tiles 5-10% faster than dnnl_sgemm, which
+  // re-packs both operands on every call; not with a transposed A (256 x 64 x 256: 175 against
+  // 212 GFLOP/s), nor strided operands (it leaves brgemm), nor large ones (no per-call packing
+  // cost to save; and each new shape costs a 0.2-0.5 ms primitive creation).
+  const bool dense = lda == k && ldb == (tb ? k : n) && ldc == n;
+  if (ta || !dense || std::max({m, n, k}) > 1024 || m == 0 || n == 0 || k == 0)
+    return gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  OmpSingleThread one;
+  try {
+    run_matmul(matmul_for(false, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
+  } catch (const dnnl::error& err) {
+    core::fail("gemm", "oneDNN f32 matmul failed (", err.what(), ") for m=", m, " n=", n, " k=", k,
+               " lda=", lda, " ldb=", ldb, " ldc=", ldc, " trans_b=", tb);
+  }
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const core::bf16* a,

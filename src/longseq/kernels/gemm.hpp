@@ -27,6 +27,14 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
               int64_t ldc);
 
+/// As gemm_f32, for a small product called many times with a few shapes (attention's tiles):
+/// with oneDNN, dense operands, no transposed A and every dimension <= 1024 it runs on a matmul
+/// primitive cached per thread and shape (faster per call; a new shape costs ~0.3 ms once).
+/// Anything else, and other libraries: exactly gemm_f32.
+void gemm_f32_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc);
+
 /// bf16 inputs, fp32 accumulation and output.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb, float beta,

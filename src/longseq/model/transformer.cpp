@@ -111,12 +111,12 @@ using core::OpScope;
 void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
                  const RopeTable& rope, Acts& a) {
   OpScope scope(Op::norm_rope_swiglu);
-  a.n1 = Tensor<float>(Shape{dm.l, dm.c});
-  a.rstd1 = Tensor<float>(Shape{dm.l});
+  a.n1 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
+  a.rstd1 = Tensor<float>(Shape{dm.l}, core::Uninit{});
   rmsnorm_forward(x, w + o.attn_norm, dm.l, dm.c, dm.eps, a.n1.data(), a.rstd1.data(), dm.threads);
-  a.q = Tensor<float>(Shape{dm.l, dm.hq, dm.d});
-  a.k = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
-  a.v = Tensor<float>(Shape{dm.l, dm.hkv, dm.d});
+  a.q = Tensor<float>(Shape{dm.l, dm.hq, dm.d}, core::Uninit{});
+  a.k = Tensor<float>(Shape{dm.l, dm.hkv, dm.d}, core::Uninit{});
+  a.v = Tensor<float>(Shape{dm.l, dm.hkv, dm.d}, core::Uninit{});
   linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.threads,
                  dm.compute);
   linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.threads,
@@ -130,12 +130,12 @@ void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Di
 // x1 = x + o Wo^T, n2 = rmsnorm(x1).
 void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm, Acts& a) {
   OpScope scope(Op::norm_rope_swiglu);
-  a.x1 = Tensor<float>(Shape{dm.l, dm.c});
+  a.x1 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
   std::memcpy(a.x1.data(), x, sizeof(float) * dm.l * dm.c);
   linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads,
                  dm.compute);
-  a.n2 = Tensor<float>(Shape{dm.l, dm.c});
-  a.rstd2 = Tensor<float>(Shape{dm.l});
+  a.n2 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
+  a.rstd2 = Tensor<float>(Shape{dm.l}, core::Uninit{});
   rmsnorm_forward(a.x1.data(), w + o.mlp_norm, dm.l, dm.c, dm.eps, a.n2.data(), a.rstd2.data(),
                   dm.threads);
 }
@@ -149,7 +149,7 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
                     const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy) {
   OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
   Saved s;
-  s.x = Tensor<float>(Shape{dm.l, dm.c});
+  s.x = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
   std::memcpy(s.x.data(), x, sizeof(float) * dm.l * dm.c);
   Acts a;
   compute_qkv(x, w, o, dm, rope, a);

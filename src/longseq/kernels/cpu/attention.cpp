@@ -14,8 +14,8 @@
 //   dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P (dP - delta_i)
 //   dK_j += scale dS^T Q_i;  dQ_i += scale dS K_j
 // dK_j, dV_j belong to one unit (dense accumulators, added to dk, dv once per key tile); dQ_i is
-// shared by the C chunks, hence the per-chunk head-major dq buffers reduced in a fixed order (attention_backward_chunks), which keeps the bits independent of the
-// thread count.
+// shared by the C chunks, hence the per-chunk head-major dq buffers reduced in a fixed order
+// (attention_backward_chunks), which keeps the bits independent of the thread count.
 #include "longseq/kernels/cpu/attention.hpp"
 
 #include <omp.h>
@@ -68,7 +68,7 @@ void check_tokens(const Mask& mask, const Tokens& qt, const Tokens& kt, const At
 // Overloads so that one template serves both input types.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_f32_tile(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
           int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
