@@ -172,6 +172,24 @@ TEST(CpuTiles, Exp2IsAccurateAndExactAtTheEnds) {
   }
   EXPECT_EQ(kd::exp2_fast(-200.0f), 0.0f);
   EXPECT_EQ(kd::exp2_fast(0.0f), 1.0f);
+  // The vector path has no clamp: below -126 (and -inf, NaN inside) it must still give exactly
+  // 0, at every position of a chunk and of a tail; just above, the true (tiny) value.
+  for (int64_t n : {5, 16, 21}) {
+    std::vector<float> x(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float below[] = {-126.5f, -127.0f, -1000.0f, -1e30f,
+                             -std::numeric_limits<float>::infinity()};
+      x[j] = j % 2 ? below[j / 2 % 5] : -125.5f;
+    }
+    const float sum = kd::exp2_row_inplace(x.data(), n, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      if (j % 2)
+        EXPECT_EQ(x[j], 0.0f) << "n=" << n << " j=" << j;
+      else
+        EXPECT_NEAR(x[j], std::exp2(-125.5), 3e-7 * std::exp2(-125.5)) << "n=" << n << " j=" << j;
+    }
+    EXPECT_TRUE(std::isfinite(sum));
+  }
 }
 
 }  // namespace

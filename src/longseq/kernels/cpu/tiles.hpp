@@ -168,16 +168,17 @@ inline float exp2_fast(float x) {
 // function of the row length only.
 #if defined(__AVX512F__)
 inline __m512 exp2_v(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-126.0f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  // No clamping (two instructions of ~13 per 16 scores): lanes below -126 (masked scores are
+  // -inf, whose f is NaN) are zeroed by `keep` at the end, and softmax arguments are <= 0 (the
+  // backward's s - lse at most a rounding error above), so the exponent stays in range. Same
+  // bits as the clamped form for every argument <= 126.
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
   // The merge-masked forms with an all-ones mask: GCC 12's unmasked ones start from an
   // "undefined" vector and trip -Wmaybe-uninitialized (-Werror) inside its own headers.
   constexpr __mmask16 all = 0xffff;
-  __m512 xc = _mm512_mask_max_ps(x, all, x, lo);
-  xc = _mm512_mask_min_ps(xc, all, xc, _mm512_set1_ps(126.0f));
   const __m512 n =
-      _mm512_mask_roundscale_ps(xc, all, xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(xc, n);
+      _mm512_mask_roundscale_ps(x, all, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
