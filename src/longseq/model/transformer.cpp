@@ -226,13 +226,13 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
   }
   // MLP and its norm: dx += rmsnorm'(mlp'(dx)).
   std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
-  Tensor<float> dn(Shape{dm.l, dm.c});
+  Tensor<float> dn(Shape{dm.l, dm.c}, core::Uninit{});  // overwritten by mlp_backward
   mlp_backward(dx, a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), dn.data(), false,
                g + o.wgate, g + o.wup, g + o.wdown, ws.data(), dm.threads);
   rmsnorm_backward(dn.data(), a.x1.data(), w + o.mlp_norm, a.rstd2.data(), dm.l, dm.c, dx,
                    g + o.mlp_norm, true, dm.threads);
   // Output projection and attention.
-  Tensor<float> dout(Shape{dm.l, dm.hq, dm.d});
+  Tensor<float> dout(Shape{dm.l, dm.hq, dm.d}, core::Uninit{});  // overwritten
   linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
                   g + o.wo, dm.threads, dm.compute);
   attention::AttentionGrads ag =
