@@ -17,8 +17,11 @@
 //   mpirun -np 4 comm_bench --raw-mpi                # + plain MPI_Sendrecv / MPI_Allgather /
 //                                                    #   MPI_Send+Recv of the same sizes, same run
 // With --raw-mpi the JSON also holds "raw_mpi" (the same points measured with plain MPI calls on
-// MPI_COMM_WORLD from the main thread, after our world has ended) and "vs_raw" (our busBw / raw
-// busBw per op and size: the comm layer's overhead over MPI itself).
+// MPI_COMM_WORLD from the main thread, between our worlds) and "vs_raw" (our busBw / raw busBw per
+// op and size: the comm layer's overhead over MPI itself). Ours and raw alternate --reps times per
+// point and each side reports its median repetition ("repetitions" keeps every time), so load
+// that comes and goes on a shared machine hits both sides alike. "loadavg" is /proc/loadavg
+// before and after.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -87,64 +90,117 @@ std::pair<int, double> time_raw(double target, int max_iters, F&& body) {
   return {iters, mean};
 }
 
-/// The same points as the comm layer's, with MPI_Sendrecv, MPI_Send/MPI_Recv and MPI_Allgather.
-std::vector<Point> raw_mpi(const std::vector<std::string>& ops, size_t min_bytes, size_t max_bytes,
-                           int step, double seconds, int max_iters) {
+/// One point with plain MPI_Sendrecv, MPI_Send/MPI_Recv or MPI_Allgather on MPI_COMM_WORLD.
+Point raw_point(const std::string& op, size_t bytes, double seconds, int max_iters) {
   int p = 1, r = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  std::vector<Point> points;
-  for (const std::string& op : ops) {
-    if (op == "pingpong" && p < 2) continue;
-    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
-      Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
-      const int n = static_cast<int>(bytes);
-      if (op == "sendrecv") {
-        std::vector<std::byte> s(bytes), d(bytes);
-        auto [it, t] = time_raw(seconds, max_iters, [&] {
-          MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE,
-                       (r + p - 1) % p, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        });
-        pt.iters = it;
-        pt.seconds = t;
-        pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
-      } else if (op == "pingpong") {
-        std::vector<std::byte> b(bytes);
-        auto [it, t] = time_raw(seconds, max_iters, [&] {
-          if (r == 0) {
-            MPI_Send(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          } else if (r == 1) {
-            MPI_Recv(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
-          }
-        });
-        pt.iters = it;
-        pt.seconds = t / 2;
-        pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
-      } else if (op == "all_gather") {
-        const size_t block = bytes / static_cast<size_t>(p);
-        std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
-        auto [it, t] = time_raw(seconds, max_iters, [&] {
-          MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(),
-                        static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD);
-        });
-        pt.bytes = block * static_cast<size_t>(p);
-        pt.iters = it;
-        pt.seconds = t;
-        pt.algbw = static_cast<double>(pt.bytes) / t;
-        pt.busbw = pt.algbw * (p - 1) / p;
+  Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
+  const int n = static_cast<int>(bytes);
+  if (op == "sendrecv") {
+    std::vector<std::byte> s(bytes), d(bytes);
+    auto [it, t] = time_raw(seconds, max_iters, [&] {
+      MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE, (r + p - 1) % p, 0,
+                   MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    });
+    pt.iters = it;
+    pt.seconds = t;
+    pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+  } else if (op == "pingpong") {
+    std::vector<std::byte> b(bytes);
+    auto [it, t] = time_raw(seconds, max_iters, [&] {
+      if (r == 0) {
+        MPI_Send(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+        MPI_Recv(b.data(), n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (r == 1) {
+        MPI_Recv(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
       }
-      points.push_back(pt);
-      if (r == 0)
-        std::fprintf(
-            stderr, "raw %-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
-            op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
-    }
+    });
+    pt.iters = it;
+    pt.seconds = t / 2;
+    pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+  } else if (op == "all_gather") {
+    const size_t block = bytes / static_cast<size_t>(p);
+    std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
+    auto [it, t] = time_raw(seconds, max_iters, [&] {
+      MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(),
+                    static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD);
+    });
+    pt.bytes = block * static_cast<size_t>(p);
+    pt.iters = it;
+    pt.seconds = t;
+    pt.algbw = static_cast<double>(pt.bytes) / t;
+    pt.busbw = pt.algbw * (p - 1) / p;
   }
-  return points;
+  return pt;
 }
 #endif
+
+/// One point through the comm layer (every rank returns the same Point).
+Point our_point(comm::Group& g, const std::string& op, size_t bytes, double seconds,
+                int max_iters) {
+  const int p = g.size(), r = g.rank();
+  Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
+  if (op == "sendrecv") {
+    std::vector<std::byte> s(bytes), d(bytes);
+    auto [it, t] = time_it(g, seconds, max_iters, [&] {
+      const comm::SendSpec sp{g.ring_next(), s.data(), bytes, 0};
+      const comm::RecvSpec rp{g.ring_prev(), d.data(), bytes, 0};
+      g.exchange({&sp, 1}, {&rp, 1});
+    });
+    pt.iters = it;
+    pt.seconds = t;
+    pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+  } else if (op == "pingpong") {
+    std::vector<std::byte> b(bytes);
+    auto [it, t] = time_it(g, seconds, max_iters, [&] {
+      if (r == 0) {
+        g.send(1, b.data(), bytes);
+        g.recv(1, b.data(), bytes);
+      } else if (r == 1) {
+        g.recv(0, b.data(), bytes);
+        g.send(0, b.data(), bytes);
+      }
+    });
+    pt.iters = it;
+    pt.seconds = t / 2;
+    pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+  } else if (op == "all_gather") {
+    const size_t block = bytes / static_cast<size_t>(p);
+    std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
+    auto [it, t] = time_it(g, seconds, max_iters,
+                           [&] { g.all_gather(in.data(), outb.data(), block, core::DType::u8); });
+    pt.bytes = block * static_cast<size_t>(p);
+    pt.iters = it;
+    pt.seconds = t;
+    pt.algbw = static_cast<double>(pt.bytes) / t;
+    pt.busbw = pt.algbw * (p - 1) / p;
+  } else {
+    core::fail("bench", "unknown op '", op, "': expected pingpong, sendrecv or all_gather");
+  }
+  return pt;
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+void print_point(const char* prefix, const Point& pt) {
+  std::fprintf(stderr, "%s%-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
+               prefix, pt.op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9,
+               pt.busbw / 1e9);
+}
+
+/// The repetition with the median time (reps are few and odd by default).
+Point median(std::vector<Point> reps) {
+  std::sort(reps.begin(), reps.end(),
+            [](const Point& a, const Point& b) { return a.seconds < b.seconds; });
+  return reps[reps.size() / 2];
+}
 
 nlohmann::json points_json(const std::vector<Point>& points) {
   nlohmann::json res = nlohmann::json::array();
@@ -177,7 +233,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", max_iters, "iteration cap per point")->capture_default_str();
   app.add_option("--out", out_path, "write JSON here (default: stdout)");
   bool raw = false;
+  int reps = 5;
   app.add_flag("--raw-mpi", raw, "also measure plain MPI calls of the same sizes (under mpirun)");
+  app.add_option("--reps", reps,
+                 "with --raw-mpi: ours and raw alternate this many times per point, each "
+                 "repetition running --seconds/reps; the median repetition is reported")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -187,87 +248,86 @@ int main(int argc, char** argv) {
     for (std::string s; std::getline(ss, s, ',');) ops.push_back(s);
 
     nlohmann::json report;
-    std::vector<Point> ours;
-    comm::run(opt, [&](comm::Group& g) {
-      const int p = g.size(), r = g.rank();
-      std::vector<Point> points;
-      for (const std::string& op : ops) {
-        if (op == "pingpong" && p < 2) continue;
-        for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
-          Point pt{op, bytes, 0, 0.0, 0.0, 0.0};
-          if (op == "sendrecv") {
-            std::vector<std::byte> s(bytes), d(bytes);
-            auto [it, t] = time_it(g, seconds, max_iters, [&] {
-              const comm::SendSpec sp{g.ring_next(), s.data(), bytes, 0};
-              const comm::RecvSpec rp{g.ring_prev(), d.data(), bytes, 0};
-              g.exchange({&sp, 1}, {&rp, 1});
-            });
-            pt.iters = it;
-            pt.seconds = t;
-            pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
-          } else if (op == "pingpong") {
-            std::vector<std::byte> b(bytes);
-            auto [it, t] = time_it(g, seconds, max_iters, [&] {
-              if (r == 0) {
-                g.send(1, b.data(), bytes);
-                g.recv(1, b.data(), bytes);
-              } else if (r == 1) {
-                g.recv(0, b.data(), bytes);
-                g.send(0, b.data(), bytes);
-              }
-            });
-            pt.iters = it;
-            pt.seconds = t / 2;
-            pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
-          } else if (op == "all_gather") {
-            const size_t block = bytes / static_cast<size_t>(p);
-            std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
-            auto [it, t] = time_it(g, seconds, max_iters, [&] {
-              g.all_gather(in.data(), outb.data(), block, core::DType::u8);
-            });
-            pt.bytes = block * static_cast<size_t>(p);
-            pt.iters = it;
-            pt.seconds = t;
-            pt.algbw = static_cast<double>(pt.bytes) / t;
-            pt.busbw = pt.algbw * (p - 1) / p;
-          } else {
-            core::fail("bench", "unknown op '", op, "': expected pingpong, sendrecv or all_gather");
+    if (!raw) {
+      comm::run(opt, [&](comm::Group& g) {
+        std::vector<Point> points;
+        for (const std::string& op : ops) {
+          if (op == "pingpong" && g.size() < 2) continue;
+          for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
+            points.push_back(our_point(g, op, bytes, seconds, max_iters));
+            if (g.rank() == 0) print_point("", points.back());
           }
-          points.push_back(pt);
-          if (r == 0)
-            std::fprintf(
-                stderr, "%-10s %10zu B  %6d it  %10.2f us  algBw %8.3f GB/s  busBw %8.3f GB/s\n",
-                op.c_str(), pt.bytes, pt.iters, pt.seconds * 1e6, pt.algbw / 1e9, pt.busbw / 1e9);
         }
-      }
-      const std::vector<comm::Stats> stats = g.gather_stats();
-      if (r == 0) {
-        ours = points;
-        const nlohmann::json res = points_json(points);
-        report = {{"bench", "comm"},
-                  {"backend", std::string(g.backend())},
-                  {"world", p},
-                  {"nodes", g.topology().num_nodes()},
-                  {"link", opt.link.str()},
-                  {"results", res},
-                  {"stats", comm::stats_to_json(stats)}};
-      }
-    });
-    if (raw) {
+        const std::vector<comm::Stats> stats = g.gather_stats();
+        if (g.rank() == 0)
+          report = {{"bench", "comm"},
+                    {"backend", std::string(g.backend())},
+                    {"world", g.size()},
+                    {"nodes", g.topology().num_nodes()},
+                    {"link", opt.link.str()},
+                    {"results", points_json(points)},
+                    {"stats", comm::stats_to_json(stats)}};
+      });
+    } else {
 #ifdef LONGSEQ_BENCH_RAW_MPI
       core::require(comm::resolve_backend(opt.backend) == comm::Backend::mpi, "bench",
                     "--raw-mpi needs the MPI backend (run under mpirun)");
-      const std::vector<Point> rp = raw_mpi(ops, min_bytes, max_bytes, step, seconds, max_iters);
-      if (!report.is_null()) {
-        report["raw_mpi"] = points_json(rp);
+      core::require(reps >= 1, "bench", "--reps ", reps, " must be >= 1");
+      // Ours and raw alternate per point, `reps` times each, and each side reports its median
+      // repetition: on a shared machine the load changes within seconds, and measuring all of
+      // ours first and all of raw after (as this bench once did) turned load into ratios. The raw
+      // calls run on MPI_COMM_WORLD from this thread between our worlds, never while one runs
+      // (our progress thread owns MPI then).
+      int p = 0, wr = 0;
+      std::vector<std::string> loads{loadavg()};
+      std::vector<Point> ours, rawp;
+      nlohmann::json reps_json = nlohmann::json::array();
+      for (const std::string& op : ops) {
+        for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(step)) {
+          std::vector<Point> o, w;
+          for (int k = 0; k < reps; ++k) {
+            comm::run(opt, [&](comm::Group& g) {
+              p = g.size();
+              wr = g.rank();
+              if (op == "pingpong" && p < 2) return;
+              o.push_back(our_point(g, op, bytes, seconds / reps, max_iters));
+            });
+            if (o.empty()) break;
+            w.push_back(raw_point(op, bytes, seconds / reps, max_iters));
+            if (wr == 0) {
+              print_point("ours ", o.back());
+              print_point("raw  ", w.back());
+            }
+          }
+          if (o.empty()) break;
+          ours.push_back(median(o));
+          rawp.push_back(median(w));
+          nlohmann::json one = {{"op", op}, {"bytes", o.front().bytes}};
+          for (size_t k = 0; k < o.size(); ++k) {
+            one["ours_time_us"].push_back(o[k].seconds * 1e6);
+            one["raw_time_us"].push_back(w[k].seconds * 1e6);
+          }
+          reps_json.push_back(one);
+        }
+      }
+      if (wr == 0) {
+        loads.push_back(loadavg());
         nlohmann::json vs = nlohmann::json::array();
-        for (size_t i = 0; i < rp.size() && i < ours.size(); ++i)
-          vs.push_back({{"op", rp[i].op},
-                        {"bytes", rp[i].bytes},
+        for (size_t i = 0; i < rawp.size(); ++i)
+          vs.push_back({{"op", rawp[i].op},
+                        {"bytes", rawp[i].bytes},
                         {"ours_busbw_GBps", ours[i].busbw / 1e9},
-                        {"raw_busbw_GBps", rp[i].busbw / 1e9},
-                        {"ours_over_raw", ours[i].busbw / rp[i].busbw}});
-        report["vs_raw"] = vs;
+                        {"raw_busbw_GBps", rawp[i].busbw / 1e9},
+                        {"ours_over_raw", ours[i].busbw / rawp[i].busbw}});
+        report = {{"bench", "comm"},
+                  {"backend", "mpi"},
+                  {"world", p},
+                  {"reps", reps},
+                  {"results", points_json(ours)},
+                  {"raw_mpi", points_json(rawp)},
+                  {"repetitions", reps_json},
+                  {"vs_raw", vs},
+                  {"loadavg", loads}};
       }
 #else
       core::fail("bench", "--raw-mpi: comm_bench was built without MPI");

@@ -14,6 +14,7 @@
 // latency-bound small-message cases would prefer trees, which the planner can weigh later.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/group_impl.hpp"
@@ -102,10 +103,16 @@ Blocks split_blocks(int p, size_t count) {
   return b;
 }
 
+void copy_if_distinct(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
 /// One step with at most one send and one receive; empty sides are skipped (both ends know the
 /// block sizes, so they skip the same messages).
+/// `overlap`, when given, runs after the posts and before the waits (local work that touches
+/// neither message buffer).
 void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf,
-          size_t rbytes, bool send_empty = false) {
+          size_t rbytes, bool send_empty = false, const std::function<void()>& overlap = {}) {
   SendSpec s{dst, sbuf, sbytes, tag};
   RecvSpec r{src, rbuf, rbytes, tag};
   const bool do_send = sbytes > 0 || send_empty;
@@ -113,18 +120,27 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
   std::vector<Request> reqs;
   g.post_step(Channel::collective, std::span<const SendSpec>(&s, do_send ? 1 : 0),
               std::span<const RecvSpec>(&r, do_recv ? 1 : 0), reqs);
+  if (overlap) overlap();
   wait_all(reqs);
 }
 
-/// Ring all-gather in place over `out`: block r must already hold this rank's data.
-void ring_all_gather(GroupImpl& g, std::byte* out, const Blocks& b, size_t es) {
+/// Ring all-gather over `out`. This rank's block comes from `in` (which may be block r of out
+/// itself): step 0 sends it straight from `in` and copies it into block r while the message
+/// moves, so the local copy costs no time of its own (at P = 2 it is as large as the transfer:
+/// done before the step, it made a 1 MiB all_gather ~20% slower than MPI_Allgather).
+void ring_all_gather(GroupImpl& g, const std::byte* in, std::byte* out, const Blocks& b,
+                     size_t es) {
   const int p = g.size(), r = g.rank();
   const int next = mod(r + 1, p), prev = mod(r - 1, p);
+  std::byte* own = out + b.offset[static_cast<size_t>(r)] * es;
+  const size_t own_bytes = b.count[static_cast<size_t>(r)] * es;
   for (int s = 0; s < p - 1; ++s) {
     const auto sb = static_cast<size_t>(mod(r - s, p));
     const auto rb = static_cast<size_t>(mod(r - s - 1, p));
-    step(g, s, next, out + b.offset[sb] * es, b.count[sb] * es, prev, out + b.offset[rb] * es,
-         b.count[rb] * es);
+    const std::byte* sbuf = s == 0 ? in : out + b.offset[sb] * es;
+    step(g, s, next, sbuf, b.count[sb] * es, prev, out + b.offset[rb] * es, b.count[rb] * es, false,
+         s == 0 ? std::function<void()>([&] { copy_if_distinct(own, in, own_bytes); })
+                : std::function<void()>());
   }
 }
 
@@ -149,10 +165,6 @@ void ring_reduce_scatter(GroupImpl& g, const std::byte* in, std::byte* result, c
   }
 }
 
-void copy_if_distinct(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
-}
-
 }  // namespace
 
 void Group::all_gather(const void* in, void* out, size_t count, DType dt) const {
@@ -162,9 +174,11 @@ void Group::all_gather(const void* in, void* out, size_t count, DType dt) const 
   const size_t block = count * es;
   core::require((in != nullptr && out != nullptr) || count == 0, "comm",
                 "all_gather with a null buffer");
-  copy_if_distinct(o + static_cast<size_t>(g.rank()) * block, in, block);
-  if (g.size() == 1 || count == 0) return;
-  ring_all_gather(g, o, equal_blocks(g.size(), count), es);
+  if (g.size() == 1 || count == 0) {
+    copy_if_distinct(o + static_cast<size_t>(g.rank()) * block, in, block);
+    return;
+  }
+  ring_all_gather(g, static_cast<const std::byte*>(in), o, equal_blocks(g.size(), count), es);
 }
 
 void Group::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op) const {
@@ -193,7 +207,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, DType dt, Reduce
   auto* o = static_cast<std::byte*>(out);
   const size_t mine = b.offset[static_cast<size_t>(g.rank())] * es;
   ring_reduce_scatter(g, static_cast<const std::byte*>(in), o + mine, b, es, dt, op);
-  ring_all_gather(g, o, b, es);
+  ring_all_gather(g, o + mine, o, b, es);
 }
 
 void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const {

@@ -10,7 +10,15 @@
 // for MPI_THREAD_MULTIPLE and accept anything from SERIALIZED up. The thread polls with
 // MPI_Testsome while operations are pending: it spins (yielding the core) while a user thread is
 // blocked in wait(), and backs off to sleeps of up to 200 us while the rank computes, so polling
-// costs little compute time.
+// costs little compute time. After the last transfer it keeps polling for kLinger (50 us) before
+// it sleeps, so the next step's command is picked up without a futex wake-up.
+//
+// The hand-offs cost a few us per step that blocking MPI calls do not pay: at 1 MiB through
+// shared memory (~70 us) that is most of the gap to raw MPI (docs/cluster.md, comm_bench
+// --raw-mpi). A waiting user thread sleeps rather than spins: measured on 2 cores with 2 ranks,
+// a yielding spin in wait() (20-200 us) took CPU from the progress thread doing the
+// single-copy transfer and made 1 MiB steps slower, not faster (168 us instead of 83 us at
+// 200 us of spin).
 //
 // Receives go through MPI_Improbe + MPI_Imrecv: the matched message's size is known before the
 // data moves, so a size mismatch is reported with both sizes (plain MPI_Irecv would only say
@@ -53,6 +61,9 @@ constexpr uint32_t kMaxChannel = 1u << (31 - kTagBits);
 constexpr int kCtrlTag = 0;  // channel 0, tag 0
 constexpr size_t kCtrlBytes = 4096;
 enum CtrlKind : int32_t { kDone = 1, kFail = 2 };
+/// How long the progress thread keeps polling without sleeping after its last progress (see
+/// Runtime::loop).
+constexpr auto kLinger = std::chrono::microseconds(50);
 
 std::string mpi_error_string(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -83,6 +94,8 @@ struct MpiOp {
   void* rbuf = nullptr;
   size_t bytes = 0;
   bool done = false;  // guarded by the world's mutex
+  /// A thread sleeps on the world's condition variable for this op (guarded by the mutex).
+  bool sleeper = false;
   std::string error;  // guarded by the world's mutex
 
   std::string describe() const {
@@ -283,13 +296,19 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
     probes.clear();
   }
 
+  /// Wakes the world's sleepers only when one sleeps for this op. wait_all() sleeps on one
+  /// request of a step while the others complete; waking it for each of them (as notify_all on
+  /// every completion did) put the user thread on a core for nothing just when the progress
+  /// thread needed it for the rest of the step (a few us per step at 1 MiB on 2 cores).
   void complete(MpiOp& op, std::string error) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lk(mu);
+      wake = op.sleeper;
       op.done = true;
       op.error = std::move(error);
     }
-    cv.notify_all();
+    if (wake) cv.notify_all();
   }
 
   /// Progress thread: sends a control message to every other rank.
@@ -379,6 +398,7 @@ void MpiWorld::drop_or_submit(const std::function<void()>& fn) {
 void Runtime::loop() {
   t_on_progress_thread = true;
   int idle = 0;
+  Clock::time_point last_progress = Clock::now();
   for (;;) {
     std::vector<std::function<void()>> cmds;
     {
@@ -389,9 +409,17 @@ void Runtime::loop() {
                                   std::any_of(worlds_.begin(), worlds_.end(),
                                               [](const auto& w) { return !w->probes.empty(); });
         if (stop_) break;
-        if (!user_pending) {
+        if (!user_pending && Clock::now() - last_progress >= kLinger) {
           // Only control receives: nothing is in flight, a rare check is enough.
           qcv_.wait_for(lk, std::chrono::milliseconds(2));
+        } else if (!user_pending) {
+          // Just finished some traffic: the next step's command usually follows within
+          // microseconds (a loop of exchanges, a collective's next ring step). Picking it up
+          // while still polling saves the ~3 us futex wake-up of submit() per step; after
+          // kLinger the thread sleeps as before.
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
         } else if (waiters.load() > 0 ? idle > 20000 : idle > 64) {
           // Nobody is waiting (the rank computes): back off 10 us, 20 us, ... 200 us.
           const int shift = std::min(idle / 64, 5);
@@ -410,6 +438,7 @@ void Runtime::loop() {
     progressed |= poll_probes();
     progressed |= test_active();
     idle = progressed ? 0 : idle + 1;
+    if (progressed) last_progress = Clock::now();
   }
 }
 
@@ -532,6 +561,7 @@ class MpiRequest final : public Request::Impl {
       });
       if (withdrawn) return;
       std::unique_lock<std::mutex> lk(w_->mu);
+      op_->sleeper = true;
       w_->cv.wait_for(lk, to_duration(w_->timeout_s), [&] { return op_->done; });
     } catch (...) {
       // A destructor must not throw; the world is failing anyway.
@@ -552,6 +582,7 @@ class MpiRequest final : public Request::Impl {
       ~Waiter() { rt.waiters.fetch_sub(1); }
     } waiter(rt);
     const Clock::time_point deadline = Clock::now() + to_duration(w.timeout_s);
+    op_->sleeper = true;
     while (!op_->done && !w.failed) {
       if (w.cv.wait_until(lk, deadline) == std::cv_status::timeout && !op_->done && !w.failed) {
         lk.unlock();
