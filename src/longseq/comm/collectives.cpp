@@ -126,8 +126,11 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
 
 /// Ring all-gather over `out`. This rank's block comes from `in` (which may be block r of out
 /// itself): step 0 sends it straight from `in` and copies it into block r while the message
-/// moves, so the local copy costs no time of its own (at P = 2 it is as large as the transfer:
-/// done before the step, it made a 1 MiB all_gather ~20% slower than MPI_Allgather).
+/// moves. Copying first and sending block r of `out` (as before) was often 1.5-2.5x slower
+/// under MPI at P = 2 (all_gather 4 MiB at 0.38 of MPI_Allgather, 1 MiB at 0.62;
+/// docs/cluster.md). Probable cause, not proven: the peer's single-copy read then hits the
+/// buffer (the same pages, under transparent huge pages) that this rank's own receive writes;
+/// and the copy sat before the step instead of beside it.
 void ring_all_gather(GroupImpl& g, const std::byte* in, std::byte* out, const Blocks& b,
                      size_t es) {
   const int p = g.size(), r = g.rank();

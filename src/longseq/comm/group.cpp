@@ -26,12 +26,7 @@ bool Request::test() {
 }
 
 void wait_all(std::span<Request> requests) {
-  // Last posted first. A step's requests are its sends, then its receives (start_exchange,
-  // post_step), and a send completes only once the peer has taken the message (under MPI's
-  // rendezvous, when the peer's acknowledgement arrives), usually just after this rank's own
-  // receive. Waiting for the receive first lets the waiting thread's wake-up overlap that last
-  // acknowledgement; the send is then done or nearly so.
-  for (auto it = requests.rbegin(); it != requests.rend(); ++it) it->wait();
+  for (Request& r : requests) r.wait();
 }
 
 // ---- statistics ------------------------------------------------------------------------------

@@ -100,8 +100,7 @@ class Request {
   std::shared_ptr<Impl> impl_;
 };
 
-/// Waits for every request, last first (a step's receives before its sends, see group.cpp); the
-/// first failure propagates.
+/// Waits for every request, in order; the first failure propagates.
 void wait_all(std::span<Request> requests);
 
 /// One send of a grouped step: `bytes` from `data` to group rank `peer` with `tag`.
