@@ -129,8 +129,10 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
 /// moves. Copying first and sending block r of `out` (as before) was often 1.5-2.5x slower
 /// under MPI at P = 2 (all_gather 4 MiB at 0.38 of MPI_Allgather, 1 MiB at 0.62;
 /// docs/cluster.md). Probable cause, not proven: the peer's single-copy read then hits the
-/// buffer (the same pages, under transparent huge pages) that this rank's own receive writes;
-/// and the copy sat before the step instead of beside it.
+/// buffer (the same pages, under transparent huge pages) that this rank's own receive writes.
+/// The overlap itself gains nothing on 2 cores with 2 ranks (the copy delays the progress
+/// thread's start of the step by about as long as it takes: 1 MiB all_gather 52-55 us either
+/// way), but it does where a rank has a spare core.
 void ring_all_gather(GroupImpl& g, const std::byte* in, std::byte* out, const Blocks& b,
                      size_t es) {
   const int p = g.size(), r = g.rank();
