@@ -125,7 +125,7 @@ TEST(CliFlags, NoSilentWrapAround) {
 TEST(CliFlags, AttentionScheduleAndPlanRefuseEveryBadNumericValueNamingTheFlag) {
   walk({"attention",
         "--random 64,4,2,8",
-        {"--seed", "--world", "--nodes", "--scale", "--threads"},
+        {"--seed", "--world", "--nodes", "--scale", "--threads", "--warmup"},
         kBad});
   walk({"schedule", "", {"--world", "--nodes", "--seq"}, kBad});
   walk({"plan",

@@ -31,3 +31,35 @@ TEST(CliThreads, AttentionDefaultUsesTheMachine) {
   EXPECT_EQ(threads_of("--world 2"), std::max(1, hw / 2));
   EXPECT_EQ(threads_of("--world 1 --threads 1"), 1);
 }
+
+// --warmup N: N untimed runs of the same work first; the outputs are the measured run's, so they
+// must be byte-identical to a run without warm-up (the kernels are deterministic), and the time
+// in stats.json is that run's alone (positive, and not more than the whole command took).
+TEST(CliAttention, WarmupRunsLeaveTheOutputsUnchanged) {
+  namespace t = longseq::testing;
+  auto run_dir = [](const std::string& name, const std::string& flags) {
+    const std::string dir = t::temp_path("warmup", name);
+    std::string out;
+    const int rc = t::run(std::string(LONGSEQ_CLI) +
+                              " attention --random 77,6,2,8 --mask causal --algo burst --world 3 "
+                              "--backend local --threads 1 --out " +
+                              dir + " " + flags,
+                          out);
+    EXPECT_EQ(rc, 0) << out;
+    return dir;
+  };
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string cold = run_dir("cold", ""), warm = run_dir("warm", "--warmup 2");
+  for (const char* f : {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}) {
+    const std::string a = bytes(cold + "/" + f);
+    EXPECT_FALSE(a.empty()) << f;
+    EXPECT_EQ(a, bytes(warm + "/" + f)) << f;
+  }
+  std::ifstream s(warm + "/stats.json");
+  const nlohmann::json j = nlohmann::json::parse(s);
+  EXPECT_GT(j.at("seconds").get<double>(), 0.0);
+  EXPECT_EQ(j.at("world").get<int>(), 3);
+}
