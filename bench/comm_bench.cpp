@@ -54,6 +54,21 @@ struct Point {
   double algbw, busbw;  // bytes/s
 };
 
+/// Fills a timed point: a point-to-point op moves `pt.bytes` per `seconds` (pingpong passes half
+/// its round trip); an all-gather of `p` blocks of `block` bytes, busBw = algBw (p-1)/p.
+void fill_p2p(Point& pt, int iters, double seconds) {
+  pt.iters = iters;
+  pt.seconds = seconds;
+  pt.algbw = pt.busbw = static_cast<double>(pt.bytes) / seconds;
+}
+void fill_all_gather(Point& pt, size_t block, int p, int iters, double seconds) {
+  pt.bytes = block * static_cast<size_t>(p);
+  pt.iters = iters;
+  pt.seconds = seconds;
+  pt.algbw = static_cast<double>(pt.bytes) / seconds;
+  pt.busbw = pt.algbw * (p - 1) / p;
+}
+
 /// Runs `body` once, then `iters` times, where iters makes the run last about `target` seconds;
 /// returns the slowest rank's mean seconds per iteration. Every rank gets the same answer.
 template <class F>
@@ -103,9 +118,7 @@ Point raw_point(const std::string& op, size_t bytes, double seconds, int max_ite
       MPI_Sendrecv(s.data(), n, MPI_BYTE, (r + 1) % p, 0, d.data(), n, MPI_BYTE, (r + p - 1) % p, 0,
                    MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     });
-    pt.iters = it;
-    pt.seconds = t;
-    pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+    fill_p2p(pt, it, t);
   } else if (op == "pingpong") {
     std::vector<std::byte> b(bytes);
     auto [it, t] = time_raw(seconds, max_iters, [&] {
@@ -117,9 +130,7 @@ Point raw_point(const std::string& op, size_t bytes, double seconds, int max_ite
         MPI_Send(b.data(), n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
       }
     });
-    pt.iters = it;
-    pt.seconds = t / 2;
-    pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+    fill_p2p(pt, it, t / 2);
   } else if (op == "all_gather") {
     const size_t block = bytes / static_cast<size_t>(p);
     std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
@@ -127,11 +138,7 @@ Point raw_point(const std::string& op, size_t bytes, double seconds, int max_ite
       MPI_Allgather(in.data(), static_cast<int>(block), MPI_BYTE, outb.data(),
                     static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD);
     });
-    pt.bytes = block * static_cast<size_t>(p);
-    pt.iters = it;
-    pt.seconds = t;
-    pt.algbw = static_cast<double>(pt.bytes) / t;
-    pt.busbw = pt.algbw * (p - 1) / p;
+    fill_all_gather(pt, block, p, it, t);
   }
   return pt;
 }
@@ -149,9 +156,7 @@ Point our_point(comm::Group& g, const std::string& op, size_t bytes, double seco
       const comm::RecvSpec rp{g.ring_prev(), d.data(), bytes, 0};
       g.exchange({&sp, 1}, {&rp, 1});
     });
-    pt.iters = it;
-    pt.seconds = t;
-    pt.algbw = pt.busbw = static_cast<double>(bytes) / t;
+    fill_p2p(pt, it, t);
   } else if (op == "pingpong") {
     std::vector<std::byte> b(bytes);
     auto [it, t] = time_it(g, seconds, max_iters, [&] {
@@ -163,19 +168,13 @@ Point our_point(comm::Group& g, const std::string& op, size_t bytes, double seco
         g.send(0, b.data(), bytes);
       }
     });
-    pt.iters = it;
-    pt.seconds = t / 2;
-    pt.algbw = pt.busbw = static_cast<double>(bytes) / pt.seconds;
+    fill_p2p(pt, it, t / 2);
   } else if (op == "all_gather") {
     const size_t block = bytes / static_cast<size_t>(p);
     std::vector<std::byte> in(block), outb(block * static_cast<size_t>(p));
     auto [it, t] = time_it(g, seconds, max_iters,
                            [&] { g.all_gather(in.data(), outb.data(), block, core::DType::u8); });
-    pt.bytes = block * static_cast<size_t>(p);
-    pt.iters = it;
-    pt.seconds = t;
-    pt.algbw = static_cast<double>(pt.bytes) / t;
-    pt.busbw = pt.algbw * (p - 1) / p;
+    fill_all_gather(pt, block, p, it, t);
   } else {
     core::fail("bench", "unknown op '", op, "': expected pingpong, sendrecv or all_gather");
   }
