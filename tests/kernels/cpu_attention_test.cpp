@@ -553,6 +553,38 @@ TEST(CpuAttention, Bf16WithinTwiceNaiveBf16Error) {
   }
 }
 
+// The bf16 forward's lazy rescaling keeps a row's running maximum until a later key tile's scores
+// exceed it by more than 2^64 (attention.cpp). Both sides of that bound: key tiles whose scores
+// rise tile by tile by a modest step (kept maximum, P up to 2^step) and by a huge step (the exact
+// path), every row against the fp64 reference on the same bf16 inputs, lse to fp32 accuracy.
+TEST(CpuAttention, Bf16ForwardWhenLaterKeyTilesRaiseTheMaximum) {
+  for (const double step : {3.0, 40.0, 200.0}) {  // log2 units per key tile of 512
+    const kc::AttnDims dm{70, 1500, 2, 1, 16};
+    Problem p(dm, block(dm.tq, 0), block(dm.tk, 0), MaskCase{"full"}, 19);
+    // q = (1, 0, ...): the score of key j is scale * k[j][0], so k[j][0] sets the logits.
+    for (int64_t i = 0; i < dm.tq * dm.hq; ++i) {
+      std::fill(p.q.begin() + i * dm.d, p.q.begin() + (i + 1) * dm.d, 0.0f);
+      p.q[i * dm.d] = 1.0f;
+    }
+    const double ln2 = std::log(2.0);
+    for (int64_t j = 0; j < dm.tk; ++j) {
+      const double tile = static_cast<double>(j / kc::kForwardTileK);
+      // Rising from tile to tile, with spread inside a tile.
+      const double logit = (tile * step + 2.0 * std::sin(0.37 * static_cast<double>(j))) * ln2;
+      p.k[j * dm.d] = static_cast<float>(logit / p.scale);
+    }
+    for (auto* x : {&p.q, &p.k, &p.v, &p.dout})
+      for (float& e : *x) e = core::round_bf16(e);
+    const RefOut r = run_ref(p);
+    const CpuOut c = run_cpu(p, 2, to_bf16(p.q), to_bf16(p.k), to_bf16(p.v), to_bf16(p.dout));
+    for (size_t i = 0; i < c.lse.size(); ++i)
+      ASSERT_NEAR(c.lse[i], r.lse[i], 1e-6 * std::abs(r.lse[i]) + 1e-4) << "step " << step;
+    // P is rounded to bf16 for P V: 2^-8 relative per term.
+    for (size_t i = 0; i < c.o.size(); ++i)
+      ASSERT_NEAR(c.o[i], r.o[i], 2e-2 * (1.0 + std::abs(r.o[i]))) << "step " << step << " i " << i;
+  }
+}
+
 // ---- merge and delta --------------------------------------------------------------------------
 
 TEST(CpuAttention, MergePartialsIsStableAndHandlesInfinities) {

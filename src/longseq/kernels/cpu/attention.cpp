@@ -158,6 +158,25 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
         if (kind == TileKind::partial)
           detail::mask_row(mask, qt.pos[r0 + r], mask.docs ? qt.doc[r0 + r] : 0, kt.pos + kc0,
                            mask.docs ? kt.doc + kc0 : nullptr, kstart, row, nc);
+        if constexpr (kIsBf16<T>) {
+          // Lazy rescaling (bf16 only): once a row has a running maximum m, exponentiate
+          // against m in one pass and take the tile's own maximum on the way; keep m (no
+          // rescale of O_i and l) unless the tile's scores exceed it by more than kLazyLog2.
+          // P then reaches at most 2^kLazyLog2, far inside fp32's and bf16's range, and lse =
+          // ln 2 (m + log2 l) stays exact. Saves the separate row-maximum pass, a quarter of
+          // the bf16 forward's softmax work. (fp32 exponentiates in place, so the rare redo
+          // would have lost S; it keeps the two passes.) The S row is intact: a tile that does
+          // exceed the bound falls through to the exact path below.
+          constexpr float kLazyLog2 = 64.0f;
+          if (m[r] != kNegInf) {
+            float smax;
+            const float sum = detail::exp2_row_to_bf16_max(row, pb + i * nc, nc, m[r], &smax);
+            if (smax <= m[r] + kLazyLog2) {
+              l[r] += sum;
+              continue;
+            }
+          }
+        }
         const float mnew = std::max(m[r], detail::row_max(row, nc));
         if (mnew == kNegInf) {
           // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be NaN).

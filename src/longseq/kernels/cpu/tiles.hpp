@@ -374,6 +374,36 @@ inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m)
 #endif
 }
 
+/// p[j] = 2^(s[j] - m) written as bf16, like exp2_row_to_bf16, in the same pass also returning the
+/// row's maximum score in *smax (-inf for an all-masked row): the bf16 forward's one-pass row
+/// for every key tile after the first (see forward_item).
+inline float exp2_row_to_bf16_max(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  __m512 mx = _mm512_set1_ps(kNegInf);
+  chunks16(n, [&]<bool kTail>(int64_t j, __mmask16 k) {
+    const __m512 x = load16<kTail>(s + j, k);
+    mx = _mm512_mask_max_ps(mx, k, mx, x);
+    const __m512 e = exp2_v(_mm512_sub_ps(x, mv));
+    store16_bf16<kTail>(p + j, k, e);
+    acc = add16<kTail>(acc, k, e);
+  });
+  *smax = hmax(mx);
+  return hsum(acc);
+#else
+  float sum = 0.0f, mx = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    mx = std::max(mx, s[j]);
+    const float e = exp2_fast(s[j] - m);
+    p[j] = core::to_bf16(e);
+    sum += e;
+  }
+  *smax = mx;
+  return sum;
+#endif
+}
+
 /// x[j] *= c.
 inline void scale_row(float* x, int64_t n, float c) {
 #if defined(__AVX512F__)
