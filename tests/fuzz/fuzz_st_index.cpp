@@ -7,13 +7,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   longseq::fuzz::expect_clean([&] {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(data, data + size);
-    } catch (const nlohmann::json::exception&) {
-      return;  // load_hf_weights refuses malformed JSON naming the file (read_json)
-    }
-    for (const std::string& f : longseq::train::hf_index_files(j, "index.json"))
+    const auto j = longseq::fuzz::parse_json(data, size);
+    if (!j) return;  // load_hf_weights refuses malformed JSON naming the file (read_json)
+    for (const std::string& f : longseq::train::hf_index_files(*j, "index.json"))
       if (f.empty() || f.find('/') != std::string::npos) std::abort();
   });
   return 0;

@@ -8,13 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   longseq::fuzz::expect_clean([&] {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(data, data + size);
-    } catch (const nlohmann::json::exception&) {
-      return;  // load_checkpoint refuses malformed JSON naming the file (read_json)
-    }
-    const int64_t step = longseq::train::validate_trainer_state(j, "trainer_state.json");
+    const auto j = longseq::fuzz::parse_json(data, size);
+    if (!j) return;  // load_checkpoint refuses malformed JSON naming the file (read_json)
+    const int64_t step = longseq::train::validate_trainer_state(*j, "trainer_state.json");
     longseq::train::TokenFile f;
     f.tokens.assign(64, 1);
     f.vocab = 2;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "longseq/core/error.hpp"
@@ -34,6 +36,17 @@ inline std::string write_input(const uint8_t* data, size_t size, const std::stri
   if (size && std::fwrite(data, 1, size, f) != size) std::abort();
   std::fclose(f);
   return p;
+}
+
+/// The input as JSON, or nothing when it is not JSON: the checkpoint loaders refuse malformed
+/// JSON naming the file before the code under test sees it, so harnesses of JSON-shaped inputs
+/// start from a parsed value.
+inline std::optional<nlohmann::json> parse_json(const uint8_t* data, size_t size) {
+  try {
+    return nlohmann::json::parse(data, data + size);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 /// Runs `f`, accepting a core::Error (a clean refusal) and letting everything else through.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "longseq/core/io.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -48,15 +49,11 @@ TEST(CliAttention, WarmupRunsLeaveTheOutputsUnchanged) {
     EXPECT_EQ(rc, 0) << out;
     return dir;
   };
-  auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
   const std::string cold = run_dir("cold", ""), warm = run_dir("warm", "--warmup 2");
   for (const char* f : {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}) {
-    const std::string a = bytes(cold + "/" + f);
+    const std::string a = longseq::core::read_file(cold + "/" + f);
     EXPECT_FALSE(a.empty()) << f;
-    EXPECT_EQ(a, bytes(warm + "/" + f)) << f;
+    EXPECT_EQ(a, longseq::core::read_file(warm + "/" + f)) << f;
   }
   std::ifstream s(warm + "/stats.json");
   const nlohmann::json j = nlohmann::json::parse(s);

@@ -32,19 +32,15 @@ namespace tr = longseq::train;
 using longseq::testing::error_of;
 using longseq::testing::temp_path;
 using longseq::testing::tiny_config;
+using longseq::testing::train_into;
 using longseq::testing::unusual_heads_config;
 
 // A tiny model trained for two steps (so that its loss is not uniform), saved once.
 const std::string& checkpoint() {
   static const std::string dir = [] {
-    const std::string root = temp_path("eval", "ckpt");
-    fs::remove_all(root);
     tr::TrainConfig c = tiny_config();
     c.steps = 2;
-    c.out = root;
-    c.save_every = 0;
-    tr::train(c);
-    return root;
+    return train_into(c, temp_path("eval", "ckpt"));
   }();
   return dir;
 }
@@ -96,14 +92,9 @@ TEST(Eval, DistributedEqualsOneRank) {
 // algorithm name, every layout that suits it, and causal, window and document masks.
 TEST(Eval, EveryAlgorithmLayoutAndMaskEqualsOneRank) {
   static const std::string ck = [] {
-    const std::string root = temp_path("eval", "heads6");
-    fs::remove_all(root);
     tr::TrainConfig c = unusual_heads_config();
     c.steps = 2;
-    c.out = root;
-    c.save_every = 0;
-    tr::train(c);
-    return root;
+    return train_into(c, temp_path("eval", "heads6"));
   }();
   // documents: byte-level text files end every document with end-of-text; two short ones
   const std::string docs = temp_path("eval", "docs.tok");

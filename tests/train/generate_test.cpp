@@ -35,21 +35,17 @@ namespace tr = longseq::train;
 namespace lm = longseq::model;
 using longseq::testing::temp_path;
 using longseq::testing::tiny_config;
+using longseq::testing::train_into;
 using longseq::testing::unusual_heads_config;
 
 // A tiny model trained enough that sampled text depends on its probabilities (40 steps).
 std::string trained(const std::string& name, const std::string& rope_scaling) {
-  const std::string root = temp_path("generate", name);
-  fs::remove_all(root);
   tr::TrainConfig c = tiny_config();
   c.steps = 40;
   c.optim.lr = 1e-2;
   c.model.max_position_embeddings = 32;
   c.rope_scaling = rope_scaling;
-  c.out = root;
-  c.save_every = 0;
-  tr::train(c);
-  return root;
+  return train_into(c, temp_path("generate", name));
 }
 
 const std::string& plain() {
@@ -153,14 +149,10 @@ TEST(Generate, ShardedCacheEqualsOneRank) {
 // at odd worlds equals one rank, and the cache equals recomputing everything.
 TEST(Generate, SlidingWindowAndUnusualHeadsEqualOneRank) {
   static const std::string ck = [] {
-    const std::string root = temp_path("generate", "window");
-    fs::remove_all(root);
     tr::TrainConfig c = unusual_heads_config();
     c.steps = 20;
     c.optim.lr = 1e-2;
-    c.out = root;
-    c.save_every = 0;
-    tr::train(c);
+    const std::string root = train_into(c, temp_path("generate", "window"));
     // The trainer trains causal models; a Mistral config.json carries the window to inference.
     const std::string cfg = root + "/checkpoint/config.json";
     nlohmann::json j = nlohmann::json::parse(longseq::core::read_file(cfg));

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -55,6 +56,16 @@ inline train::TrainConfig unusual_heads_config() {
   c.model.head_dim = 4;
   c.model.hidden = 24;
   return c;
+}
+
+/// Trains `c` into a fresh directory `root` (removed first), saving only the final checkpoint
+/// (root/checkpoint); returns root. For tests that evaluate or generate from a trained model.
+inline std::string train_into(train::TrainConfig c, const std::string& root) {
+  std::filesystem::remove_all(root);
+  c.out = root;
+  c.save_every = 0;
+  train::train(c);
+  return root;
 }
 
 /// Runs a shell command; `out` gets its stdout and stderr. Returns the exit status (-1: did not

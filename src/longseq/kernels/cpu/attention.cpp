@@ -126,11 +126,11 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
   float* m = s + round_up(kBq * kBk);
   float* l = m + round_up(kBq);
   float* acc = l + round_up(kBq);  // O_i [br, d]
+  constexpr size_t kPer = sizeof(float) / sizeof(T);
   T* qbuf = reinterpret_cast<T*>(acc + round_up(kBq * d));
-  T* kbuf = qbuf + floats_for<T>(kBq * d) * sizeof(float) / sizeof(T);
-  T* vbuf = kbuf + floats_for<T>(kBk * d) * sizeof(float) / sizeof(T);
-  [[maybe_unused]] bf16* pb =
-      reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBk * d) * sizeof(float) / sizeof(T));
+  T* kbuf = qbuf + floats_for<T>(kBq * d) * kPer;
+  T* vbuf = kbuf + floats_for<T>(kBk * d) * kPer;
+  [[maybe_unused]] bf16* pb = reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBk * d) * kPer);
   std::fill(acc, acc + br * d, 0.0f);
   std::fill(m, m + br, kNegInf);
   std::fill(l, l + br, 0.0f);

@@ -352,56 +352,42 @@ inline float exp2_row_inplace(float* s, int64_t n, float m) {
 }
 
 /// p[j] = 2^(s[j] - m) written as bf16 (round to nearest even); returns the fp32 sum of the
-/// unrounded values. One pass: the fp32 probabilities are never stored (bf16 forward).
-inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m) {
+/// unrounded values. One pass: the fp32 probabilities are never stored (bf16 forward). With
+/// kMax, the same pass also puts the row's maximum score in *smax (-inf for an all-masked row):
+/// the bf16 forward's one-pass row for every key tile after the first (see forward_item).
+template <bool kMax>
+inline float exp2_row_to_bf16_impl(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   const __m512 mv = _mm512_set1_ps(m);
   __m512 acc = _mm512_setzero_ps();
-  chunks16(n, [&]<bool kTail>(int64_t j, __mmask16 k) {
-    const __m512 e = exp2_v(_mm512_sub_ps(load16<kTail>(s + j, k), mv));
-    store16_bf16<kTail>(p + j, k, e);
-    acc = add16<kTail>(acc, k, e);
-  });
-  return hsum(acc);
-#else
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = exp2_fast(s[j] - m);
-    p[j] = core::to_bf16(e);
-    sum += e;
-  }
-  return sum;
-#endif
-}
-
-/// p[j] = 2^(s[j] - m) written as bf16, like exp2_row_to_bf16, in the same pass also returning the
-/// row's maximum score in *smax (-inf for an all-masked row): the bf16 forward's one-pass row
-/// for every key tile after the first (see forward_item).
-inline float exp2_row_to_bf16_max(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 acc = _mm512_setzero_ps();
-  __m512 mx = _mm512_set1_ps(kNegInf);
+  [[maybe_unused]] __m512 mx = _mm512_set1_ps(kNegInf);
   chunks16(n, [&]<bool kTail>(int64_t j, __mmask16 k) {
     const __m512 x = load16<kTail>(s + j, k);
-    mx = _mm512_mask_max_ps(mx, k, mx, x);
+    if constexpr (kMax) mx = _mm512_mask_max_ps(mx, k, mx, x);
     const __m512 e = exp2_v(_mm512_sub_ps(x, mv));
     store16_bf16<kTail>(p + j, k, e);
     acc = add16<kTail>(acc, k, e);
   });
-  *smax = hmax(mx);
+  if constexpr (kMax) *smax = hmax(mx);
   return hsum(acc);
 #else
-  float sum = 0.0f, mx = kNegInf;
+  float sum = 0.0f;
+  [[maybe_unused]] float mx = kNegInf;
   for (int64_t j = 0; j < n; ++j) {
-    mx = std::max(mx, s[j]);
+    if constexpr (kMax) mx = std::max(mx, s[j]);
     const float e = exp2_fast(s[j] - m);
     p[j] = core::to_bf16(e);
     sum += e;
   }
-  *smax = mx;
+  if constexpr (kMax) *smax = mx;
   return sum;
 #endif
+}
+inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m) {
+  return exp2_row_to_bf16_impl<false>(s, p, n, m, nullptr);
+}
+inline float exp2_row_to_bf16_max(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
+  return exp2_row_to_bf16_impl<true>(s, p, n, m, smax);
 }
 
 /// x[j] *= c.
