@@ -133,6 +133,76 @@ TEST_P(PointToPoint, TransfersProgressWhileTheRankComputes) {
   });
 }
 
+TEST_P(PointToPoint, ThreadsOfOneRankPostAndWaitAtOnce) {
+  // Several threads of each rank exchange around the ring at once, on their own tags, with
+  // sizes from eager to rendezvous under MPI, while one more thread streams 64 messages on a
+  // single tag without waiting in between (10 rounds). Under MPI the threads take turns making MPI
+  // calls (posting directly, or queueing for whoever polls next, and driving their own waits), so
+  // this checks that no message is lost or mixed up between threads and that one thread's
+  // messages on one tag still arrive in the order it posted them.
+  run([](Group& g) {
+    const int p = g.size(), r = g.rank();
+    if (p < 2) return;
+    const int prev = (r + p - 1) % p;
+    constexpr int kThreads = 3, kIters = 40, kStream = 64, kRounds = 10;
+    std::vector<std::string> errors(kThreads + 1);
+    auto exchanger = [&](int t) {
+      try {
+        for (int it = 0; it < kIters; ++it) {
+          const size_t n = size_t{256} << ((it + t) % 11);  // 1 KiB .. 1 MiB of floats
+          const uint64_t seed = 1000 + static_cast<uint64_t>(t * kIters + it);
+          const auto mine = rank_data<float>(seed, r, n);
+          std::vector<float> got(n);
+          const SendSpec s{g.ring_next(), mine.data(), n * sizeof(float), t};
+          const RecvSpec rv{prev, got.data(), n * sizeof(float), t};
+          g.exchange({&s, 1}, {&rv, 1});
+          if (!bits_equal(got, rank_data<float>(seed, prev, n))) {
+            errors[static_cast<size_t>(t)] =
+                core::cat("thread ", t, " iteration ", it, ": wrong data from rank ", prev);
+            return;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(t)] = e.what();
+      }
+    };
+    auto stream_once = [&](int round) {
+      std::vector<std::vector<int32_t>> out(kStream), in(kStream);
+      std::vector<Request> reqs;
+      for (int k = 0; k < kStream; ++k) {
+        const size_t n = size_t{16} << (k % 8);
+        out[static_cast<size_t>(k)].assign(n, r * 100000 + round * 1000 + k);
+        in[static_cast<size_t>(k)].assign(n, -1);
+        reqs.push_back(g.irecv(prev, in[static_cast<size_t>(k)], kThreads));
+      }
+      for (int k = 0; k < kStream; ++k)
+        reqs.push_back(g.isend(g.ring_next(), out[static_cast<size_t>(k)], kThreads));
+      wait_all(reqs);
+      for (int k = 0; k < kStream; ++k)
+        for (int32_t v : in[static_cast<size_t>(k)])
+          if (v != prev * 100000 + round * 1000 + k) {
+            errors[kThreads] = core::cat("round ", round, ": stream message ", k, " holds ", v,
+                                         " (want ", prev * 100000 + round * 1000 + k, ")");
+            return;
+          }
+    };
+    auto streamer = [&] {
+      try {
+        for (int round = 0; round < kRounds && errors[kThreads].empty(); ++round)
+          stream_once(round);
+      } catch (const std::exception& e) {
+        errors[kThreads] = e.what();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) threads.emplace_back(exchanger, t);
+    threads.emplace_back(streamer);
+    for (auto& th : threads) th.join();
+    for (size_t t = 0; t < errors.size(); ++t)
+      EXPECT_EQ(errors[t], "") << "rank " << r << " thread " << t;
+  });
+}
+
 TEST_P(PointToPoint, SplitFollowsMpiCommSplit) {
   run([](Group& g) {
     const int p = g.size(), r = g.rank();

@@ -119,7 +119,7 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
   const bool do_recv = rbytes > 0 || send_empty;
   std::vector<Request> reqs;
   g.post_step(Channel::collective, std::span<const SendSpec>(&s, do_send ? 1 : 0),
-              std::span<const RecvSpec>(&r, do_recv ? 1 : 0), reqs);
+              std::span<const RecvSpec>(&r, do_recv ? 1 : 0), reqs, /*wait_now=*/true);
   if (overlap) overlap();
   wait_all(reqs);
 }
@@ -234,7 +234,7 @@ void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const 
     recvs.push_back({src, o + static_cast<size_t>(src) * block, block, 0});
   }
   std::vector<Request> reqs;
-  g.post_step(Channel::collective, sends, recvs, reqs);
+  g.post_step(Channel::collective, sends, recvs, reqs, /*wait_now=*/true);
   wait_all(reqs);
 }
 
@@ -267,7 +267,7 @@ void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
     recvs.push_back({static_cast<int>(src), o + recv_displs[src] * es, recv_counts[src] * es, 1});
   }
   std::vector<Request> reqs;
-  g.post_step(Channel::collective, sends, recvs, reqs);
+  g.post_step(Channel::collective, sends, recvs, reqs, /*wait_now=*/true);
   wait_all(reqs);
 }
 

@@ -26,7 +26,8 @@ bool Request::test() {
 }
 
 void wait_all(std::span<Request> requests) {
-  for (Request& r : requests) r.wait();
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].impl_) requests[i].impl_->wait_in_batch(i + 1 < requests.size());
 }
 
 // ---- statistics ------------------------------------------------------------------------------
@@ -141,16 +142,18 @@ Request GroupImpl::recv(Channel c, int src, int tag, void* data, size_t bytes) {
 }
 
 void GroupImpl::post_step(Channel c, std::span<const SendSpec> sends,
-                          std::span<const RecvSpec> recvs, std::vector<Request>& out) {
+                          std::span<const RecvSpec> recvs, std::vector<Request>& out,
+                          bool wait_now) {
   for (const SendSpec& s : sends) validate("isend", s.peer, s.tag, s.data, s.bytes);
   for (const RecvSpec& r : recvs) validate("irecv", r.peer, r.tag, r.data, r.bytes);
   for (const SendSpec& s : sends) count(true, s.peer, s.bytes);
   for (const RecvSpec& r : recvs) count(false, r.peer, r.bytes);
-  post_batch(channel_id(c), sends, recvs, out);
+  post_batch(channel_id(c), sends, recvs, out, wait_now);
 }
 
 void GroupImpl::post_batch(uint32_t channel, std::span<const SendSpec> sends,
-                           std::span<const RecvSpec> recvs, std::vector<Request>& out) {
+                           std::span<const RecvSpec> recvs, std::vector<Request>& out,
+                           bool /*wait_now*/) {
   for (const SendSpec& s : sends) out.push_back(post_send(channel, s.peer, s.tag, s.data, s.bytes));
   for (const RecvSpec& r : recvs) out.push_back(post_recv(channel, r.peer, r.tag, r.data, r.bytes));
 }
@@ -215,7 +218,9 @@ std::vector<Request> Group::start_exchange(std::span<const SendSpec> sends,
 }
 
 void Group::exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs) const {
-  std::vector<Request> reqs = start_exchange(sends, recvs);
+  std::vector<Request> reqs;
+  reqs.reserve(sends.size() + recvs.size());
+  impl().post_step(Channel::user, sends, recvs, reqs, /*wait_now=*/true);
   wait_all(reqs);
 }
 

@@ -82,6 +82,12 @@ class Request {
     virtual ~Impl() = default;
     /// Blocks until complete; throws core::Error / RankFailed on failure or timeout.
     virtual void wait() = 0;
+    /// wait() as one of several of wait_all(); `more_follow` says more waits come right after,
+    /// so a backend may leave the other pending operations to them.
+    virtual void wait_in_batch(bool more_follow) {
+      (void)more_follow;
+      wait();
+    }
     /// Non-blocking; true once complete; throws like wait(). May do progress work (the local
     /// backend's copy) in the calling thread.
     virtual bool test() = 0;
@@ -97,6 +103,7 @@ class Request {
   bool test();
 
  private:
+  friend void wait_all(std::span<Request> requests);
   std::shared_ptr<Impl> impl_;
 };
 

@@ -81,9 +81,11 @@ class GroupImpl {
   /// Validates, counts and posts. Never blocks.
   Request send(Channel c, int dst, int tag, const void* data, size_t bytes);
   Request recv(Channel c, int src, int tag, void* data, size_t bytes);
-  /// Validates, counts and posts a whole step together; sends first in `out`.
+  /// Validates, counts and posts a whole step together; sends first in `out`. `wait_now` says
+  /// the caller waits for these requests right away (after at most a local copy), so a backend
+  /// may leave their progress to that wait instead of waking a progress thread.
   void post_step(Channel c, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
-                 std::vector<Request>& out);
+                 std::vector<Request>& out, bool wait_now = false);
 
   /// Sub-group: `members` are ranks of this group in sub-group order, `rank` this rank's index
   /// among them, `gid` the agreed group id.
@@ -114,9 +116,11 @@ class GroupImpl {
   virtual Request post_send(uint32_t channel, int dst, int tag, const void* data, size_t bytes) = 0;
   virtual Request post_recv(uint32_t channel, int src, int tag, void* data, size_t bytes) = 0;
   /// Posts a validated step; the default posts one by one (posting never blocks, so that alone
-  /// cannot deadlock). The MPI backend overrides it to hand the step over in one batch.
+  /// cannot deadlock) and ignores `wait_now`. The MPI backend overrides it to post the step in
+  /// one batch.
   virtual void post_batch(uint32_t channel, std::span<const SendSpec> sends,
-                          std::span<const RecvSpec> recvs, std::vector<Request>& out);
+                          std::span<const RecvSpec> recvs, std::vector<Request>& out,
+                          bool wait_now);
 
  private:
   void validate(const char* what, int peer, int tag, const void* data, size_t bytes) const;

@@ -4,21 +4,23 @@
 // Progress design (docs/comm.md §progress). OpenMPI 4.1 has no asynchronous progress thread of
 // its own ("OMPI progress: no" in ompi_info): a rendezvous transfer only moves while some thread
 // is inside an MPI call. A rank that posts its sends and then computes would therefore see no
-// overlap. So every process runs one progress thread that owns every MPI call after
-// MPI_Init_thread: user threads hand it commands (post these sends and receives) and sleep on a
-// condition variable until their request completes. That needs only MPI_THREAD_SERIALIZED; we ask
-// for MPI_THREAD_MULTIPLE and accept anything from SERIALIZED up. The thread polls with
-// MPI_Testsome while operations are pending: it spins (yielding the core) while a user thread is
-// blocked in wait(), and backs off to sleeps of up to 200 us while the rank computes, so polling
-// costs little compute time. After the last transfer it keeps polling for kLinger (50 us) before
-// it sleeps, so the next step's command is picked up without a futex wake-up.
+// overlap. So every process runs a progress thread that polls MPI while operations are pending:
+// it spins (yielding the core) while a user thread sleeps in wait(), and backs off to sleeps of
+// up to 200 us while the rank computes, so polling costs little compute time. After the last
+// transfer it keeps polling for kLinger (50 us) before it sleeps.
 //
-// The hand-offs cost a few us per step that blocking MPI calls do not pay: at 1 MiB through
-// shared memory (~70 us) that is most of the gap to raw MPI (docs/cluster.md, comm_bench
-// --raw-mpi). A waiting user thread sleeps rather than spins: measured on 2 cores with 2 ranks,
-// a yielding spin in wait() (20-200 us) took CPU from the progress thread doing the
-// single-copy transfer and made 1 MiB steps slower, not faster (168 us instead of 83 us at
-// 200 us of spin).
+// MPI calls and the progress state (pending probes and requests) belong to whoever holds the
+// baton, a mutex: the progress thread takes it for each polling round, and user threads take it
+// to post their operations directly and to drive their own waits. One thread at a time is in MPI,
+// so MPI_THREAD_SERIALIZED is enough; we ask for MPI_THREAD_MULTIPLE and accept SERIALIZED up.
+// Why user threads call MPI themselves: handing each step to the progress thread and sleeping
+// until it completes cost 7-9 us per step that blocking MPI calls do not pay (~2 us before the
+// progress thread picked the step up, ~4 us to wake the sleeping user thread), 15% of a 1 MiB
+// all_gather through shared memory. A waiting user thread instead polls MPI itself for as long as
+// that makes progress (kDriveIdle), with the progress thread asleep, so each rank has one thread
+// on a core as with raw MPI; only a wait that stalls longer falls back to sleeping while the
+// progress thread polls. A user thread that spun without making the MPI calls (tried earlier)
+// was slower: it competed for the core with the progress thread doing the transfer.
 //
 // Receives go through MPI_Improbe + MPI_Imrecv: the matched message's size is known before the
 // data moves, so a size mismatch is reported with both sizes (plain MPI_Irecv would only say
@@ -64,6 +66,11 @@ enum CtrlKind : int32_t { kDone = 1, kFail = 2 };
 /// How long the progress thread keeps polling without sleeping after its last progress (see
 /// Runtime::loop).
 constexpr auto kLinger = std::chrono::microseconds(50);
+/// How long a user thread in wait() keeps driving MPI without any progress before it sleeps and
+/// leaves polling to the progress thread: several times the gap between the events of one
+/// shared-memory step (the peer's single-copy read of a 1 MiB message takes ~40 us), short
+/// enough that a rank waiting for a peer that still computes gives up its core quickly.
+constexpr auto kDriveIdle = std::chrono::microseconds(200);
 
 std::string mpi_error_string(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -178,6 +185,67 @@ class Runtime {
   /// Number of user threads blocked in wait(): while positive, poll without sleeping.
   std::atomic<int> waiters{0};
 
+  /// Runs `fn` holding the baton (on this thread) when the baton is free right now, after the
+  /// commands queued before it (so a thread's operations start in the order it posted them);
+  /// false when another thread holds the baton.
+  template <class F>
+  bool try_with_baton(F&& fn) {
+    std::unique_lock<std::mutex> b(baton_, std::try_to_lock);
+    if (!b.owns_lock()) return false;
+    BatonFlag flag;
+    run_commands();
+    fn();
+    return true;
+  }
+
+  /// A user thread's wait: polls MPI on this thread until `done()`, until kDriveIdle passes
+  /// without progress or until `deadline` (other traffic may progress forever). True when
+  /// `done()` held; the progress thread sleeps meanwhile and is woken at the end when operations
+  /// are still pending, unless `more_follow` (the caller waits again right away: wait_all's next
+  /// request).
+  template <class Pred>
+  bool drive(Pred&& done, bool more_follow, Clock::time_point deadline) {
+    drivers_.fetch_add(1);
+    bool pending = true;
+    Clock::time_point last = Clock::now();
+    bool ok = false;
+    for (;;) {
+      bool progressed;
+      {
+        std::lock_guard<std::mutex> b(baton_);
+        BatonFlag flag;
+        progressed = progress_round();
+        pending = user_pending();
+      }
+      if (done()) {
+        ok = true;
+        break;
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) break;
+      if (progressed) {
+        last = now;
+      } else if (now - last > kDriveIdle) {
+        break;
+      } else {
+        std::this_thread::yield();
+      }
+    }
+    if (!ok || (pending && !more_follow)) {
+      // Operations still pending (a stalled wait, or another request of this step): the
+      // progress thread polls for them again. The count drops under qmu_ so the wake-up cannot
+      // fall between its check of drivers_ and its sleep.
+      {
+        std::lock_guard<std::mutex> lk(qmu_);
+        drivers_.fetch_sub(1);
+      }
+      qcv_.notify_one();
+    } else {
+      drivers_.fetch_sub(1);
+    }
+    return ok;
+  }
+
  private:
   struct Active {
     MPI_Request req;
@@ -230,18 +298,42 @@ class Runtime {
     if (owns_mpi_) MPI_Finalize();
   }
 
+  /// Marks this thread as the baton's holder (MpiWorld::drop_or_submit runs work inline then).
+  struct BatonFlag {
+    BatonFlag() { holds_baton() = true; }
+    ~BatonFlag() { holds_baton() = false; }
+    BatonFlag(const BatonFlag&) = delete;
+    BatonFlag& operator=(const BatonFlag&) = delete;
+  };
+
+ public:
+  static bool& holds_baton() {
+    static thread_local bool flag = false;
+    return flag;
+  }
+
+ private:
   void loop();
+  /// With the baton: runs the queued commands, matches probes, tests requests. True on progress.
+  bool progress_round();
+  /// With the baton: runs the queued commands in submission order. True when there were any.
+  bool run_commands();
+  /// With the baton: user operations (not control receives) are still in flight.
+  bool user_pending() const;
   bool poll_probes();
   bool test_active();
 
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
+  std::mutex baton_;
+  /// User threads in drive(): while positive the progress thread sleeps.
+  std::atomic<int> drivers_{0};
   std::thread thread_;
   std::mutex qmu_;
   std::condition_variable qcv_;
   std::vector<std::function<void()>> queue_;
   bool stop_ = false;
-  // Progress-thread only:
+  // Baton holder only:
   std::vector<Active> active_, incoming_;
   std::vector<MPI_Request> reqs_;
   std::vector<std::shared_ptr<MpiWorld>> worlds_;
@@ -264,7 +356,7 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
   std::vector<char> done_from;
   int done_count = 0;
 
-  // Progress-thread only: receives not yet matched, per (source world rank, MPI tag), in
+  // Baton holder only: receives not yet matched, per (source world rank, MPI tag), in
   // posting order (MPI's non-overtaking rule makes the first probe match the first receive).
   std::map<std::pair<int, int>, std::deque<std::shared_ptr<MpiOp>>> probes;
   bool retired = false;
@@ -370,8 +462,6 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
   static void drop_or_submit(const std::function<void()>& fn);
 };
 
-thread_local bool t_on_progress_thread = false;
-
 void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w, bool failed) {
   if (w->retired) return;
   w->retired = true;
@@ -389,34 +479,40 @@ void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w, bool failed) {
 }
 
 void MpiWorld::drop_or_submit(const std::function<void()>& fn) {
-  if (t_on_progress_thread)
+  if (Runtime::holds_baton())
     fn();
   else
     Runtime::get().submit(fn);
 }
 
 void Runtime::loop() {
-  t_on_progress_thread = true;
   int idle = 0;
   Clock::time_point last_progress = Clock::now();
   for (;;) {
-    std::vector<std::function<void()>> cmds;
     {
       std::unique_lock<std::mutex> lk(qmu_);
-      if (queue_.empty() && idle > 0) {
-        const bool user_pending = std::any_of(active_.begin(), active_.end(),
-                                              [](const Active& a) { return !a.background; }) ||
-                                  std::any_of(worlds_.begin(), worlds_.end(),
-                                              [](const auto& w) { return !w->probes.empty(); });
-        if (stop_) break;
-        if (!user_pending && Clock::now() - last_progress >= kLinger) {
+      if (stop_ && queue_.empty()) break;
+      if (queue_.empty() && drivers_.load() > 0) {
+        // A user thread polls MPI for its own wait; polling beside it would only take its core.
+        // It wakes this thread when it stops with operations still pending.
+        qcv_.wait_for(lk, std::chrono::milliseconds(2));
+        if (queue_.empty() && drivers_.load() > 0) continue;
+      } else if (queue_.empty() && idle > 0) {
+        bool pending;
+        {
+          lk.unlock();
+          std::lock_guard<std::mutex> b(baton_);
+          pending = user_pending();
+          lk.lock();
+        }
+        if (!pending && Clock::now() - last_progress >= kLinger) {
           // Only control receives: nothing is in flight, a rare check is enough.
           qcv_.wait_for(lk, std::chrono::milliseconds(2));
-        } else if (!user_pending) {
+        } else if (!pending) {
           // Just finished some traffic: the next step's command usually follows within
-          // microseconds (a loop of exchanges, a collective's next ring step). Picking it up
-          // while still polling saves the ~3 us futex wake-up of submit() per step; after
-          // kLinger the thread sleeps as before.
+          // microseconds (a loop of exchanges posted from the progress thread's queue). Picking
+          // it up while still polling saves the ~3 us futex wake-up of submit(); after kLinger
+          // the thread sleeps as before.
           lk.unlock();
           std::this_thread::yield();
           lk.lock();
@@ -430,16 +526,43 @@ void Runtime::loop() {
           lk.lock();
         }
       }
-      cmds.swap(queue_);
-      if (stop_ && cmds.empty()) break;
+      if (stop_ && queue_.empty()) break;
     }
-    bool progressed = !cmds.empty();
-    for (auto& c : cmds) c();
-    progressed |= poll_probes();
-    progressed |= test_active();
+    bool progressed;
+    {
+      std::lock_guard<std::mutex> b(baton_);
+      BatonFlag flag;
+      progressed = progress_round();
+    }
     idle = progressed ? 0 : idle + 1;
     if (progressed) last_progress = Clock::now();
   }
+}
+
+bool Runtime::run_commands() {
+  std::vector<std::function<void()>> cmds;
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    cmds.swap(queue_);
+  }
+  for (auto& c : cmds) c();
+  return !cmds.empty();
+}
+
+bool Runtime::progress_round() {
+  bool progressed = run_commands();
+  progressed |= poll_probes();
+  progressed |= test_active();
+  return progressed;
+}
+
+bool Runtime::user_pending() const {
+  return std::any_of(active_.begin(), active_.end(),
+                     [](const Active& a) { return !a.background; }) ||
+         std::any_of(incoming_.begin(), incoming_.end(),
+                     [](const Active& a) { return !a.background; }) ||
+         std::any_of(worlds_.begin(), worlds_.end(),
+                     [](const auto& w) { return !w->probes.empty(); });
 }
 
 bool Runtime::poll_probes() {
@@ -568,11 +691,27 @@ class MpiRequest final : public Request::Impl {
     }
   }
 
-  void wait() override {
+  void wait() override { wait_in_batch(false); }
+
+  void wait_in_batch(bool more_follow) override {
     MpiWorld& w = *w_;
     Runtime& rt = Runtime::get();
     std::unique_lock<std::mutex> lk(w.mu);
     if (finish_locked()) return;
+    const Clock::time_point deadline = Clock::now() + to_duration(w.timeout_s);
+    lk.unlock();
+    const bool done = rt.drive(
+        [&] {
+          std::lock_guard<std::mutex> g(w.mu);
+          return op_->done || w.failed;
+        },
+        more_follow, deadline);
+    lk.lock();
+    if (done) {
+      finish_locked();
+      return;
+    }
+    // The wait stalled (the peer is late): sleep until the progress thread completes it.
     struct Waiter {
       Runtime& rt;
       explicit Waiter(Runtime& r) : rt(r) {
@@ -581,7 +720,6 @@ class MpiRequest final : public Request::Impl {
       }
       ~Waiter() { rt.waiters.fetch_sub(1); }
     } waiter(rt);
-    const Clock::time_point deadline = Clock::now() + to_duration(w.timeout_s);
     op_->sleeper = true;
     while (!op_->done && !w.failed) {
       if (w.cv.wait_until(lk, deadline) == std::cv_status::timeout && !op_->done && !w.failed) {
@@ -627,6 +765,43 @@ class MpiRequest final : public Request::Impl {
   Clock::time_point first_test_{};
 };
 
+/// With the baton: starts posted operations (sends go to MPI_Isend, receives wait for a probe).
+void start_ops(const std::shared_ptr<MpiWorld>& world,
+               const std::vector<std::shared_ptr<MpiOp>>& ops) {
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lk(world->mu);
+    failed = world->failed;
+  }
+  if (world->retired || failed) {
+    for (const auto& op : ops) world->complete(*op, "posted after the run failed or ended");
+    return;
+  }
+  for (const auto& op : ops) {
+    if (!op->is_send) {
+      world->probes[{op->peer_w, op->mtag}].push_back(op);
+      continue;
+    }
+    static char empty;
+    MPI_Request req;
+    const int rc = MPI_Isend(op->bytes ? op->sbuf : &empty, static_cast<int>(op->bytes), MPI_BYTE,
+                             op->peer_w, op->mtag, world->comm, &req);
+    if (rc != MPI_SUCCESS) {
+      world->complete(*op, core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
+      continue;
+    }
+    Runtime::get().add_active(
+        req,
+        [world, op](const MPI_Status& s) {
+          std::string err;
+          if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
+            err = core::cat("send failed: ", mpi_error_string(s.MPI_ERROR));
+          world->complete(*op, std::move(err));
+        },
+        false, false);
+  }
+}
+
 class MpiGroupImpl final : public GroupImpl {
  public:
   MpiGroupImpl(std::shared_ptr<MpiWorld> world, std::vector<int> world_ranks, int rank,
@@ -650,19 +825,20 @@ class MpiGroupImpl final : public GroupImpl {
   Request post_send(uint32_t channel, int dst, int tag, const void* data, size_t bytes) override {
     std::vector<Request> out;
     const SendSpec s{dst, data, bytes, tag};
-    post_batch(channel, std::span<const SendSpec>(&s, 1), {}, out);
+    post_batch(channel, std::span<const SendSpec>(&s, 1), {}, out, false);
     return out.front();
   }
   Request post_recv(uint32_t channel, int src, int tag, void* data, size_t bytes) override {
     std::vector<Request> out;
     const RecvSpec r{src, data, bytes, tag};
-    post_batch(channel, {}, std::span<const RecvSpec>(&r, 1), out);
+    post_batch(channel, {}, std::span<const RecvSpec>(&r, 1), out, false);
     return out.front();
   }
 
-  /// The whole step goes to the progress thread as one command.
+  /// Posts the whole step together.
   void post_batch(uint32_t channel, std::span<const SendSpec> sends,
-                  std::span<const RecvSpec> recvs, std::vector<Request>& out) override {
+                  std::span<const RecvSpec> recvs, std::vector<Request>& out,
+                  bool wait_now) override {
     {
       std::lock_guard<std::mutex> lk(world_->mu);
       if (world_->failed) throw RankFailed(world_->failed_rank, world_->failure);
@@ -687,41 +863,15 @@ class MpiGroupImpl final : public GroupImpl {
     };
     for (const SendSpec& s : sends) make(true, s.peer, s.tag, s.data, nullptr, s.bytes);
     for (const RecvSpec& r : recvs) make(false, r.peer, r.tag, nullptr, r.data, r.bytes);
-    auto world = world_;
-    Runtime::get().submit([world, ops = std::move(ops)] {
-      bool failed;
-      {
-        std::lock_guard<std::mutex> lk(world->mu);
-        failed = world->failed;
-      }
-      if (world->retired || failed) {
-        for (const auto& op : ops) world->complete(*op, "posted after the run failed or ended");
-        return;
-      }
-      for (const auto& op : ops) {
-        if (!op->is_send) {
-          world->probes[{op->peer_w, op->mtag}].push_back(op);
-          continue;
-        }
-        static char empty;
-        MPI_Request req;
-        const int rc = MPI_Isend(op->bytes ? op->sbuf : &empty, static_cast<int>(op->bytes),
-                                 MPI_BYTE, op->peer_w, op->mtag, world->comm, &req);
-        if (rc != MPI_SUCCESS) {
-          world->complete(*op, core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
-          continue;
-        }
-        Runtime::get().add_active(
-            req,
-            [world, op](const MPI_Status& s) {
-              std::string err;
-              if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
-                err = core::cat("send failed: ", mpi_error_string(s.MPI_ERROR));
-              world->complete(*op, std::move(err));
-            },
-            false, false);
-      }
-    });
+    // Posted here when the baton is free (the sends start now, not when the progress thread
+    // next looks); with `wait_now` the caller's wait drives them, so the sleeping progress thread
+    // is not woken for nothing.
+    Runtime& rt = Runtime::get();
+    if (rt.try_with_baton([&] { start_ops(world_, ops); })) {
+      if (!wait_now) rt.wake();
+    } else {
+      rt.submit([world = world_, ops = std::move(ops)] { start_ops(world, ops); });
+    }
   }
 
  private:
