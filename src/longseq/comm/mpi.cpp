@@ -209,6 +209,28 @@ class Runtime {
     bool pending = true;
     Clock::time_point last = Clock::now();
     bool ok = false;
+    // A round can throw (a command's MPI error): the count must still drop and the progress
+    // thread wake, or it would sleep for good.
+    struct Leave {
+      Runtime& rt;
+      const bool& ok;
+      const bool& pending;
+      bool more_follow;
+      ~Leave() {
+        if (!ok || (pending && !more_follow)) {
+          // Operations still pending (a stalled wait, or another request of this step): the
+          // progress thread polls for them again. The count drops under qmu_ so the wake-up
+          // cannot fall between its check of drivers_ and its sleep.
+          {
+            std::lock_guard<std::mutex> lk(rt.qmu_);
+            rt.drivers_.fetch_sub(1);
+          }
+          rt.qcv_.notify_one();
+        } else {
+          rt.drivers_.fetch_sub(1);
+        }
+      }
+    } leave{*this, ok, pending, more_follow};
     for (;;) {
       bool progressed;
       {
@@ -230,18 +252,6 @@ class Runtime {
       } else {
         std::this_thread::yield();
       }
-    }
-    if (!ok || (pending && !more_follow)) {
-      // Operations still pending (a stalled wait, or another request of this step): the
-      // progress thread polls for them again. The count drops under qmu_ so the wake-up cannot
-      // fall between its check of drivers_ and its sleep.
-      {
-        std::lock_guard<std::mutex> lk(qmu_);
-        drivers_.fetch_sub(1);
-      }
-      qcv_.notify_one();
-    } else {
-      drivers_.fetch_sub(1);
     }
     return ok;
   }
