@@ -472,6 +472,22 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
   static void drop_or_submit(const std::function<void()>& fn);
 };
 
+/// With the baton: tracks a started transfer of `op`; its completion completes the op ("send
+/// failed: ..." / "receive failed: ..." on an MPI error).
+void track_op(MPI_Request req, const std::shared_ptr<MpiWorld>& world,
+              const std::shared_ptr<MpiOp>& op) {
+  Runtime::get().add_active(
+      req,
+      [world, op](const MPI_Status& s) {
+        std::string err;
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
+          err = core::cat(op->is_send ? "send" : "receive",
+                          " failed: ", mpi_error_string(s.MPI_ERROR));
+        world->complete(*op, std::move(err));
+      },
+      false, !op->is_send);
+}
+
 void Runtime::retire_world(const std::shared_ptr<MpiWorld>& w, bool failed) {
   if (w->retired) return;
   w->retired = true;
@@ -607,15 +623,7 @@ bool Runtime::poll_probes() {
             w.complete(*op, core::cat("MPI_Imrecv failed: ", mpi_error_string(rc2)));
             continue;
           }
-          add_active(
-              req,
-              [world, op](const MPI_Status& s) {
-                std::string err;
-                if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
-                  err = core::cat("receive failed: ", mpi_error_string(s.MPI_ERROR));
-                world->complete(*op, std::move(err));
-              },
-              false, true);
+          track_op(req, world, op);
         } else {
           // Drain the message so the sender completes, and fail the receive with both sizes.
           auto sink = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max(count, 1)));
@@ -800,15 +808,7 @@ void start_ops(const std::shared_ptr<MpiWorld>& world,
       world->complete(*op, core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
       continue;
     }
-    Runtime::get().add_active(
-        req,
-        [world, op](const MPI_Status& s) {
-          std::string err;
-          if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
-            err = core::cat("send failed: ", mpi_error_string(s.MPI_ERROR));
-          world->complete(*op, std::move(err));
-        },
-        false, false);
+    track_op(req, world, op);
   }
 }
 
