@@ -158,7 +158,13 @@ class Runtime {
     cv.wait(lk, [&] { return finished; });
     if (err) std::rethrow_exception(err);
   }
-  void wake() { qcv_.notify_one(); }
+  /// Wakes the progress thread. Taking qmu_ first orders the wake-up after the thread's check
+  /// of pending work (made under qmu_) or before it: an operation posted directly, between its
+  /// check and its sleep, would otherwise wait up to 2 ms for its next round.
+  void wake() {
+    { std::lock_guard<std::mutex> lk(qmu_); }
+    qcv_.notify_one();
+  }
 
   // ---- progress-thread side (call only from commands and completion handlers) --------------
   /// Tracks `req`; `on_done(status)` runs on the progress thread when it completes.
@@ -217,18 +223,10 @@ class Runtime {
       const bool& pending;
       bool more_follow;
       ~Leave() {
-        if (!ok || (pending && !more_follow)) {
-          // Operations still pending (a stalled wait, or another request of this step): the
-          // progress thread polls for them again. The count drops under qmu_ so the wake-up
-          // cannot fall between its check of drivers_ and its sleep.
-          {
-            std::lock_guard<std::mutex> lk(rt.qmu_);
-            rt.drivers_.fetch_sub(1);
-          }
-          rt.qcv_.notify_one();
-        } else {
-          rt.drivers_.fetch_sub(1);
-        }
+        rt.drivers_.fetch_sub(1);
+        // Operations still pending (a stalled wait, or another request of this step): the
+        // progress thread polls for them again.
+        if (!ok || (pending && !more_follow)) rt.wake();
       }
     } leave{*this, ok, pending, more_follow};
     for (;;) {
