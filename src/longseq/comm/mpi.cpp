@@ -196,9 +196,8 @@ class Runtime {
   /// false when another thread holds the baton.
   template <class F>
   bool try_with_baton(F&& fn) {
-    std::unique_lock<std::mutex> b(baton_, std::try_to_lock);
-    if (!b.owns_lock()) return false;
-    BatonFlag flag;
+    Baton b(baton_, std::try_to_lock);
+    if (!b.held()) return false;
     run_commands();
     fn();
     return true;
@@ -232,8 +231,7 @@ class Runtime {
     for (;;) {
       bool progressed;
       {
-        std::lock_guard<std::mutex> b(baton_);
-        BatonFlag flag;
+        Baton b(baton_);
         progressed = progress_round();
         pending = user_pending();
       }
@@ -306,12 +304,19 @@ class Runtime {
     if (owns_mpi_) MPI_Finalize();
   }
 
-  /// Marks this thread as the baton's holder (MpiWorld::drop_or_submit runs work inline then).
-  struct BatonFlag {
-    BatonFlag() { holds_baton() = true; }
-    ~BatonFlag() { holds_baton() = false; }
-    BatonFlag(const BatonFlag&) = delete;
-    BatonFlag& operator=(const BatonFlag&) = delete;
+  /// Holds the baton for a scope and marks this thread as its holder meanwhile
+  /// (MpiWorld::drop_or_submit runs work inline then).
+  class Baton {
+   public:
+    explicit Baton(std::mutex& m) : lk_(m) { holds_baton() = true; }
+    Baton(std::mutex& m, std::try_to_lock_t t) : lk_(m, t) { holds_baton() = lk_.owns_lock(); }
+    ~Baton() { holds_baton() = false; }
+    Baton(const Baton&) = delete;
+    Baton& operator=(const Baton&) = delete;
+    bool held() const { return lk_.owns_lock(); }
+
+   private:
+    std::unique_lock<std::mutex> lk_;
   };
 
  public:
@@ -554,8 +559,7 @@ void Runtime::loop() {
     }
     bool progressed;
     {
-      std::lock_guard<std::mutex> b(baton_);
-      BatonFlag flag;
+      Baton b(baton_);
       progressed = progress_round();
     }
     idle = progressed ? 0 : idle + 1;
