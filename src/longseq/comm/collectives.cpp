@@ -130,9 +130,9 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
 /// under MPI at P = 2 (all_gather 4 MiB at 0.38 of MPI_Allgather, 1 MiB at 0.62;
 /// docs/cluster.md). Probable cause, not proven: the peer's single-copy read then hits the
 /// buffer (the same pages, under transparent huge pages) that this rank's own receive writes.
-/// The overlap itself gains nothing on 2 cores with 2 ranks (the copy delays the progress
-/// thread's start of the step by about as long as it takes: 1 MiB all_gather 52-55 us either
-/// way), but it does where a rank has a spare core.
+/// The overlap itself gained nothing on 2 cores with 2 ranks when measured (1 MiB all_gather
+/// 52-55 us either way, before waits drove MPI themselves), but it does where a rank has a
+/// spare core.
 void ring_all_gather(GroupImpl& g, const std::byte* in, std::byte* out, const Blocks& b,
                      size_t es) {
   const int p = g.size(), r = g.rank();
@@ -233,9 +233,7 @@ void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const 
     sends.push_back({dst, i + static_cast<size_t>(dst) * block, block, 0});
     recvs.push_back({src, o + static_cast<size_t>(src) * block, block, 0});
   }
-  std::vector<Request> reqs;
-  g.post_step(Channel::collective, sends, recvs, reqs, /*wait_now=*/true);
-  wait_all(reqs);
+  g.run_step(Channel::collective, sends, recvs);
 }
 
 void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
@@ -266,9 +264,7 @@ void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
     sends.push_back({static_cast<int>(dst), i + send_displs[dst] * es, send_counts[dst] * es, 1});
     recvs.push_back({static_cast<int>(src), o + recv_displs[src] * es, recv_counts[src] * es, 1});
   }
-  std::vector<Request> reqs;
-  g.post_step(Channel::collective, sends, recvs, reqs, /*wait_now=*/true);
-  wait_all(reqs);
+  g.run_step(Channel::collective, sends, recvs);
 }
 
 void Group::broadcast(void* data, size_t count, DType dt, int root) const {

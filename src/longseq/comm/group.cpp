@@ -151,6 +151,14 @@ void GroupImpl::post_step(Channel c, std::span<const SendSpec> sends,
   post_batch(channel_id(c), sends, recvs, out, wait_now);
 }
 
+void GroupImpl::run_step(Channel c, std::span<const SendSpec> sends,
+                         std::span<const RecvSpec> recvs) {
+  std::vector<Request> reqs;
+  reqs.reserve(sends.size() + recvs.size());
+  post_step(c, sends, recvs, reqs, /*wait_now=*/true);
+  wait_all(reqs);
+}
+
 void GroupImpl::post_batch(uint32_t channel, std::span<const SendSpec> sends,
                            std::span<const RecvSpec> recvs, std::vector<Request>& out,
                            bool /*wait_now*/) {
@@ -218,10 +226,7 @@ std::vector<Request> Group::start_exchange(std::span<const SendSpec> sends,
 }
 
 void Group::exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs) const {
-  std::vector<Request> reqs;
-  reqs.reserve(sends.size() + recvs.size());
-  impl().post_step(Channel::user, sends, recvs, reqs, /*wait_now=*/true);
-  wait_all(reqs);
+  impl().run_step(Channel::user, sends, recvs);
 }
 
 Group Group::split(int color, int key) const {

@@ -86,6 +86,8 @@ class GroupImpl {
   /// may leave their progress to that wait instead of waking a progress thread.
   void post_step(Channel c, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
                  std::vector<Request>& out, bool wait_now = false);
+  /// post_step with `wait_now`, then waits for the whole step.
+  void run_step(Channel c, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs);
 
   /// Sub-group: `members` are ranks of this group in sub-group order, `rank` this rank's index
   /// among them, `gid` the agreed group id.
