@@ -235,14 +235,14 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
 
 void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   // The matmul primitive (brgemm) runs dense attention tiles 5-10% faster than dnnl_sgemm, which
   // re-packs both operands on every call; not with a transposed A (256 x 64 x 256: 175 against
   // 212 GFLOP/s), nor strided operands (it leaves brgemm), nor large ones (no per-call packing
   // cost to save; and each new shape costs a 0.2-0.5 ms primitive creation).
   const bool dense = lda == k && ldb == (tb ? k : n) && ldc == n;
   if (ta || !dense || std::max({m, n, k}) > 1024 || m == 0 || n == 0 || k == 0)
-    return gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);  // checks the args
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   OmpSingleThread one;
   try {
     run_matmul(matmul_for(false, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
