@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sanitizer pass in CI (docs/reliability.md):
 #   1. ASan + UBSan (clang, build-asan, shared with scripts/ci_fuzz.sh): the test labels in
-#      SANITIZE_LABELS (default: core, comm, attention, fuzz replays; the mpirun registrations
+#      SANITIZE_LABELS (default: core, kernels, comm, attention, fuzz replays; the mpirun registrations
 #      excluded) - only their executables are built.
 #   2. TSan (clang, build-tsan): the comm tests of the local backend (ranks are threads there, so
 #      every cross-rank hand-off is a cross-thread one TSan sees).
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PASSES=("$@")
 [ ${#PASSES[@]} -gt 0 ] || PASSES=(asan tsan)
-LABELS=${SANITIZE_LABELS:-core|comm|attention|fuzz}
+LABELS=${SANITIZE_LABELS:-core|kernels|comm|attention|fuzz}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Not here: the tests that run the longseq binary (cli: it is not built in these trees) and the
 # one whose bound is a speed (a transfer progressing within 50 ms of compute: sanitizers slow

@@ -7,6 +7,10 @@ bash scripts/build.sh
 # OpenMPI refuses to start as root without these; the MPI tests also set them per test.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+# The kernel variants below this CPU's best (design.md §10), so one machine tests the paths other
+# CPUs run: the kernel, attention and train labels again under LONGSEQ_ISA=avx2 and =avx512 (bf16
+# emulated: widened to fp32) where the CPU has more; the kernel label under the portable variant.
+bash scripts/isa_rerun.sh "${BUILD_DIR:-build}"
 # A 2-host x 2-rank MPI job across network namespaces (prints SKIPPED where they are refused).
 bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
 bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer

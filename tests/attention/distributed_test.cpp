@@ -56,8 +56,6 @@ std::vector<Param> all_params() {
 
 class DistributedAttention : public ::testing::TestWithParam<Param> {};
 
-}  // namespace
-
 TEST_P(DistributedAttention, EqualsReference) {
   const Param& p = GetParam();
   // Odd lengths (not multiples of 2P), GQA g = 2, D not a power of two.
@@ -206,3 +204,5 @@ TEST(DistributedAttention, QueryRowsComputesOnlyTheEarliestLocalRows) {
           }
         }
 }
+
+}  // namespace

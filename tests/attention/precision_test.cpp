@@ -108,8 +108,6 @@ std::string name_of(const Param& p) {
 
 class Bf16Attention : public ::testing::TestWithParam<Param> {};
 
-}  // namespace
-
 TEST_P(Bf16Attention, WithinTwiceSingleRankErrorOfReference) {
   const Param& p = GetParam();
   // Odd lengths, GQA (Hq 4, Hkv 2), D not a power of two, as distributed_test.cpp. The runs get
@@ -218,3 +216,5 @@ TEST(Bf16AttentionBytes, EveryAlgorithmShipsBf16) {
     }
   }
 }
+
+}  // namespace

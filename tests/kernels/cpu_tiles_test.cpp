@@ -1,7 +1,8 @@
 // kernels/cpu tile machinery (internal header tiles.hpp) against brute force over the mask
 // predicate: classification must be sound (empty: no visible pair; full: every pair visible),
 // trimming must keep every visible pair (and be tight for pure band masks on contiguous tiles),
-// the per-element mask must equal the predicate, and exp2 must be accurate and exact at -inf.
+// the per-element mask must equal the predicate, and exp2 must be accurate and exact at -inf. The
+// row kernels are checked in every kernel variant this CPU can run (kernels/cpu/dispatch.hpp).
 //
 // Legend: a tile pair is Bq query tokens x Bk key tokens with global positions (negative =
 // padding) and document ids; visible(i, j) is kernels/mask.hpp's predicate.
@@ -13,13 +14,26 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/cpu.hpp"
 #include "longseq/core/rng.hpp"
+#include "longseq/kernels/cpu/dispatch.hpp"
 #include "longseq/kernels/cpu/tiles.hpp"
 #include "longseq/kernels/mask.hpp"
 
 namespace {
 
 namespace kd = longseq::kernels::cpu::detail;
+namespace kcpu = longseq::kernels::cpu;
+using longseq::core::Isa;
+
+// The variants of this build that this CPU runs.
+std::vector<const kcpu::KernelTable*> runnable_tables() {
+  std::vector<const kcpu::KernelTable*> out;
+  for (Isa isa : kcpu::built_isas())
+    if (isa <= longseq::core::best_isa(longseq::core::cpu_features()))
+      out.push_back(&kcpu::kernel_table(isa));
+  return out;
+}
 using longseq::kernels::Mask;
 using longseq::kernels::Tokens;
 using longseq::kernels::visible;
@@ -138,14 +152,16 @@ TEST(CpuTiles, ClassificationAndTrimAreSoundAndTight) {
       ++checked_tight;
     }
     // The per-element mask equals the predicate, contiguous fast path and general path alike.
-    for (int64_t i = 0; i < bq; ++i) {
-      std::vector<float> row(bk, 1.0f);
-      kd::mask_row(m, q.pos[i], q.doc[i], k.pos.data(), k.doc.data(), kc ? k.pos[0] : -1,
-                   row.data(), bk);
-      for (int64_t j = 0; j < bk; ++j)
-        ASSERT_EQ(row[j] == 1.0f, visible(m, q.tokens(), i, k.tokens(), j))
-            << "seed " << seed << " pair (" << i << ", " << j << ")";
-    }
+    for (const kcpu::KernelTable* t : runnable_tables())
+      for (int64_t i = 0; i < bq; ++i) {
+        std::vector<float> row(bk, 1.0f);
+        t->mask_row(m, q.pos[i], q.doc[i], k.pos.data(), k.doc.data(), kc ? k.pos[0] : -1,
+                    row.data(), bk);
+        for (int64_t j = 0; j < bk; ++j)
+          ASSERT_EQ(row[j] == 1.0f, visible(m, q.tokens(), i, k.tokens(), j))
+              << longseq::core::isa_name(t->isa) << " seed " << seed << " pair (" << i << ", " << j
+              << ")";
+      }
   }
   // The random cases must actually reach every branch.
   EXPECT_GT(checked_empty, 100);
@@ -154,42 +170,91 @@ TEST(CpuTiles, ClassificationAndTrimAreSoundAndTight) {
 }
 
 TEST(CpuTiles, Exp2IsAccurateAndExactAtTheEnds) {
-  // Row kernel over every tail length, against std::exp2 in double.
-  for (int64_t n : {1, 7, 15, 16, 17, 33, 100}) {
-    std::vector<float> x(n);
-    for (int64_t j = 0; j < n; ++j) x[j] = -40.0f * static_cast<float>(j) / n - 0.37f;
-    x[0] = -std::numeric_limits<float>::infinity();
-    std::vector<float> y = x;
-    const float sum = kd::exp2_row_inplace(y.data(), n, 0.0f);
-    double want_sum = 0;
-    EXPECT_EQ(y[0], 0.0f);
-    for (int64_t j = 1; j < n; ++j) {
-      const double want = std::exp2(static_cast<double>(x[j]));
-      EXPECT_NEAR(y[j], want, 3e-7 * want) << "n=" << n << " j=" << j;
-      want_sum += want;
+  for (const kcpu::KernelTable* t : runnable_tables()) {
+    SCOPED_TRACE(longseq::core::isa_name(t->isa));
+    // Row kernel over every tail length, against std::exp2 in double.
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100}) {
+      std::vector<float> x(n);
+      for (int64_t j = 0; j < n; ++j) x[j] = -40.0f * static_cast<float>(j) / n - 0.37f;
+      x[0] = -std::numeric_limits<float>::infinity();
+      std::vector<float> y = x;
+      const float sum = t->exp2_row_inplace(y.data(), n, 0.0f);
+      double want_sum = 0;
+      EXPECT_EQ(y[0], 0.0f);
+      for (int64_t j = 1; j < n; ++j) {
+        const double want = std::exp2(static_cast<double>(x[j]));
+        EXPECT_NEAR(y[j], want, 3e-7 * want) << "n=" << n << " j=" << j;
+        want_sum += want;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
     }
-    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+    std::vector<float> ends = {-200.0f, 0.0f};
+    t->exp2_row_inplace(ends.data(), 2, 0.0f);
+    EXPECT_EQ(ends[0], 0.0f);
+    EXPECT_EQ(ends[1], 1.0f);
+    // The vector paths have no clamp: below -126 (and -inf, NaN inside) they must still give
+    // exactly 0, at every position of a chunk and of a tail; just above, the true (tiny) value.
+    for (int64_t n : {5, 8, 13, 16, 21}) {
+      std::vector<float> x(n);
+      for (int64_t j = 0; j < n; ++j) {
+        const float below[] = {-126.5f, -127.0f, -1000.0f, -1e30f,
+                               -std::numeric_limits<float>::infinity()};
+        x[j] = j % 2 ? below[j / 2 % 5] : -125.5f;
+      }
+      const float sum = t->exp2_row_inplace(x.data(), n, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        if (j % 2)
+          EXPECT_EQ(x[j], 0.0f) << "n=" << n << " j=" << j;
+        else
+          EXPECT_NEAR(x[j], std::exp2(-125.5), 3e-7 * std::exp2(-125.5)) << "n=" << n << " j=" << j;
+      }
+      EXPECT_TRUE(std::isfinite(sum));
+    }
+    // Up to 64 above the running maximum (the bf16 forward's lazy rescaling) stays exact in range.
+    std::vector<float> hi = {63.7f, 10.2f, 64.0f};
+    t->exp2_row_inplace(hi.data(), 3, 0.0f);
+    const double w0 = std::exp2(static_cast<double>(63.7f)),
+                 w1 = std::exp2(static_cast<double>(10.2f));
+    EXPECT_NEAR(hi[0], w0, 3e-7 * w0);
+    EXPECT_NEAR(hi[1], w1, 3e-7 * w1);
+    EXPECT_EQ(hi[2], std::exp2(64.0f));
   }
-  EXPECT_EQ(kd::exp2_fast(-200.0f), 0.0f);
-  EXPECT_EQ(kd::exp2_fast(0.0f), 1.0f);
-  // The vector path has no clamp: below -126 (and -inf, NaN inside) it must still give exactly
-  // 0, at every position of a chunk and of a tail; just above, the true (tiny) value.
-  for (int64_t n : {5, 16, 21}) {
-    std::vector<float> x(n);
-    for (int64_t j = 0; j < n; ++j) {
-      const float below[] = {-126.5f, -127.0f, -1000.0f, -1e30f,
-                             -std::numeric_limits<float>::infinity()};
-      x[j] = j % 2 ? below[j / 2 % 5] : -125.5f;
+}
+
+TEST(CpuTiles, Bf16RoundingMatchesTheScalarRuleInEveryVariant) {
+  // Nearest-even ties, the carry into the exponent, overflow to inf, infinities, NaN (quiet, sign
+  // kept), signed zeros and random values, at every tail length. avx512_bf16 rounds in hardware,
+  // which treats denormal inputs as zero: denormals are checked against that rule there.
+  std::vector<float> x = {1.0f,
+                          1.00390625f,
+                          1.01171875f,
+                          1.0f + 3.0f / 512,
+                          -2.5f,
+                          0.0f,
+                          -0.0f,
+                          3.3895313e38f,
+                          -3.3895313e38f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          1e-40f,
+                          -3e-39f};
+  for (uint64_t i = 0; i < 200; ++i)
+    x.push_back(static_cast<float>((longseq::core::uniform01(99, i) - 0.5) *
+                                   std::exp2(longseq::core::uniform01(98, i) * 200 - 100)));
+  for (const kcpu::KernelTable* t : runnable_tables())
+    for (int64_t n : {1, 7, 8, 9, 16, 17, static_cast<int>(x.size())}) {
+      std::vector<longseq::core::bf16> got(n);
+      t->to_bf16_row(x.data(), got.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        const bool denormal = std::fpclassify(x[j]) == FP_SUBNORMAL;
+        const float want_in = denormal && t->isa == Isa::avx512_bf16 ? 0.0f * x[j] : x[j];
+        const uint16_t want = longseq::core::to_bf16(want_in).bits;
+        EXPECT_EQ(got[j].bits, want)
+            << longseq::core::isa_name(t->isa) << " n=" << n << " x=" << x[j];
+      }
     }
-    const float sum = kd::exp2_row_inplace(x.data(), n, 0.0f);
-    for (int64_t j = 0; j < n; ++j) {
-      if (j % 2)
-        EXPECT_EQ(x[j], 0.0f) << "n=" << n << " j=" << j;
-      else
-        EXPECT_NEAR(x[j], std::exp2(-125.5), 3e-7 * std::exp2(-125.5)) << "n=" << n << " j=" << j;
-    }
-    EXPECT_TRUE(std::isfinite(sum));
-  }
 }
 
 }  // namespace

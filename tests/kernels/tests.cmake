@@ -12,3 +12,24 @@ if(LONGSEQ_TORCH_FOUND)
                    --dump $<TARGET_FILE:ref_dump>)
   set_tests_properties(kernels.ref_torch PROPERTIES LABELS "kernels;torch" TIMEOUT 120)
 endif()
+
+# kernels.isa_symbols.<variant>: no kernel variant's object defines code outside its own namespace
+# (tests/kernels/isa_symbols.sh says why).
+find_program(LONGSEQ_NM nm)
+if(LONGSEQ_NM)
+  foreach(v ${LONGSEQ_ISA_VARIANTS})
+    add_test(NAME kernels.isa_symbols.${v}
+             COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/isa_symbols.sh ${v}
+                     $<TARGET_OBJECTS:longseq_kernels_${v}>)
+    set_tests_properties(kernels.isa_symbols.${v} PROPERTIES LABELS kernels TIMEOUT 60)
+  endforeach()
+endif()
+
+# kernels.portable_code: no AVX instruction in the longseq binary outside the kernel variants
+# (tests/kernels/portable_code.sh), so the installed binary runs on any x86-64 CPU.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT LONGSEQ_NATIVE)
+  add_test(NAME kernels.portable_code
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/portable_code.sh $<TARGET_FILE:longseq>)
+  set_tests_properties(kernels.portable_code PROPERTIES LABELS kernels TIMEOUT 120
+                                                        SKIP_RETURN_CODE 77)
+endif()

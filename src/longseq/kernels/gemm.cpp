@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "longseq/core/cpu.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/op_account.hpp"
 
@@ -46,20 +48,8 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-}  // namespace
-
-#if defined(LONGSEQ_GEMM_OPENBLAS)
-// ---- OpenBLAS (Debian 0.3.21, pthread build) ---------------------------------------------------
-namespace {
-// OpenBLAS's own pool would oversubscribe the cores the caller already parallelises over. With one
-// thread OpenBLAS runs the call on the caller's thread (it is safe to call from many threads).
-void pin_single_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-// Widening scratch for gemm_bf16, grown on demand and reused: per-call allocation would cost
-// more than the product at attention-tile sizes.
+// Widening scratch for emulated bf16, grown on demand and reused per thread: per-call allocation
+// would cost more than the product at attention-tile sizes.
 std::vector<float>& widen_scratch(int which) {
   thread_local std::vector<float> buf[2];
   return buf[which];
@@ -74,6 +64,35 @@ const float* widen(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld, 
     core::bf16_to_f32(x + i * ld, buf.data() + i * cols, static_cast<size_t>(cols));
   return buf.data();
 }
+
+}  // namespace
+
+// bf16 without bf16 arithmetic (every variant below avx512_bf16, and every OpenBLAS build: Debian's
+// 0.3.21 declares cblas_sbgemm but does not export it): both operands widened to f32, which is
+// exact, then the f32 tile product. Same contract as the hardware path: bf16 inputs, fp32
+// accumulation; only the summation order differs.
+void gemm_bf16_widened(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
+                       float beta, float* c, int64_t ldc) {
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  const float* af = widen(a, ar, ac, lda, 0);
+  const float* bf = widen(b, br, bc, ldb, 1);
+  gemm_f32_tile(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
+}
+
+#if defined(LONGSEQ_GEMM_OPENBLAS)
+// ---- OpenBLAS (Debian 0.3.21, pthread build) ---------------------------------------------------
+namespace {
+// OpenBLAS's own pool would oversubscribe the cores the caller already parallelises over. With one
+// thread OpenBLAS runs the call on the caller's thread (it is safe to call from many threads).
+void pin_single_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
 }  // namespace
 
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -89,15 +108,7 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const core::bf16* a,
                int64_t lda, const core::bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check_args(ta, tb, m, n, k, lda, ldb, ldc);
-  if (m == 0 || n == 0) return;
-  if (k == 0) return scale_c(m, n, beta, c, ldc);
-  // Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it (the symbol is not
-  // exported): widen to f32 (exact) and use sgemm.
-  const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  const float* af = widen(a, ar, ac, lda, 0);
-  const float* bf = widen(b, br, bc, ldb, 1);
-  gemm_f32(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
+  gemm_bf16_widened(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -107,6 +118,12 @@ void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 
 const char* gemm_library() {
   return "openblas";
+}
+
+std::string gemm_isa() {
+  // OpenBLAS picks its kernels at load time (OPENBLAS_CORETYPE overrides); LONGSEQ_ISA does not
+  // move it.
+  return std::string("openblas core ") + openblas_get_corename();
 }
 
 #elif defined(LONGSEQ_GEMM_ONEDNN)
@@ -127,6 +144,39 @@ class OmpSingleThread {
  private:
   int saved_;
 };
+
+// oneDNN follows LONGSEQ_ISA: when a lower variant is forced (tests, benchmarks comparing levels
+// on one machine), its GEMMs are capped at the same level, so an "avx2" run is an AVX2 run
+// throughout. Must happen before oneDNN's first dispatch, hence once, on the first GEMM; a later
+// core::set_active_isa() no longer moves oneDNN (documented in docs/kernels.md).
+void cap_onednn_isa() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const core::Isa isa = core::active_isa();
+    if (isa == core::best_isa(core::cpu_features())) return;
+    dnnl::cpu_isa cap = dnnl::cpu_isa::all;
+    switch (isa) {
+      case core::Isa::portable:
+        cap = dnnl::cpu_isa::sse41;
+        break;
+      case core::Isa::avx2:
+        cap = dnnl::cpu_isa::avx2;
+        break;
+      case core::Isa::avx512:
+        cap = dnnl::cpu_isa::avx512_core;
+        break;
+      case core::Isa::avx512_bf16:
+        cap = dnnl::cpu_isa::avx512_core_bf16;
+        break;
+    }
+    // Refused only when oneDNN already dispatched (a GEMM through another path): then it keeps
+    // its own choice, which is correct, only not capped.
+    try {
+      dnnl::set_max_cpu_isa(cap);
+    } catch (const dnnl::error&) {
+    }
+  });
+}
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -225,6 +275,7 @@ void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, co
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
+  cap_onednn_isa();
   OmpSingleThread one;
   const dnnl_status_t st =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -243,6 +294,7 @@ void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
   if (ta || !dense || std::max({m, n, k}) > 1024 || m == 0 || n == 0 || k == 0)
     return gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);  // checks the args
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  cap_onednn_isa();
   OmpSingleThread one;
   try {
     run_matmul(matmul_for(false, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc), a, b, c);
@@ -254,9 +306,14 @@ void gemm_f32_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const core::bf16* a,
                int64_t lda, const core::bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // oneDNN 2.6 has no bf16 matmul below AVX-512 ("could not create a primitive descriptor
+  // iterator"), and on AVX-512 without BF16 it only emulates: widen, as every lower variant does.
+  if (!core::bf16_native(core::active_isa()))
+    return gemm_bf16_widened(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
+  cap_onednn_isa();
   // oneDNN 2.6 picks its brgemm (AMX / avx512_bf16) matmul only for dense operands; a row stride
   // wider than the row (attention's q/k/v tiles inside [T, H, D]) sends it to the gemm-based
   // matmul, whose bf16 post-processing is a scalar loop (~20 GFLOP/s on a 256x256x64 tile on a
@@ -305,6 +362,30 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 const char* gemm_library() {
   return "onednn";
 }
+
+std::string gemm_isa() {
+  cap_onednn_isa();
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
 #endif
 
 // ---- deterministic row-panel parallelism (library independent) -------------------------------
@@ -316,6 +397,30 @@ int64_t gemm_panel_rows() {
 }
 
 namespace {
+// rows x cols of a row-major bf16 matrix with row stride ld -> compact f32 [rows, cols] (exact).
+void widen_parallel(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld,
+                    std::vector<float>& buf, int threads) {
+  buf.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
+  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    core::bf16_to_f32(x + r * ld, buf.data() + r * cols, static_cast<size_t>(cols));
+}
+
+// rows x cols of a row-major f32 matrix -> compact f32 [rows, cols] holding the bf16 roundings
+// (emulated bf16 compute: the same values a bf16 operand would carry).
+void round_bf16_parallel(const float* x, int64_t rows, int64_t cols, int64_t ld,
+                         std::vector<float>& buf, int threads) {
+  buf.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
+  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * ld;
+    float* out = buf.data() + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] = core::round_bf16(in[j]);
+  }
+}
+
 template <class T, class Gemm>
 void panel_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                     const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
@@ -346,6 +451,17 @@ void gemm_f32_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int6
 void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                         const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
                         float beta, float* c, int64_t ldc) {
+  if (!core::bf16_native(core::active_isa())) {
+    // Emulated: widen both operands once (not once per panel, as gemm_bf16 per panel would).
+    check_args(ta, tb, m, n, k, lda, ldb, ldc);
+    thread_local std::vector<float> af, bf;
+    const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    widen_parallel(a, ar, ac, lda, af, threads);
+    widen_parallel(b, br, bc, ldb, bf, threads);
+    panel_parallel(threads, ta, tb, m, n, k, alpha, af.data(), std::max<int64_t>(ac, 1), bf.data(),
+                   std::max<int64_t>(bc, 1), beta, c, ldc, gemm_f32);
+    return;
+  }
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
 
@@ -373,6 +489,17 @@ void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m
                     core::dtype_name(compute));
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   core::OpScope scope(core::Op::gemm, /*weak=*/true);  // the rounding to bf16 included
+  if (!core::bf16_native(core::active_isa())) {
+    // Emulated: the operands rounded to bf16 values but kept in f32 (one pass, no widening).
+    thread_local std::vector<float> ar, br;
+    const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+    const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+    round_bf16_parallel(a, a_rows, a_cols, lda, ar, threads);
+    round_bf16_parallel(b, b_rows, b_cols, ldb, br, threads);
+    gemm_f32_parallel(threads, ta, tb, m, n, k, alpha, ar.data(), std::max<int64_t>(a_cols, 1),
+                      br.data(), std::max<int64_t>(b_cols, 1), beta, c, ldc);
+    return;
+  }
   // Scratch per thread: the trainer's ranks are threads of one process under the local backend.
   thread_local std::vector<core::bf16> abuf, bbuf;
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;

@@ -18,6 +18,7 @@
 // panels of gemm_panel_rows() rows over `threads` OpenMP threads; each panel is one single-thread
 // call, so the result is bit-identical for every `threads` value.
 #include <cstdint>
+#include <string>
 
 #include "longseq/core/dtype.hpp"
 
@@ -35,10 +36,18 @@ void gemm_f32_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                    int64_t ldc);
 
-/// bf16 inputs, fp32 accumulation and output.
+/// bf16 inputs, fp32 accumulation and output. Where the active kernel variant has no bf16
+/// arithmetic (core::bf16_native false: every CPU without AVX512_BF16, and OpenBLAS builds) this
+/// is gemm_bf16_widened.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb, float beta,
                float* c, int64_t ldc);
+
+/// bf16 emulated: both operands widened to f32 (exact) and multiplied by gemm_f32_tile; the same
+/// contract as gemm_bf16, with another summation order.
+void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
+                       float beta, float* c, int64_t ldc);
 
 /// As gemm_f32, rows of C split over `threads` threads (deterministic: each row of C is computed
 /// by exactly one thread with the same blocking whatever `threads` is). threads <= 0 means 1.
@@ -54,7 +63,8 @@ void gemm_bf16_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int6
 /// Mixed precision's matrix product: fp32 operands multiplied at `compute` precision.
 /// f32: gemm_f32_parallel. bf16: A and B are rounded to bf16 (round-to-nearest-even) into scratch
 /// of the calling thread (only the elements op() reads), then gemm_bf16_parallel: fp32
-/// accumulation and output, bit-identical for every `threads`. Operands that already hold bf16
+/// accumulation and output, bit-identical for every `threads` (emulated bf16: the rounded values
+/// stay in f32 and gemm_f32_parallel multiplies them). Operands that already hold bf16
 /// values (weights gathered in bf16) convert exactly. Other dtypes are a caller bug
 /// (LONGSEQ_CHECK).
 void gemm_parallel(core::DType compute, int threads, bool trans_a, bool trans_b, int64_t m,
@@ -66,6 +76,11 @@ int64_t gemm_panel_rows();
 
 /// Name of the library behind the wrapper: "openblas" or "onednn".
 const char* gemm_library();
+
+/// The instruction set the library runs on this CPU: oneDNN's effective ISA ("avx2",
+/// "avx512_core_bf16", "avx512_core_amx", ...; capped to a forced LONGSEQ_ISA), or OpenBLAS's core
+/// name. For `longseq info` and benchmark headers.
+std::string gemm_isa();
 
 /// FLOP/s of one thread on a 1024^3 product at `dt` (f32: gemm_f32; bf16: gemm_bf16, fp32
 /// accumulation): one warm-up, then the best of `repeats` on the thread's CPU clock

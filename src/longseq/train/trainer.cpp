@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/checksum.hpp"
+#include "longseq/core/cpu.hpp"
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
@@ -85,6 +87,13 @@ json config_block(const RunSetup& s) {
   config["matmul_parameters"] = s.layout.matmul_parameters();
   config["threads_per_rank"] = s.threads;
   config["gemm_library"] = kernels::gemm_library();
+  // Where the numbers came from: the CPU, the kernel variant (LONGSEQ_ISA may force a lower one)
+  // and whether bf16 products were native or widened to fp32 (design.md §10).
+  config["cpu"] = core::cpu_features().brand;
+  config["cpu_features"] = core::cpu_features().list();
+  config["kernel_isa"] = core::isa_name(core::active_isa());
+  config["gemm_isa"] = kernels::gemm_isa();
+  config["bf16"] = core::bf16_mode();
   config["peak_gflops_measured"] = s.peak_gflops;
   config["mfu_formula"] =
       "(6 * matmul_parameters * dp * seq + 12 * layers * heads * head_dim * visible_pairs * dp) / "
@@ -278,6 +287,19 @@ void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
   RankRun run(setup, world);
   const int64_t start = restore(run);
   const size_t restored = run.records.size();  // the history a --resume checkpoint carried
+  if (run.writer && !setup.cfg.quiet) {
+    // Where the step times below come from (design.md §10): a forced variant or emulated bf16
+    // explains a slow run before anyone reads the per-op account.
+    const json& c = setup.config;
+    std::printf(
+        "  %d ranks x %d threads on %s: kernels %s, gemm %s (%s), bf16 %s; peak %.0f "
+        "GFLOP/s %s\n",
+        setup.cfg.world, setup.threads, c["cpu"].get<std::string>().c_str(),
+        c["kernel_isa"].get<std::string>().c_str(), c["gemm_library"].get<std::string>().c_str(),
+        c["gemm_isa"].get<std::string>().c_str(), c["bf16"].get<std::string>().c_str(),
+        setup.peak_gflops, std::string(core::dtype_name(setup.parsed.precision)).c_str());
+    std::fflush(stdout);
+  }
   for (int64_t step = start; step < setup.end; ++step) {
     const StepResult res = run_step(run, step);
     const StepRecord rec = measure(run, res);

@@ -1,57 +1,26 @@
-// Flash-style attention block kernels on the CPU (contracts in attention.hpp).
-//
-// Forward, per work item (query head h, query tile i), keys in tiles j = 0, 1, ...:
-//   S   = (scale * log2 e) Q_i K_j^T                      GEMM [Bq, Bk], log2 domain
-//   S  += mask (partial tiles only; empty tiles skipped; contiguous band tiles trimmed)
-//   m'  = max(m, rowmax S);  P = 2^(S - m');  c = 2^(m - m')
-//   l   = c l + rowsum P;    O_i = c O_i + P V_j          GEMM [Bq, D], dense accumulator
-// then o = O_i / l and lse = ln 2 (m + log2 l). Scratch: per thread one [Bq, Bk] tile, O_i and
-// dense copies of the Q, K, V tiles (see dense_tile).
-//
-// Backward, per work unit (kv head, chunk c of key tiles), for each key tile j of the chunk, each
-// query head of the group and each query tile i (all fixed orders):
-//   P    = 2^((scale log2 e) Q_i K_j^T + mask - log2 e * lse_i)
-//   dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P (dP - delta_i)
-//   dK_j += scale dS^T Q_i;  dQ_i += scale dS K_j
-// dK_j, dV_j belong to one unit (dense accumulators, added to dk, dv once per key tile); dQ_i is
-// shared by the C chunks, hence the per-chunk head-major dq buffers reduced in a fixed order
-// (attention_backward_chunks), which keeps the bits independent of the thread count.
+// The attention block kernels' public entry points (contracts in attention.hpp): arguments are
+// checked here, once, and the work runs in the active kernel variant (kernels/cpu/dispatch.hpp;
+// the bodies are kernels/cpu/isa/attention.cpp).
 #include "longseq/kernels/cpu/attention.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "longseq/core/error.hpp"
-#include "longseq/kernels/cpu/tiles.hpp"
-#include "longseq/kernels/gemm.hpp"
+#include "longseq/kernels/cpu/dispatch.hpp"
 
 namespace longseq::kernels::cpu {
 
 namespace {
 
 using core::bf16;
-using detail::kLn2;
-using detail::kLog2e;
-using detail::kNegInf;
-using detail::TileKind;
-
-// Per-thread scratch slices are rounded to 64 bytes so that each tile buffer has the same
-// alignment whichever thread runs a work item (alignment must not be able to change any bits).
-constexpr size_t kAlignFloats = 16;
-size_t round_up(size_t n) {
-  return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-}
-
-int clamp_threads(int threads, int64_t items) {
-  return static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, items)));
-}
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+
+// Work units the backward aims for before it starts splitting kv heads into chunks (see
+// attention_backward_chunks in the header for worked examples).
+constexpr int64_t kBackwardUnits = 8;
 
 void check_dims(const AttnDims& dm) {
   LONGSEQ_CHECK_MSG(
@@ -59,407 +28,90 @@ void check_dims(const AttnDims& dm) {
       "attention dims tq=", dm.tq, " tk=", dm.tk, " hq=", dm.hq, " hkv=", dm.hkv, " d=", dm.d);
 }
 
+// Every position must lie inside the block mask: the variants index it by position / block_size.
+void check_block_mask(const Mask& mask, const Tokens& t, int64_t n) {
+  const int64_t limit = mask.block_size * mask.num_blocks;
+  for (int64_t i = 0; i < n; ++i)
+    LONGSEQ_CHECK_MSG(t.pos[i] < limit, "position ", t.pos[i], " at ", i, " beyond block mask of ",
+                      mask.num_blocks, " blocks of ", mask.block_size);
+}
+
 void check_tokens(const Mask& mask, const Tokens& qt, const Tokens& kt, const AttnDims& dm) {
   LONGSEQ_CHECK((qt.pos || dm.tq == 0) && (kt.pos || dm.tk == 0));
   if (mask.docs) LONGSEQ_CHECK((qt.doc || dm.tq == 0) && (kt.doc || dm.tk == 0));
-  if (mask.block_mask) LONGSEQ_CHECK(mask.block_size > 0 && mask.num_blocks > 0);
-}
-
-// Overloads so that one template serves both input types.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_f32_tile(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
-          int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// ---- tiles -------------------------------------------------------------------------------------
-
-template <class T>
-constexpr bool kIsBf16 = std::is_same_v<T, bf16>;
-
-// Floats taken by n elements of T, rounded to the 64-byte slice alignment.
-template <class T>
-size_t floats_for(size_t n) {
-  return round_up((n * sizeof(T) + sizeof(float) - 1) / sizeof(float));
-}
-
-// Every GEMM operand and accumulator is dense (row stride = row length). q/k/v/do tiles inside
-// [T, H, D] are strided whenever H > 1; given strided operands oneDNN 2.6 leaves its brgemm
-// kernels (bf16: a slower path; gemm_bf16 used to copy each operand and C in and out per call,
-// 8-12% of the bf16 kernel's time in memmove). So each kernel copies a tile dense where it is
-// reused (Q_i for all key tiles of a forward item, K_j / V_j for all query tiles of a backward
-// key tile) and keeps its accumulators (O_i, dK_j, dV_j, dQ) dense, writing them back once.
-// Returns src itself when it is already dense.
-template <class T>
-const T* dense_tile(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst) {
-  if (ld == cols) return src;
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * cols, src + r * ld, static_cast<size_t>(cols) * sizeof(T));
-  return dst;
-}
-
-// ---- forward ----------------------------------------------------------------------------------
-
-constexpr int64_t kBq = kForwardTileQ, kBk = kForwardTileK;
-
-// Per-thread slice: S/P tile, m, l, the dense O accumulator, dense Q, K, V tiles, P in bf16.
-template <class T>
-size_t forward_slice_floats(int64_t d) {
-  const size_t ud = static_cast<size_t>(d);
-  size_t n = round_up(kBq * kBk) + 2 * round_up(kBq) + round_up(kBq * ud);
-  n += floats_for<T>(kBq * ud) + 2 * floats_for<T>(kBk * ud);
-  if constexpr (kIsBf16<T>) n += floats_for<T>(kBq * kBk);
-  return n;
-}
-
-template <class T>
-void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const Tokens& kt,
-                  const Mask& mask, float scale, const AttnDims& dm, int64_t h, int64_t qi,
-                  float* slice, float* o, float* lse) {
-  const int64_t d = dm.d, g = dm.hq / dm.hkv, kvh = h / g;
-  const int64_t r0 = qi * kBq, br = std::min(kBq, dm.tq - r0);
-  const int64_t ldq = dm.hq * d, ldk = dm.hkv * d;
-  float* s = slice;  // S then P, row stride nc (dense for the GEMMs)
-  float* m = s + round_up(kBq * kBk);
-  float* l = m + round_up(kBq);
-  float* acc = l + round_up(kBq);  // O_i [br, d]
-  constexpr size_t kPer = sizeof(float) / sizeof(T);
-  T* qbuf = reinterpret_cast<T*>(acc + round_up(kBq * d));
-  T* kbuf = qbuf + floats_for<T>(kBq * d) * kPer;
-  T* vbuf = kbuf + floats_for<T>(kBk * d) * kPer;
-  [[maybe_unused]] bf16* pb = reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBk * d) * kPer);
-  std::fill(acc, acc + br * d, 0.0f);
-  std::fill(m, m + br, kNegInf);
-  std::fill(l, l + br, 0.0f);
-  const float alpha = scale * kLog2e;
-  const detail::TileInfo qinfo = detail::tile_info(qt, r0, r0 + br, mask.docs);
-  if (qinfo.any_valid) {
-    const T* qtile = dense_tile(q + (r0 * dm.hq + h) * d, br, d, ldq, qbuf);
-    const int64_t nkt = ceil_div(dm.tk, kBk);
-    for (int64_t kj = 0; kj < nkt; ++kj) {
-      const int64_t c0 = kj * kBk, bc = std::min(kBk, dm.tk - c0);
-      const detail::TileInfo kinfo = detail::tile_info(kt, c0, c0 + bc, mask.docs);
-      const TileKind kind = detail::classify(mask, qinfo, kinfo);
-      if (kind == TileKind::empty) continue;
-      // Rows rc.r0.. of the query tile against keys c0 + rc.c0.. (the whole tile unless a band
-      // mask lets contiguous tiles be cut).
-      const detail::Rect rc = detail::work_rect(mask, qinfo, kinfo, kind, br, bc);
-      if (rc.empty()) continue;
-      const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, kc0 = c0 + rc.c0;
-      const int64_t kstart = kinfo.contiguous ? kinfo.pmin + rc.c0 : -1;
-      const T* ktile = dense_tile(k + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, kbuf);
-      gemm(false, true, nr, nc, d, alpha, qtile + rc.r0 * d, d, ktile, d, 0.0f, s, nc);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = rc.r0 + i;  // row of the query tile
-        float* row = s + i * nc;
-        if (kind == TileKind::partial)
-          detail::mask_row(mask, qt.pos[r0 + r], mask.docs ? qt.doc[r0 + r] : 0, kt.pos + kc0,
-                           mask.docs ? kt.doc + kc0 : nullptr, kstart, row, nc);
-        if constexpr (kIsBf16<T>) {
-          // Lazy rescaling (bf16 only): once a row has a running maximum m, exponentiate
-          // against m in one pass and take the tile's own maximum on the way; keep m (no
-          // rescale of O_i and l) unless the tile's scores exceed it by more than kLazyLog2.
-          // P then reaches at most 2^kLazyLog2, far inside fp32's and bf16's range, and lse =
-          // ln 2 (m + log2 l) stays exact. Saves the separate row-maximum pass, a quarter of
-          // the bf16 forward's softmax work. (fp32 exponentiates in place, so the rare redo
-          // would have lost S; it keeps the two passes.) The S row is intact: a tile that does
-          // exceed the bound falls through to the exact path below.
-          constexpr float kLazyLog2 = 64.0f;
-          if (m[r] != kNegInf) {
-            float smax;
-            const float sum = detail::exp2_row_to_bf16_max(row, pb + i * nc, nc, m[r], &smax);
-            if (smax <= m[r] + kLazyLog2) {
-              l[r] += sum;
-              continue;
-            }
-          }
-        }
-        const float mnew = std::max(m[r], detail::row_max(row, nc));
-        if (mnew == kNegInf) {
-          // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be NaN).
-          if constexpr (kIsBf16<T>)
-            std::fill(pb + i * nc, pb + (i + 1) * nc, bf16{});
-          else
-            std::fill(row, row + nc, 0.0f);
-          continue;
-        }
-        float sum;
-        if constexpr (kIsBf16<T>)
-          sum = detail::exp2_row_to_bf16(row, pb + i * nc, nc, mnew);
-        else
-          sum = detail::exp2_row_inplace(row, nc, mnew);
-        if (m[r] != mnew && m[r] != kNegInf) {
-          const float c = std::exp2(m[r] - mnew);
-          detail::scale_row(acc + r * d, d, c);
-          l[r] *= c;
-        }
-        l[r] += sum;
-        m[r] = mnew;
-      }
-      const T* vtile = dense_tile(v + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, vbuf);
-      if constexpr (kIsBf16<T>)
-        gemm(false, false, nr, d, nc, 1.0f, pb, nc, vtile, d, 1.0f, acc + rc.r0 * d, d);
-      else
-        gemm(false, false, nr, d, nc, 1.0f, s, nc, vtile, d, 1.0f, acc + rc.r0 * d, d);
-    }
-  }
-  for (int64_t r = 0; r < br; ++r) {
-    float* lrow = lse + (r0 + r) * dm.hq + h;
-    float* orow = o + (r0 + r) * ldq + h * d;
-    if (l[r] > 0.0f) {
-      std::memcpy(orow, acc + r * d, static_cast<size_t>(d) * sizeof(float));
-      detail::scale_row(orow, d, 1.0f / l[r]);
-      *lrow = kLn2 * (m[r] + std::log2(l[r]));
-    } else {
-      std::fill(orow, orow + d, 0.0f);
-      *lrow = kNegInf;
-    }
+  if (mask.block_mask) {
+    LONGSEQ_CHECK(mask.block_size > 0 && mask.num_blocks > 0);
+    check_block_mask(mask, qt, dm.tq);
+    check_block_mask(mask, kt, dm.tk);
   }
 }
 
 template <class T>
-void forward_impl(const T* q, const T* k, const T* v, const Tokens& qt, const Tokens& kt,
-                  const Mask& mask, float scale, const AttnDims& dm, int threads,
-                  std::span<float> ws, float* o, float* lse) {
-  check_dims(dm);
-  check_tokens(mask, qt, kt, dm);
-  LONGSEQ_CHECK_MSG(ws.size() >= attention_forward_workspace_floats(dm, threads),
-                    "forward workspace ", ws.size(), " < ",
-                    attention_forward_workspace_floats(dm, threads));
-  if (dm.tq == 0) return;
-  const int64_t nqt = ceil_div(dm.tq, kBq), items = nqt * dm.hq;
-  const int nt = clamp_threads(threads, items);
-  const size_t slice = forward_slice_floats<T>(dm.d);
-#pragma omp parallel num_threads(nt)
-  {
-    float* my = ws.data() + static_cast<size_t>(omp_get_thread_num()) * slice;
-    // Head-major (consecutive items share K/V in cache: +3-7% measured), and within a head the
-    // later query tiles first: under a causal mask they carry the most key tiles, so dynamic
-    // scheduling ends with the cheap ones and the threads finish together.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t h = it / nqt, qi = nqt - 1 - it % nqt;
-      forward_item(q, k, v, qt, kt, mask, scale, dm, h, qi, my, o, lse);
-    }
-  }
-}
-
-// ---- backward ---------------------------------------------------------------------------------
-
-constexpr int64_t kBbq = kBackwardTileQ, kBbk = kBackwardTileK;
-
-// Work units the backward aims for before it starts splitting kv heads into chunks (see
-// attention_backward_chunks in the header for worked examples).
-constexpr int64_t kBackwardUnits = 8;
-
-// Per-thread slice: P, dP/dS, the dense dK_j and dV_j accumulators, dense Q, dO, K, V tiles, and
-// P, dS in bf16.
-template <class T>
-size_t backward_slice_floats(int64_t d) {
-  const size_t ud = static_cast<size_t>(d);
-  size_t n = 2 * round_up(kBbq * kBbk) + 2 * round_up(kBbk * ud);
-  n += 2 * floats_for<T>(kBbq * ud) + 2 * floats_for<T>(kBbk * ud);
-  if constexpr (kIsBf16<T>) n += 2 * floats_for<T>(kBbq * kBbk);
-  return n;
-}
-
-// dq_bufs: `chunks` zeroed head-major [Hq, Tq, D] buffers; this unit accumulates into its own.
-template <class T>
-void backward_unit(const T* q, const T* k, const T* v, const T* dout, const float* lse,
-                   const float* delta, const Tokens& qt, const Tokens& kt, const Mask& mask,
-                   float scale, const AttnDims& dm, int64_t kvh, int64_t chunk, int64_t chunks,
-                   float* slice, float* dq_buf, float* dk, float* dv) {
-  const int64_t d = dm.d, g = dm.hq / dm.hkv;
-  const int64_t ldq = dm.hq * d, ldk = dm.hkv * d;
-  const int64_t nqt = ceil_div(dm.tq, kBbq), nkt = ceil_div(dm.tk, kBbk);
-  float* p = slice;  // P, then dP/dS: row stride nc
-  float* ds = p + round_up(kBbq * kBbk);
-  float* dka = ds + round_up(kBbq * kBbk);  // dK_j [bc, d]
-  float* dva = dka + round_up(kBbk * d);    // dV_j [bc, d]
-  constexpr size_t kPer = sizeof(float) / sizeof(T);
-  T* qbuf = reinterpret_cast<T*>(dva + round_up(kBbk * d));
-  T* dobuf = qbuf + floats_for<T>(kBbq * d) * kPer;
-  T* kbuf = dobuf + floats_for<T>(kBbq * d) * kPer;
-  T* vbuf = kbuf + floats_for<T>(kBbk * d) * kPer;
-  [[maybe_unused]] bf16* pb = reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBbk * d) * kPer);
-  [[maybe_unused]] bf16* dsb = pb + floats_for<bf16>(kBbq * kBbk) * 2;
-  const float alpha = scale * kLog2e;
-  for (int64_t kj = chunk; kj < nkt; kj += chunks) {
-    const int64_t c0 = kj * kBbk, bc = std::min(kBbk, dm.tk - c0);
-    const detail::TileInfo kinfo = detail::tile_info(kt, c0, c0 + bc, mask.docs);
-    if (!kinfo.any_valid) continue;
-    const T* kdense = dense_tile(k + (c0 * dm.hkv + kvh) * d, bc, d, ldk, kbuf);
-    const T* vdense = dense_tile(v + (c0 * dm.hkv + kvh) * d, bc, d, ldk, vbuf);
-    std::fill(dka, dka + bc * d, 0.0f);
-    std::fill(dva, dva + bc * d, 0.0f);
-    bool touched = false;
-    for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h) {
-      for (int64_t qi = 0; qi < nqt; ++qi) {
-        const int64_t r0 = qi * kBbq, br = std::min(kBbq, dm.tq - r0);
-        const detail::TileInfo qinfo = detail::tile_info(qt, r0, r0 + br, mask.docs);
-        const TileKind kind = detail::classify(mask, qinfo, kinfo);
-        if (kind == TileKind::empty) continue;
-        const detail::Rect rc = detail::work_rect(mask, qinfo, kinfo, kind, br, bc);
-        if (rc.empty()) continue;
-        // The sub-tile: query rows r0 + rc.r0 + i, keys c0 + rc.c0 + j.
-        const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, q0 = r0 + rc.r0, kc0 = c0 + rc.c0;
-        const int64_t kstart = kinfo.contiguous ? kinfo.pmin + rc.c0 : -1;
-        const T* qtile = dense_tile(q + (q0 * dm.hq + h) * d, nr, d, ldq, qbuf);
-        const T* dotile = dense_tile(dout + (q0 * dm.hq + h) * d, nr, d, ldq, dobuf);
-        const T* ktile = kdense + rc.c0 * d;
-        const T* vtile = vdense + rc.c0 * d;
-        float* dktile = dka + rc.c0 * d;
-        float* dvtile = dva + rc.c0 * d;
-        float* dqtile = dq_buf + (h * dm.tq + q0) * d;
-        touched = true;
-        gemm(false, true, nr, nc, d, alpha, qtile, d, ktile, d, 0.0f, p, nc);
-        for (int64_t i = 0; i < nr; ++i) {
-          float* row = p + i * nc;
-          const float lse_r = lse[(q0 + i) * dm.hq + h];
-          if (lse_r == kNegInf) {
-            std::fill(row, row + nc, 0.0f);  // saw nothing anywhere: no gradient
-            if constexpr (kIsBf16<T>) std::fill(pb + i * nc, pb + (i + 1) * nc, bf16{});
-            continue;
-          }
-          if (kind == TileKind::partial)
-            detail::mask_row(mask, qt.pos[q0 + i], mask.docs ? qt.doc[q0 + i] : 0, kt.pos + kc0,
-                             mask.docs ? kt.doc + kc0 : nullptr, kstart, row, nc);
-          if constexpr (kIsBf16<T>)
-            detail::exp2_row_inplace_and_bf16(row, pb + i * nc, nc, lse_r * kLog2e);
-          else
-            detail::exp2_row_inplace(row, nc, lse_r * kLog2e);
-        }
-        // dV_j += P^T dO_i
-        if constexpr (kIsBf16<T>)
-          gemm(true, false, nc, d, nr, 1.0f, pb, nc, dotile, d, 1.0f, dvtile, d);
-        else
-          gemm(true, false, nc, d, nr, 1.0f, p, nc, dotile, d, 1.0f, dvtile, d);
-        // dP = dO_i V_j^T, then dS = P (dP - delta)
-        gemm(false, true, nr, nc, d, 1.0f, dotile, d, vtile, d, 0.0f, ds, nc);
-        for (int64_t i = 0; i < nr; ++i) {
-          float* dsrow = ds + i * nc;
-          const float* prow = p + i * nc;
-          const float dl = delta[(q0 + i) * dm.hq + h];
-          if (lse[(q0 + i) * dm.hq + h] == kNegInf) {
-            if constexpr (kIsBf16<T>)
-              std::fill(dsb + i * nc, dsb + (i + 1) * nc, bf16{});
-            else
-              std::fill(dsrow, dsrow + nc, 0.0f);
-          } else if constexpr (kIsBf16<T>) {
-            detail::softmax_grad_row_to_bf16(prow, dsrow, dsb + i * nc, nc, dl);
-          } else {
-            detail::softmax_grad_row(prow, dsrow, nc, dl);
-          }
-        }
-        // dK_j += scale dS^T Q_i;  dQ_i += scale dS K_j
-        if constexpr (kIsBf16<T>) {
-          gemm(true, false, nc, d, nr, scale, dsb, nc, qtile, d, 1.0f, dktile, d);
-          gemm(false, false, nr, d, nc, scale, dsb, nc, ktile, d, 1.0f, dqtile, d);
-        } else {
-          gemm(true, false, nc, d, nr, scale, ds, nc, qtile, d, 1.0f, dktile, d);
-          gemm(false, false, nr, d, nc, scale, ds, nc, ktile, d, 1.0f, dqtile, d);
-        }
-      }
-    }
-    if (!touched) continue;
-    for (int64_t r = 0; r < bc; ++r) {
-      float* dkrow = dk + (c0 + r) * ldk + kvh * d;
-      float* dvrow = dv + (c0 + r) * ldk + kvh * d;
-      const float* ka = dka + r * d;
-      const float* va = dva + r * d;
-#pragma omp simd
-      for (int64_t x = 0; x < d; ++x) {
-        dkrow[x] += ka[x];
-        dvrow[x] += va[x];
-      }
-    }
-  }
+void forward(const T* q, const T* k, const T* v, const Tokens& qt, const Tokens& kt,
+             const Mask& mask, float scale, const AttnDims& dims, int threads, std::span<float> ws,
+             float* o, float* lse) {
+  check_dims(dims);
+  check_tokens(mask, qt, kt, dims);
+  const size_t need = attention_forward_workspace_floats(dims, threads);
+  LONGSEQ_CHECK_MSG(ws.size() >= need, "forward workspace ", ws.size(), " < ", need);
+  const KernelTable& t = active_kernels();
+  if constexpr (std::is_same_v<T, bf16>)
+    t.attention_forward_bf16(q, k, v, qt, kt, mask, scale, dims, threads, ws.data(), o, lse);
+  else
+    t.attention_forward_f32(q, k, v, qt, kt, mask, scale, dims, threads, ws.data(), o, lse);
 }
 
 template <class T>
-void backward_impl(const T* q, const T* k, const T* v, const T* dout, const float* lse,
-                   const float* delta, const Tokens& qt, const Tokens& kt, const Mask& mask,
-                   float scale, const AttnDims& dm, int threads, std::span<float> ws, float* dq,
-                   float* dk, float* dv) {
-  check_dims(dm);
-  check_tokens(mask, qt, kt, dm);
-  const size_t need = attention_backward_workspace_floats(dm, threads);
+void backward(const T* q, const T* k, const T* v, const T* dout, const float* lse,
+              const float* delta, const Tokens& qt, const Tokens& kt, const Mask& mask, float scale,
+              const AttnDims& dims, int threads, std::span<float> ws, float* dq, float* dk,
+              float* dv) {
+  check_dims(dims);
+  check_tokens(mask, qt, kt, dims);
+  const size_t need = attention_backward_workspace_floats(dims, threads);
   LONGSEQ_CHECK_MSG(ws.size() >= need, "backward workspace ", ws.size(), " < ", need);
-  if (dm.tq == 0 || dm.tk == 0) return;
-  const int64_t chunks = attention_backward_chunks(dm);
-  const int64_t units = dm.hkv * chunks;
-  const size_t dq_size = static_cast<size_t>(dm.tq * dm.hq * dm.d);
-  const int nt = clamp_threads(threads, std::max<int64_t>(units, dm.tq));
-  const size_t slice = backward_slice_floats<T>(dm.d);
-  // The chunks' head-major dq buffers sit after the largest possible set of thread slices.
-  float* bufs = ws.data() + static_cast<size_t>(std::max(threads, 1)) * slice;
-  const int64_t d = dm.d, hq = dm.hq, tq = dm.tq;
-#pragma omp parallel num_threads(nt)
-  {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < chunks * hq; ++i) {
-      float* b = bufs + static_cast<size_t>(i * tq * d);
-      std::fill(b, b + tq * d, 0.0f);
-    }
-    float* my = ws.data() + static_cast<size_t>(omp_get_thread_num()) * slice;
-    // Units (kv head, chunk); the team may be larger than the number of units (it is sized for
-    // the buffer passes too): surplus threads find no unit.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < units; ++u) {
-      const int64_t kvh = u / chunks, c = u % chunks;
-      backward_unit(q, k, v, dout, lse, delta, qt, kt, mask, scale, dm, kvh, c, chunks, my,
-                    bufs + static_cast<size_t>(c) * dq_size, dk, dv);
-    }
-    // dq += buffer 0 + buffer 1 + ... in this order, whatever the thread count.
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < tq; ++i) {
-      for (int64_t h = 0; h < hq; ++h) {
-        float* row = dq + (i * hq + h) * d;
-        for (int64_t c = 0; c < chunks; ++c) {
-          const float* b = bufs + static_cast<size_t>(c) * dq_size + (h * tq + i) * d;
-#pragma omp simd
-          for (int64_t x = 0; x < d; ++x) row[x] += b[x];
-        }
-      }
-    }
-  }
+  const KernelTable& t = active_kernels();
+  const int64_t chunks = attention_backward_chunks(dims);
+  if constexpr (std::is_same_v<T, bf16>)
+    t.attention_backward_bf16(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, chunks,
+                              ws.data(), dq, dk, dv);
+  else
+    t.attention_backward_f32(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, chunks,
+                             ws.data(), dq, dk, dv);
 }
 
 }  // namespace
 
-// ---- public entry points ------------------------------------------------------------------------
-
 size_t attention_forward_workspace_floats(const AttnDims& dims, int threads) {
-  // One size for both input types keeps the query type-free.
+  // One size for both input types keeps the query type-free; every variant has the same layout.
+  const KernelTable& t = active_kernels();
   const size_t slice =
-      std::max(forward_slice_floats<float>(dims.d), forward_slice_floats<bf16>(dims.d));
+      std::max(t.forward_slice_floats(dims.d, false), t.forward_slice_floats(dims.d, true));
   return static_cast<size_t>(std::max(threads, 1)) * slice;
 }
 
 void attention_block_forward(const float* q, const float* k, const float* v, const Tokens& qt,
                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
                              int threads, std::span<float> workspace, float* o, float* lse) {
-  forward_impl(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
+  forward(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
 }
 
 void attention_block_forward(const bf16* q, const bf16* k, const bf16* v, const Tokens& qt,
                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
                              int threads, std::span<float> workspace, float* o, float* lse) {
-  forward_impl(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
+  forward(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
 }
 
 int64_t attention_backward_chunks(const AttnDims& dims) {
-  const int64_t nkt = std::max<int64_t>(1, ceil_div(dims.tk, kBbk));
+  const int64_t nkt = std::max<int64_t>(1, ceil_div(dims.tk, kBackwardTileK));
   const int64_t want = ceil_div(kBackwardUnits, std::max<int64_t>(dims.hkv, 1));
   return std::clamp<int64_t>(want, 1, nkt);
 }
 
 size_t attention_backward_workspace_floats(const AttnDims& dims, int threads) {
+  const KernelTable& t = active_kernels();
   const size_t slice =
-      std::max(backward_slice_floats<float>(dims.d), backward_slice_floats<bf16>(dims.d));
+      std::max(t.backward_slice_floats(dims.d, false), t.backward_slice_floats(dims.d, true));
   const size_t slices = static_cast<size_t>(std::max(threads, 1)) * slice;
   const size_t bufs = static_cast<size_t>(attention_backward_chunks(dims)) *
                       static_cast<size_t>(dims.tq * dims.hq * dims.d);
@@ -471,8 +123,7 @@ void attention_block_backward(const float* q, const float* k, const float* v, co
                               const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
                               int threads, std::span<float> workspace, float* dq, float* dk,
                               float* dv) {
-  backward_impl(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk,
-                dv);
+  backward(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk, dv);
 }
 
 void attention_block_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
@@ -480,8 +131,7 @@ void attention_block_backward(const bf16* q, const bf16* k, const bf16* v, const
                               const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
                               int threads, std::span<float> workspace, float* dq, float* dk,
                               float* dv) {
-  backward_impl(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk,
-                dv);
+  backward(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk, dv);
 }
 
 }  // namespace longseq::kernels::cpu

@@ -7,6 +7,7 @@
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/tensor.hpp"
+#include "longseq/kernels/cpu/dispatch.hpp"
 #include "longseq/kernels/gemm.hpp"
 
 namespace longseq::kernels::cpu {
@@ -42,49 +43,32 @@ namespace {
 
 // Rows [0, n) of `logits` [n, V] (their lse known): returns the loss sum, then the rows become
 // grad_scale * (softmax - onehot), or 0 for ignored rows. Per-row losses are summed in row order
-// afterwards, so the result does not depend on the thread count.
+// afterwards, so the result does not depend on the thread count. The exponentials run in the
+// active kernel variant (kernels/cpu/isa/pointwise.cpp).
 double softmax_grad_rows(float* logits, const float* lse, const int32_t* labels, int64_t n,
                          int64_t v, double grad_scale, int32_t ignore, int threads) {
-  std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
+  double sum = 0.0;
+  for (int64_t r = 0; r < n; ++r)
+    if (labels[r] != ignore) sum += static_cast<double>(lse[r]) - logits[r * v + labels[r]];
   const float gs = static_cast<float>(grad_scale);
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static) if (n * v >= (1 << 16))
+  active_pointwise().lm_softmax_rows(logits, lse, n, v, gs, threads);
   for (int64_t r = 0; r < n; ++r) {
     float* row = logits + r * v;
-    const int32_t y = labels[r];
-    if (y == ignore) {
+    if (labels[r] == ignore)
       std::fill(row, row + v, 0.0f);
-      continue;
-    }
-    row_loss[r] = static_cast<double>(lse[r]) - row[y];
-    const float l = lse[r];
-    for (int64_t j = 0; j < v; ++j) row[j] = gs * std::exp(row[j] - l);
-    row[y] -= gs;  // the one-hot term is subtracted (Algorithm 3 prints "+ E")
+    else
+      row[labels[r]] -= gs;  // the one-hot term is subtracted (Algorithm 3 prints "+ E")
   }
-  double sum = 0.0;
-  for (double x : row_loss) sum += x;
   return sum;
 }
 
 // Online logsumexp of one vocabulary tile of rows [n, bv] (row stride v), merged into (m, s):
-// running max and sum of exp(x - m), Algorithm 3 lines 5-6.
-// Rows are independent, so they are split over threads without changing any row's bits; the
-// exponent is taken in float (x - tm <= 0, so no overflow) and summed in double.
+// running max and sum of exp(x - m), Algorithm 3 lines 5-6. Rows are independent, so they are
+// split over threads without changing any row's bits; the exponent is taken in float (x - tm <=
+// 0, so no overflow) and summed in double.
 void lse_update(const float* tile, int64_t n, int64_t bv, int64_t v, double* m, double* s,
                 int threads) {
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = tile + r * v;
-    float tm = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < bv; ++j) tm = std::max(tm, row[j]);
-    double ts = 0.0;
-    for (int64_t j = 0; j < bv; ++j) ts += std::exp(row[j] - tm);
-    if (tm > m[r]) {
-      s[r] = s[r] * std::exp(m[r] - tm) + ts;
-      m[r] = tm;
-    } else {
-      s[r] += ts * std::exp(tm - m[r]);
-    }
-  }
+  active_pointwise().lm_lse_update(tile, n, bv, v, m, s, threads);
 }
 
 }  // namespace

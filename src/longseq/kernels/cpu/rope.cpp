@@ -4,12 +4,11 @@
 #include <cmath>
 
 #include "longseq/core/error.hpp"
+#include "longseq/kernels/cpu/dispatch.hpp"
 
 namespace longseq::kernels::cpu {
 
 namespace {
-// Below this many elements an OpenMP team costs more than the loop (and idle team threads spin).
-constexpr int64_t kParallelMin = int64_t{1} << 16;
 
 std::vector<double> plain_inv_freq(int64_t d, double theta) {
   core::require(d > 0 && d % 2 == 0, "kernels", "rope head dim ", d, " must be even and positive");
@@ -46,22 +45,8 @@ RopeTable::RopeTable(const int64_t* pos, int64_t t, std::span<const double> inv_
 }
 
 void RopeTable::rotate(float* x, int64_t h, float sign, int threads) const {
-  const int64_t half = d_ / 2;
-#pragma omp parallel for num_threads(std::max(threads, 1)) \
-    schedule(static) if (t_ * h * d_ >= kParallelMin)
-  for (int64_t r = 0; r < t_; ++r) {
-    if (pad_[r]) continue;
-    const float* cs = cos_.data() + r * half;
-    const float* sn = sin_.data() + r * half;
-    for (int64_t hh = 0; hh < h; ++hh) {
-      float* v = x + (r * h + hh) * d_;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half], s = sign * sn[i];
-        v[i] = a * cs[i] - b * s;
-        v[i + half] = b * cs[i] + a * s;
-      }
-    }
-  }
+  active_pointwise().rope_rotate(x, t_, h, d_, cos_.data(), sin_.data(), pad_.data(), sign,
+                                 threads);
 }
 
 void RopeTable::forward(float* x, int64_t h, int threads) const {

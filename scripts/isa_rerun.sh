@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Re-runs test labels under every kernel variant below this CPU's best (LONGSEQ_ISA, design.md
+# §10): kernels|attention|train under avx2 and avx512 (where the CPU has more than that level;
+# avx512 also forces bf16 emulation on an AVX512_BF16 CPU), and the kernels label under portable.
+# On an AVX2-only CPU the default run already is the avx2 variant with bf16 emulated, so only the
+# portable rerun is left.
+#   bash scripts/isa_rerun.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+best=$(LONGSEQ_ISA= "$BUILD_DIR/cli/longseq" info | sed -n 's/.*best for this CPU: \([a-z0-9_]*\).*/\1/p')
+[ -n "$best" ] || { echo "[isa] could not read the best variant from longseq info" >&2; exit 1; }
+rank() { case $1 in portable) echo 0 ;; avx2) echo 1 ;; avx512) echo 2 ;; avx512_bf16) echo 3 ;; *) echo -1 ;; esac; }
+echo "[isa] best variant of this CPU: $best"
+for isa in avx2 avx512; do
+  if [ "$(rank "$isa")" -lt "$(rank "$best")" ]; then
+    echo "[isa] LONGSEQ_ISA=$isa: labels kernels|attention|train"
+    # The mpirun registrations (label mpi) and the binary-inspection tests do not depend on it.
+    LONGSEQ_ISA=$isa ctest --test-dir "$BUILD_DIR" -L 'kernels|attention|train' -LE mpi \
+      -E 'isa_symbols|portable_code|format' --output-on-failure -j "$(nproc)"
+  fi
+done
+echo "[isa] LONGSEQ_ISA=portable: label kernels"
+LONGSEQ_ISA=portable ctest --test-dir "$BUILD_DIR" -L kernels -E 'isa_symbols|portable_code' \
+  --output-on-failure -j "$(nproc)"
