@@ -4,6 +4,9 @@
 #include "longseq/core/cpu.hpp"
 #include "longseq/kernels/cpu/dispatch.hpp"
 #include "longseq/kernels/gemm.hpp"
+#if defined(LONGSEQ_WITH_CUDA)
+#include "longseq/kernels/cuda/device.hpp"
+#endif
 
 namespace longseq::cli {
 
@@ -36,6 +39,20 @@ std::function<int()> add_info(CLI::App&) {
     std::printf("    lm head + loss:       %s\n",
                 core::isa_name(kernels::cpu::active_kernels().isa));
     std::printf("  bf16: %s\n", core::bf16_mode());
+#if defined(LONGSEQ_WITH_CUDA)
+    namespace kcu = kernels::cuda;
+    const kcu::RuntimeInfo r = kcu::runtime_info();
+    std::printf("  cuda: built for sm %s; runtime %s, driver %s; %zu GPU(s)%s%s\n", r.archs.c_str(),
+                kcu::version_string(r.runtime_version).c_str(),
+                r.driver_version ? kcu::version_string(r.driver_version).c_str() : "none",
+                r.gpus.size(), r.status == "ok" ? "" : ": ",
+                r.status == "ok" ? "" : r.status.c_str());
+    for (const kcu::GpuInfo& g : r.gpus)
+      std::printf("    gpu %d: %s, sm_%d%d, %.1f GiB, %d SMs\n", g.index, g.name.c_str(), g.major,
+                  g.minor, static_cast<double>(g.total_bytes) / (1 << 30), g.multiprocessors);
+#else
+    std::printf("  cuda: not built (no CUDA toolkit at configure time, or LONGSEQ_CUDA=OFF)\n");
+#endif
     return 0;
   };
 }

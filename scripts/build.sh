@@ -10,9 +10,17 @@ if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; th
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 fi
+# LONGSEQ_DEPS=DIR: build against the Debian packages in DIR (scripts/offline_deps.sh), for
+# machines without a package registry.
+DEPS=()
+if [ -n "${LONGSEQ_DEPS:-}" ]; then
+  prefix=$(bash scripts/offline_deps.sh unpack "$LONGSEQ_DEPS")
+  DEPS=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DICU_ROOT="$prefix/usr")
+  echo "[build] dependencies from $prefix"
+fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-elif [ $# -gt 0 ]; then
-  cmake -S . -B "$BUILD_DIR" "$@"
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${DEPS[@]}" "$@"
+elif [ $# -gt 0 ] || [ ${#DEPS[@]} -gt 0 ]; then
+  cmake -S . -B "$BUILD_DIR" "${DEPS[@]}" "$@"
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

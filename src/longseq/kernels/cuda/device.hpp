@@ -1,0 +1,112 @@
+#pragma once
+// The CUDA device layer under kernels/cuda/ (design.md §10, issue "GPU I"): what the runtime and
+// driver report, RAII device memory, streams and events, and the one error path of every CUDA call.
+// Built only where CMake found a CUDA toolkit (LONGSEQ_CUDA); nothing else in the tree includes it
+// unless LONGSEQ_WITH_CUDA is defined.
+//
+// Errors: a failed CUDA call throws core::Error("[cuda] <call> failed: <cudaGetErrorString>
+// (<code>) at file:line"); out of device memory names the tensor, its bytes and what the device
+// had free. Never an abort: a user's oversized run must read as a message.
+//
+// Threads: a DeviceBuffer, Stream or Event belongs to the device that was current when it was
+// made; using it from another thread is fine once that thread made the same device current
+// (cudaSetDevice), as CUDA itself requires.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace longseq::kernels::cuda {
+
+/// One visible GPU.
+struct GpuInfo {
+  int index = 0;
+  std::string name;          ///< e.g. "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;  ///< compute capability
+  size_t total_bytes = 0;    ///< device memory
+  int multiprocessors = 0;
+};
+
+/// What the CUDA runtime and driver say about this machine. Never throws: without a driver or a
+/// GPU, `gpus` is empty and `status` says why ("no CUDA-capable device is detected", ...).
+struct RuntimeInfo {
+  int runtime_version = 0;  ///< e.g. 13000 for CUDA 13.0 (cudaRuntimeGetVersion)
+  int driver_version = 0;   ///< 0 when no driver is installed (cudaDriverGetVersion)
+  std::vector<GpuInfo> gpus;
+  std::string status;  ///< "ok", or the runtime's reason for seeing no GPU
+  std::string archs;   ///< the GPU architectures this build carries code for, e.g. "80;90a"
+};
+
+RuntimeInfo runtime_info();
+
+/// "13.0" from 13000.
+std::string version_string(int cuda_version);
+
+/// Throws core::Error for a failed call (see the header comment); `what` is the call as written.
+void check(int status, const char* what, const char* file, int line);
+
+#define LONGSEQ_CUDA_CALL(call) \
+  ::longseq::kernels::cuda::check(static_cast<int>(call), #call, __FILE__, __LINE__)
+
+/// Device memory for `count` elements of T, owned (freed on destruction), uninitialised.
+/// `name` labels the tensor in errors. Movable, not copyable.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t count, std::string name);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  const std::string& name() const { return name_; }
+
+  /// Blocking copies of `n` elements from/to host memory (n <= size()).
+  void copy_from_host(const T* src, size_t n);
+  void copy_to_host(T* dst, size_t n) const;
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+  std::string name_;
+};
+
+/// A CUDA stream (non-blocking with respect to the legacy default stream), destroyed with it.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  /// The cudaStream_t, as an opaque pointer (this header does not include CUDA's).
+  void* get() const { return stream_; }
+  /// Blocks until everything queued on the stream has run; throws on a failed kernel.
+  void synchronize() const;
+
+ private:
+  void* stream_ = nullptr;
+};
+
+/// A CUDA event for ordering and timing.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(const Stream& s);
+  void synchronize() const;
+  /// Milliseconds between two recorded and completed events.
+  static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  void* event_ = nullptr;
+};
+
+}  // namespace longseq::kernels::cuda
