@@ -15,6 +15,7 @@
 
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
+#include "longseq/comm/mpi_backend.hpp"
 #include "longseq/core/rng.hpp"
 
 namespace longseq::comm::testing {
@@ -43,6 +44,27 @@ inline std::string backend_label(const ::testing::TestParamInfo<Backend>& info) 
         !(::longseq::comm::mpi_available() && ::longseq::comm::launched_by_mpirun())) \
       GTEST_SKIP() << "MPI cases run under mpirun (ctest -R comm_mpi)";               \
   } while (0)
+
+/// For its scope, the MPI backend splits transfers above `bytes` (every process runs the same
+/// test, so all set the same limit, as run() requires). Does nothing for the local backend, which
+/// has no limit.
+class ChunkLimitScope {
+ public:
+  ChunkLimitScope(const Backend& b, size_t bytes) : active_(b.name == "mpi") {
+    if (!active_) return;
+    old_ = mpi_chunk_bytes();
+    mpi_set_chunk_bytes(bytes);
+  }
+  ~ChunkLimitScope() {
+    if (active_) mpi_set_chunk_bytes(old_);
+  }
+  ChunkLimitScope(const ChunkLimitScope&) = delete;
+  ChunkLimitScope& operator=(const ChunkLimitScope&) = delete;
+
+ private:
+  bool active_;
+  size_t old_ = 0;
+};
 
 inline Options options_for(const Backend& b, double timeout_s = 60.0) {
   Options o;

@@ -103,6 +103,50 @@ TEST_P(Failure, SizeMismatchNamesBothSizes) {
   }
 }
 
+TEST_P(Failure, SplitTransferOfTheWrongSizeNamesBothTotalsAndKeepsTheTagInOrder) {
+  // Under MPI the transfers are split at 4 KiB. Rank 1 posts receives that disagree with rank 0's
+  // sends, longer and shorter by whole chunks: the error must name both totals, and the tag's
+  // next message must still land in the next receive (every chunk of the wrong-sized transfer is
+  // drained, none is left for it). The ranks catch the mismatch, so the run succeeds.
+  constexpr size_t kChunk = 4096;
+  const ChunkLimitScope limit(GetParam(), kChunk);
+  const Options o = options_for(GetParam(), 30.0);
+  if (world_size(o) < 2) GTEST_SKIP() << "needs two ranks";
+  comm::run(o, [&](Group& g) {
+    const size_t cases[][2] = {{3 * kChunk + 7, 2 * kChunk}, {kChunk + 1, 3 * kChunk}};
+    for (const auto& [sent, posted] : cases) {
+      const int32_t next = static_cast<int32_t>(sent);
+      if (g.rank() == 0) {
+        const std::vector<uint8_t> buf(sent, 1);
+        try {
+          g.isend(1, buf.data(), sent, 3).wait();
+          // The MPI sender completes (its message was drained); the local one shares the error.
+          EXPECT_EQ(g.backend(), "mpi");
+        } catch (const RankFailed&) {
+          throw;
+        } catch (const core::Error& e) {
+          EXPECT_EQ(g.backend(), "local") << e.what();
+        }
+        g.send(1, &next, sizeof next, 3);
+      } else if (g.rank() == 1) {
+        std::vector<uint8_t> buf(posted);
+        try {
+          g.irecv(0, buf.data(), posted, 3).wait();
+          ADD_FAILURE() << "a receive of " << posted << " bytes took " << sent;
+        } catch (const RankFailed&) {
+          throw;
+        } catch (const core::Error& e) {
+          EXPECT_TRUE(contains(e.what(), core::cat("sends ", sent, " bytes"))) << e.what();
+          EXPECT_TRUE(contains(e.what(), core::cat("receive of ", posted, " bytes"))) << e.what();
+        }
+        int32_t got = -1;
+        g.recv(0, &got, sizeof got, 3);
+        EXPECT_EQ(got, next) << "the message after the mismatch";
+      }
+    }
+  });
+}
+
 TEST_P(Failure, RequestsDroppedWhileUnwindingAreWithdrawn) {
   // Rank 0 posts a 1 MiB receive and throws before waiting: its buffer is freed while unwinding.
   // The request must be withdrawn first, so rank 1's late send never lands in freed memory (the

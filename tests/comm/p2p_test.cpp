@@ -429,6 +429,73 @@ TEST_P(PointToPoint, ByteCountsAreExact) {
       nodes);
 }
 
+TEST_P(PointToPoint, TransfersAboveTheChunkLimitAreSplitInOrderAndCountedOnce) {
+  // The MPI backend splits at 4 KiB here (1 GiB by default; the 2.5 GiB transfer is
+  // BigMessage.*). Sizes around the limit: chunks and a remainder, an exact multiple (an empty
+  // final message), just below, empty, small; all on one tag, so any chunk taken by the wrong
+  // receive shows as a size mismatch or wrong bytes. The local backend has no limit and must
+  // pass the same checks.
+  constexpr size_t kChunk = 4096;
+  const ChunkLimitScope limit(GetParam(), kChunk);
+  run([&](Group& g) {
+    const int p = g.size(), r = g.rank(), prev = g.ring_prev();
+    const std::vector<size_t> sizes = {3 * kChunk + 100, 2 * kChunk, kChunk - 1, 0, 7};
+    const bool mpi = g.backend() == "mpi";
+    g.reset_stats();
+    const uint64_t mpi_before = mpi ? mpi_data_messages_sent() : 0;
+
+    // 1. isend/irecv: posted in order, waited for in reverse order.
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<Request> reqs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      out.push_back(rank_data<uint8_t>(101 + i, r, sizes[i]));
+      in.emplace_back(sizes[i]);
+      reqs.push_back(g.irecv(prev, in[i], 5));
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) reqs.push_back(g.isend(g.ring_next(), out[i], 5));
+    std::reverse(reqs.begin(), reqs.end());
+    wait_all(reqs);
+    uint64_t total = 0, mpi_messages = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_TRUE(bits_equal(in[i], rank_data<uint8_t>(101 + i, prev, sizes[i])))
+          << "message " << i << " of " << sizes[i] << " bytes on rank " << r;
+      total += sizes[i];
+      mpi_messages += sizes[i] / kChunk + 1;
+    }
+    // Stats count each transfer once, whatever it took on the wire.
+    const Stats s = g.stats();
+    EXPECT_EQ(s.messages_sent(), p > 1 ? sizes.size() : 0u);
+    EXPECT_EQ(s.bytes_sent(), p > 1 ? total : 0u);
+    EXPECT_EQ(s.bytes_received(), p > 1 ? total : 0u);
+    if (mpi) {
+      EXPECT_EQ(mpi_data_messages_sent() - mpi_before, mpi_messages)
+          << "the transfers were not split at " << kChunk << " bytes";
+    }
+
+    // 2. A grouped step with sends and receives both ways (posted as one batch under MPI).
+    const size_t n = 2 * kChunk + 1;
+    const auto to_next = rank_data<uint8_t>(111, r, n), to_prev = rank_data<uint8_t>(112, r, n);
+    std::vector<uint8_t> from_prev(n), from_next(n);
+    const SendSpec sends[] = {{g.ring_next(), to_next.data(), n, 6}, {prev, to_prev.data(), n, 7}};
+    const RecvSpec recvs[] = {{prev, from_prev.data(), n, 6},
+                              {g.ring_next(), from_next.data(), n, 7}};
+    g.exchange(sends, recvs);
+    EXPECT_TRUE(bits_equal(from_prev, rank_data<uint8_t>(111, prev, n)));
+    EXPECT_TRUE(bits_equal(from_next, rank_data<uint8_t>(112, g.ring_next(), n)));
+
+    // 3. A collective whose ring messages are split.
+    const size_t m = 3 * kChunk + 5;
+    const auto mine = rank_data<uint8_t>(113, r, m);
+    std::vector<uint8_t> all(m * static_cast<size_t>(p));
+    g.all_gather(mine.data(), all.data(), m, core::DType::u8);
+    for (int q = 0; q < p; ++q) {
+      const std::vector<uint8_t> block(all.begin() + static_cast<ptrdiff_t>(m) * q,
+                                       all.begin() + static_cast<ptrdiff_t>(m) * (q + 1));
+      EXPECT_TRUE(bits_equal(block, rank_data<uint8_t>(113, q, m))) << "block " << q;
+    }
+  });
+}
+
 TEST_P(PointToPoint, GroupOfOneDoesNoCommunication) {
   run([](Group& g) {
     Group solo = g.split(g.rank(), 0);

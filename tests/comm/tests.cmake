@@ -28,6 +28,35 @@ if(LONGSEQ_WITH_MPI AND TARGET test_comm)
   endforeach()
 endif()
 
+# Transfers over 2 GiB (tests/comm/big_message_test.cpp): 2.5 GiB from rank 0 to rank 1, under
+# mpirun -np 2 with the MPI backend's default 1 GiB chunk limit, and through the local backend.
+# Each takes ~5 GiB of memory, so they run only here (LONGSEQ_COMM_BIG=1; the copies that
+# gtest_discover_tests registers skip) and one at a time (RESOURCE_LOCK), in a few seconds each.
+if(TARGET test_comm)
+  set(_big_env "LONGSEQ_COMM_BIG=1")
+  if(LONGSEQ_WITH_MPI)
+    add_test(NAME comm_mpi_big_np2
+             COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 2
+                     -x LONGSEQ_COMM_BIG $<TARGET_FILE:test_comm>
+                     --gtest_filter=BigMessage.TwoAndAHalfGiBThroughMpi --gtest_color=no)
+    set_tests_properties(comm_mpi_big_np2 PROPERTIES
+      LABELS "comm;mpi"
+      TIMEOUT 180
+      PROCESSORS 2
+      RESOURCE_LOCK comm_big_memory
+      ENVIRONMENT "${_big_env};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endif()
+  add_test(NAME comm_local_big
+           COMMAND $<TARGET_FILE:test_comm> --gtest_filter=BigMessage.TwoAndAHalfGiBThroughLocalThreads
+                   --gtest_color=no)
+  set_tests_properties(comm_local_big PROPERTIES
+    LABELS "comm"
+    TIMEOUT 180
+    PROCESSORS 2
+    RESOURCE_LOCK comm_big_memory
+    ENVIRONMENT "${_big_env}")
+endif()
+
 # The CLI under mpirun (issue 14): `attention` byte-identical to the local backend for several
 # algorithms and odd lengths, a bad flag non-zero on every process, `train` losses equal to the
 # local backend's (tests/comm/cli_mpirun.sh; a few seconds per world).

@@ -26,6 +26,16 @@
 // data moves, so a size mismatch is reported with both sizes (plain MPI_Irecv would only say
 // MPI_ERR_TRUNCATE) and the message is still drained.
 //
+// Messages of any size: MPI counts are int, so a transfer above the world's chunk limit
+// (kMpiChunkBytes, 1 GiB) goes as floor(bytes / chunk) messages of `chunk` bytes and one final
+// message shorter than `chunk` (empty when bytes is a multiple of it), all on the transfer's peer
+// and tag and posted back to back, so MPI's non-overtaking rule delivers them in order and no
+// other message of that tag can fall in between. The final short message is what ends a transfer:
+// the receiver, knowing only its own size, tells from it where the sender's transfer ends, so a
+// size mismatch is still reported with both totals and the tag's next message is still matched by
+// the next receive. One MpiOp (one Request) tracks all its messages; it completes when every one
+// has. Transfers below the limit are one message, exactly as before.
+//
 // Addressing: every run() dups MPI_COMM_WORLD; groups are not MPI communicators but (world comm,
 // group id) pairs: the MPI tag is (channel << 19) | tag with channel = 2*gid + {0 user, 1
 // collective} (< 4096). Sub-groups therefore cost no blocking MPI collective, and split runs over
@@ -93,13 +103,36 @@ std::string rank_name(int group_rank, int world_rank) {
              : core::cat("rank ", group_rank, " (world rank ", world_rank, ")");
 }
 
-/// One posted send or receive. Fields other than done/error are immutable after posting.
+/// Process-wide settings and counters of mpi_backend.hpp.
+std::atomic<size_t> g_chunk_bytes{kMpiChunkBytes};
+std::atomic<uint64_t> g_data_messages{0};
+
+/// Bytes of the message at `offset` of a transfer of `total` bytes split at `chunk` (see the top
+/// of the file): a full chunk, or the shorter final message.
+size_t message_bytes(size_t total, size_t offset, size_t chunk) {
+  return std::min(total - offset, chunk);
+}
+
+/// One posted send or receive. Fields before the chunk bookkeeping are immutable after posting.
 struct MpiOp {
   bool is_send = false;
   int me_g = 0, me_w = 0, peer_g = 0, peer_w = 0, tag = 0, mtag = 0;
   const void* sbuf = nullptr;
   void* rbuf = nullptr;
   size_t bytes = 0;
+  size_t chunk = kMpiChunkBytes;  // the world's chunk limit
+  // Chunk bookkeeping (baton holder only). An op completes once all_out holds and nothing is
+  // in flight, with first_error if any message failed.
+  size_t offset = 0;        // receive: bytes of the sender's messages matched so far
+  bool mismatch = false;    // receive: a matched message had another size than expected
+  bool all_out = false;     // every message posted (send) or the final one matched (receive)
+  int in_flight = 0;        // MPI requests on the caller's buffer not yet complete
+  bool settled = false;     // complete() was called
+  std::string first_error;  // the first failure among the messages
+  void note_error(std::string e) {
+    if (first_error.empty()) first_error = std::move(e);
+  }
+
   bool done = false;  // guarded by the world's mutex
   /// A thread sleeps on the world's condition variable for this op (guarded by the mutex).
   bool sleeper = false;
@@ -360,6 +393,7 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
   int rank = 0, size = 1;
   Topology topology;
   double timeout_s = 300.0;
+  size_t chunk_bytes = kMpiChunkBytes;  // the same on every rank (run_mpi_world checks)
 
   std::mutex mu;
   std::condition_variable cv;
@@ -394,11 +428,23 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
     drop_or_submit(drop);
   }
 
-  /// Progress thread: unmatched receives will never be matched; complete them as failed.
+  /// Progress thread: unmatched receives will never be matched; complete them as failed. A
+  /// receive with messages already landing in its buffer completes once they have landed.
   void cancel_probes() {
     for (auto& [key, q] : probes)
-      for (auto& op : q) complete(*op, "cancelled: the run failed");
+      for (auto& op : q) {
+        op->note_error("cancelled: the run failed");
+        op->all_out = true;
+        settle(*op);
+      }
     probes.clear();
+  }
+
+  /// Baton holder: completes `op` once all its messages are out and none is in flight.
+  void settle(MpiOp& op) {
+    if (op.settled || !op.all_out || op.in_flight > 0) return;
+    op.settled = true;
+    complete(op, std::move(op.first_error));
   }
 
   /// Wakes the world's sleepers only when one sleeps for this op. wait_all() sleeps on one
@@ -475,18 +521,20 @@ class MpiWorld : public std::enable_shared_from_this<MpiWorld> {
   static void drop_or_submit(const std::function<void()>& fn);
 };
 
-/// With the baton: tracks a started transfer of `op`; its completion completes the op ("send
-/// failed: ..." / "receive failed: ..." on an MPI error).
+/// With the baton: tracks one started message of `op`; the op completes when its last message
+/// does ("send failed: ..." / "receive failed: ..." on an MPI error).
 void track_op(MPI_Request req, const std::shared_ptr<MpiWorld>& world,
               const std::shared_ptr<MpiOp>& op) {
+  ++op->in_flight;
   Runtime::get().add_active(
       req,
       [world, op](const MPI_Status& s) {
-        std::string err;
         if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
-          err = core::cat(op->is_send ? "send" : "receive",
-                          " failed: ", mpi_error_string(s.MPI_ERROR));
-        world->complete(*op, std::move(err));
+          op->note_error(core::cat(op->is_send ? "send" : "receive",
+                                   " failed: ", mpi_error_string(s.MPI_ERROR)));
+        LONGSEQ_CHECK(op->in_flight > 0);
+        --op->in_flight;
+        world->settle(*op);
       },
       false, !op->is_send);
 }
@@ -607,35 +655,48 @@ bool Runtime::poll_probes() {
         std::shared_ptr<MpiOp> op = q.front();
         if (rc != MPI_SUCCESS) {
           q.pop_front();
-          w.complete(*op, core::cat("MPI_Improbe failed: ", mpi_error_string(rc)));
+          op->note_error(core::cat("MPI_Improbe failed: ", mpi_error_string(rc)));
+          op->all_out = true;
+          w.settle(*op);
           any = true;
           continue;
         }
         if (!flag) break;
-        q.pop_front();
         any = true;
         int count = 0;
         MPI_Get_count(&st, MPI_BYTE, &count);
+        const auto got = static_cast<size_t>(count);
         MPI_Request req;
-        auto world = wp;
-        if (static_cast<size_t>(count) == op->bytes) {
+        // The op stays at the front of its queue until the sender's final (short) message is
+        // matched: the tag's next receive must not take a chunk of this transfer.
+        if (!op->mismatch && got == message_bytes(op->bytes, op->offset, op->chunk)) {
           static char empty;
-          const int rc2 = MPI_Imrecv(op->bytes ? op->rbuf : &empty, count, MPI_BYTE, &msg, &req);
-          if (rc2 != MPI_SUCCESS) {
-            w.complete(*op, core::cat("MPI_Imrecv failed: ", mpi_error_string(rc2)));
-            continue;
+          char* dst = static_cast<char*>(op->rbuf) + op->offset;
+          const int rc2 = MPI_Imrecv(got ? dst : &empty, count, MPI_BYTE, &msg, &req);
+          if (rc2 == MPI_SUCCESS) {
+            track_op(req, wp, op);
+          } else {
+            op->note_error(core::cat("MPI_Imrecv failed: ", mpi_error_string(rc2)));
           }
-          track_op(req, world, op);
         } else {
-          // Drain the message so the sender completes, and fail the receive with both sizes.
-          auto sink = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max(count, 1)));
+          // Drain the message so the sender completes; the receive fails with both sizes once
+          // the sender's final message tells its total.
+          op->mismatch = true;
+          auto sink = std::make_shared<std::vector<char>>(std::max(got, size_t{1}));
           if (MPI_Imrecv(sink->data(), count, MPI_BYTE, &msg, &req) == MPI_SUCCESS)
             add_active(
                 req, [sink](const MPI_Status&) {}, false, true);
-          w.complete(*op, core::cat("message size mismatch: ", rank_name(op->peer_g, op->peer_w),
-                                    " sends ", count, " bytes to ", rank_name(op->me_g, op->me_w),
-                                    " (tag ", op->tag, "), which posted a receive of ", op->bytes,
-                                    " bytes"));
+        }
+        op->offset += got;
+        if (got < op->chunk) {
+          q.pop_front();
+          if (op->mismatch)
+            op->note_error(core::cat("message size mismatch: ", rank_name(op->peer_g, op->peer_w),
+                                     " sends ", op->offset, " bytes to ",
+                                     rank_name(op->me_g, op->me_w), " (tag ", op->tag,
+                                     "), which posted a receive of ", op->bytes, " bytes"));
+          op->all_out = true;
+          w.settle(*op);
         }
       }
       it = q.empty() ? w.probes.erase(it) : std::next(it);
@@ -697,7 +758,8 @@ class MpiRequest final : public Request::Impl {
         if (it == w->probes.end()) return;
         auto& q = it->second;
         const auto pos = std::find(q.begin(), q.end(), op);
-        if (pos == q.end()) return;
+        // Matched already, or some of its chunks are (offset > 0) and landing in the buffer.
+        if (pos == q.end() || op->offset > 0) return;
         q.erase(pos);
         if (q.empty()) w->probes.erase(it);
         withdrawn = true;
@@ -802,15 +864,25 @@ void start_ops(const std::shared_ptr<MpiWorld>& world,
       world->probes[{op->peer_w, op->mtag}].push_back(op);
       continue;
     }
+    // Every message of the transfer, back to back (top of the file).
     static char empty;
-    MPI_Request req;
-    const int rc = MPI_Isend(op->bytes ? op->sbuf : &empty, static_cast<int>(op->bytes), MPI_BYTE,
-                             op->peer_w, op->mtag, world->comm, &req);
-    if (rc != MPI_SUCCESS) {
-      world->complete(*op, core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
-      continue;
+    const char* src = static_cast<const char*>(op->sbuf);
+    for (size_t off = 0;;) {
+      const size_t n = message_bytes(op->bytes, off, op->chunk);
+      MPI_Request req;
+      const int rc = MPI_Isend(n ? src + off : &empty, static_cast<int>(n), MPI_BYTE, op->peer_w,
+                               op->mtag, world->comm, &req);
+      if (rc != MPI_SUCCESS) {
+        op->note_error(core::cat("MPI_Isend failed: ", mpi_error_string(rc)));
+        break;
+      }
+      g_data_messages.fetch_add(1, std::memory_order_relaxed);
+      track_op(req, world, op);
+      off += n;
+      if (n < op->chunk) break;
     }
-    track_op(req, world, op);
+    op->all_out = true;
+    world->settle(*op);
   }
 }
 
@@ -857,8 +929,6 @@ class MpiGroupImpl final : public GroupImpl {
     }
     std::vector<std::shared_ptr<MpiOp>> ops;
     auto make = [&](bool is_send, int peer, int tag, const void* sbuf, void* rbuf, size_t bytes) {
-      core::require(bytes <= static_cast<size_t>(INT_MAX), "comm", "MPI message of ", bytes,
-                    " bytes exceeds 2^31-1 bytes; split it into several messages");
       auto op = std::make_shared<MpiOp>();
       op->is_send = is_send;
       op->me_g = rank();
@@ -870,6 +940,7 @@ class MpiGroupImpl final : public GroupImpl {
       op->sbuf = sbuf;
       op->rbuf = rbuf;
       op->bytes = bytes;
+      op->chunk = world_->chunk_bytes;
       ops.push_back(op);
       out.push_back(Request(std::make_shared<MpiRequest>(world_, op)));
     };
@@ -929,6 +1000,18 @@ int mpi_world_size() {
   return Runtime::get().size();
 }
 
+void mpi_set_chunk_bytes(size_t bytes) {
+  core::require(bytes >= 1 && bytes <= static_cast<size_t>(INT_MAX), "comm", "MPI chunk limit of ",
+                bytes, " bytes outside [1, ", INT_MAX, "] (MPI counts are int)");
+  g_chunk_bytes.store(bytes);
+}
+size_t mpi_chunk_bytes() {
+  return g_chunk_bytes.load();
+}
+uint64_t mpi_data_messages_sent() {
+  return g_data_messages.load();
+}
+
 void mpi_wait_all_processes() {
   Runtime::get().run_sync([] {
     MPI_Request req;
@@ -960,10 +1043,22 @@ void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn
   world->size = rt.size();
   world->timeout_s = options.timeout_s;
   world->done_from.assign(static_cast<size_t>(rt.size()), 0);
+  world->chunk_bytes = mpi_chunk_bytes();
   // Blocking collectives are fine here: no traffic of this world exists yet.
   rt.run_sync([&] {
     mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world->comm), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(world->comm, MPI_ERRORS_RETURN);
+    // A receiver splits its expectation at its own limit, so all ranks must use one: the smallest
+    // and (negated) largest in one all-reduce. Every rank sees the same result and throws alike.
+    const auto mine = static_cast<long long>(world->chunk_bytes);
+    long long lim[2] = {mine, -mine};
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_LONG_LONG, MPI_MIN, world->comm),
+              "MPI_Allreduce (chunk limit)");
+    if (lim[0] != -lim[1]) {
+      MPI_Comm_free(&world->comm);
+      core::fail("comm", "MPI chunk limit differs between ranks: ", lim[0], " to ", -lim[1],
+                 " bytes (mpi_set_chunk_bytes must be called alike on every rank)");
+    }
     world->topology = detect_topology(world->comm, world->rank, world->size);
     world->post_ctrl_recv();
     rt.add_world(world);

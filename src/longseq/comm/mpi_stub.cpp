@@ -26,6 +26,17 @@ void run_mpi_world(const Options&, const std::function<void(Group&)>&) {
 void mpi_wait_all_processes() {
   mpi_init();
 }
+void mpi_set_chunk_bytes(size_t) {
+  mpi_init();
+}
+size_t mpi_chunk_bytes() {
+  mpi_init();
+  return kMpiChunkBytes;
+}
+uint64_t mpi_data_messages_sent() {
+  mpi_init();
+  return 0;
+}
 void mpi_abort(int code) {
   std::exit(code);
 }
