@@ -14,10 +14,12 @@ PASSES=("$@")
 [ ${#PASSES[@]} -gt 0 ] || PASSES=(asan tsan)
 LABELS=${SANITIZE_LABELS:-core|kernels|comm|attention|fuzz}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Not here: the tests that run the longseq binary (cli: it is not built in these trees) and the
-# one whose bound is a speed (a transfer progressing within 50 ms of compute: sanitizers slow
-# every memory access several times; the release build checks it).
-EXCLUDE=${SANITIZE_EXCLUDE:-cli|TransfersProgressWhileTheRankComputes}
+# Not here: the tests that run the longseq binary (cli: it is not built in these trees), the one
+# whose bound is a speed (a transfer progressing within 50 ms of compute: sanitizers slow every
+# memory access several times; the release build checks it), and the kernels label's non-gtest
+# registrations (kernels.*: the torch oracle's ref_dump, the nm/objdump inspections of the
+# release objects and binary).
+EXCLUDE=${SANITIZE_EXCLUDE:-cli|TransfersProgressWhileTheRankComputes|^kernels\.}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 
