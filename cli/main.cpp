@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "longseq/comm/launch.hpp"
+#include "longseq/core/cpu.hpp"
 #include "longseq/core/error.hpp"
 
 namespace {
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
   const std::string name = app.get_subcommands().front()->get_name();
   int status = 0;
   try {
+    // The kernel variant is resolved before any work: a bad or unsupported LONGSEQ_ISA is one
+    // clear error here, not a failure inside a rank's first kernel.
+    longseq::core::active_isa();
     if (first || ranks.at(name) == longseq::cli::Ranks::every) status = runners.at(name)();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -4,12 +4,15 @@
 # the CPU reported their ISA, no function may contain an AVX instruction (VEX/EVEX encoded: every
 # such mnemonic starts with 'v' in AT&T syntax) or touch ymm/zmm/opmask registers. A
 # -march=native, or an AVX-512 copy of an inline function kept by the linker, fails here.
+# clang names OpenMP's outlined regions ".omp_outlined." (local symbols without their parent's
+# name), so under clang those are not attributed and are skipped: the check is complete under
+# GCC (whose "<parent>._omp_fn.N" carries the namespace), the default compiler.
 # Usage: portable_code.sh BINARY
 set -euo pipefail
 bin=$1
 command -v objdump >/dev/null || { echo "[kernels.portable_code] SKIPPED: objdump not found"; exit 77; }
 objdump -d -C --no-show-raw-insn "$bin" | awk '
-  /^[0-9a-f]+ <.*>:$/ { fn = $0; isa = (fn ~ /::isa_avx(2|512|512_bf16)::/); next }
+  /^[0-9a-f]+ <.*>:$/ { fn = $0; isa = (fn ~ /::isa_avx(2|512|512_bf16)::/ || fn ~ /<\.omp_outlined\./); next }
   isa { next }
   {
     # "  addr:<TAB>mnemonic operands"
