@@ -397,28 +397,30 @@ int64_t gemm_panel_rows() {
 }
 
 namespace {
-// rows x cols of a row-major bf16 matrix with row stride ld -> compact f32 [rows, cols] (exact).
-void widen_parallel(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld,
-                    std::vector<float>& buf, int threads) {
+// rows x cols of a row-major matrix with row stride ld, converted row by row into a compact
+// [rows, cols] buffer (buf, grown as needed); large matrices split their rows over `threads`.
+template <class In, class Out, class Convert>
+const Out* compact_parallel(const In* x, int64_t rows, int64_t cols, int64_t ld,
+                            std::vector<Out>& buf, int threads, Convert convert) {
   buf.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
   const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    core::bf16_to_f32(x + r * ld, buf.data() + r * cols, static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) convert(x + r * ld, buf.data() + r * cols, cols);
+  return buf.data();
 }
 
-// rows x cols of a row-major f32 matrix -> compact f32 [rows, cols] holding the bf16 roundings
-// (emulated bf16 compute: the same values a bf16 operand would carry).
-void round_bf16_parallel(const float* x, int64_t rows, int64_t cols, int64_t ld,
-                         std::vector<float>& buf, int threads) {
-  buf.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
-  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * ld;
-    float* out = buf.data() + r * cols;
-    for (int64_t j = 0; j < cols; ++j) out[j] = core::round_bf16(in[j]);
-  }
+// bf16 -> f32 (exact): emulated bf16 operands.
+void widen_row(const core::bf16* in, float* out, int64_t n) {
+  core::bf16_to_f32(in, out, static_cast<size_t>(n));
+}
+// f32 -> the f32 value of its bf16 rounding: emulated mixed precision (the same values a bf16
+// operand would carry, kept in f32).
+void round_bf16_row(const float* in, float* out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] = core::round_bf16(in[j]);
+}
+// f32 -> bf16 (round to nearest even).
+void to_bf16_row(const float* in, core::bf16* out, int64_t n) {
+  core::f32_to_bf16(in, out, static_cast<size_t>(n));
 }
 
 template <class T, class Gemm>
@@ -456,27 +458,14 @@ void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int
     check_args(ta, tb, m, n, k, lda, ldb, ldc);
     thread_local std::vector<float> af, bf;
     const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    widen_parallel(a, ar, ac, lda, af, threads);
-    widen_parallel(b, br, bc, ldb, bf, threads);
+    compact_parallel(a, ar, ac, lda, af, threads, widen_row);
+    compact_parallel(b, br, bc, ldb, bf, threads, widen_row);
     panel_parallel(threads, ta, tb, m, n, k, alpha, af.data(), std::max<int64_t>(ac, 1), bf.data(),
                    std::max<int64_t>(bc, 1), beta, c, ldc, gemm_f32);
     return;
   }
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
-
-namespace {
-// rows x cols of a row-major matrix with row stride ld -> compact bf16 [rows, cols].
-const core::bf16* to_bf16_compact(const float* x, int64_t rows, int64_t cols, int64_t ld,
-                                  std::vector<core::bf16>& buf, int threads) {
-  buf.resize(static_cast<size_t>(rows * cols));
-  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    core::f32_to_bf16(x + r * ld, buf.data() + r * cols, static_cast<size_t>(cols));
-  return buf.data();
-}
-}  // namespace
 
 void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m, int64_t n,
                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -494,8 +483,8 @@ void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m
     thread_local std::vector<float> ar, br;
     const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
     const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
-    round_bf16_parallel(a, a_rows, a_cols, lda, ar, threads);
-    round_bf16_parallel(b, b_rows, b_cols, ldb, br, threads);
+    compact_parallel(a, a_rows, a_cols, lda, ar, threads, round_bf16_row);
+    compact_parallel(b, b_rows, b_cols, ldb, br, threads, round_bf16_row);
     gemm_f32_parallel(threads, ta, tb, m, n, k, alpha, ar.data(), std::max<int64_t>(a_cols, 1),
                       br.data(), std::max<int64_t>(b_cols, 1), beta, c, ldc);
     return;
@@ -504,8 +493,8 @@ void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m
   thread_local std::vector<core::bf16> abuf, bbuf;
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
   const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
-  const core::bf16* ab = to_bf16_compact(a, a_rows, a_cols, lda, abuf, threads);
-  const core::bf16* bb = to_bf16_compact(b, b_rows, b_cols, ldb, bbuf, threads);
+  const core::bf16* ab = compact_parallel(a, a_rows, a_cols, lda, abuf, threads, to_bf16_row);
+  const core::bf16* bb = compact_parallel(b, b_rows, b_cols, ldb, bbuf, threads, to_bf16_row);
   gemm_bf16_parallel(threads, ta, tb, m, n, k, alpha, ab, std::max<int64_t>(a_cols, 1), bb,
                      std::max<int64_t>(b_cols, 1), beta, c, ldc);
 }
