@@ -117,7 +117,9 @@ inline double as_double(int64_t x) {
 
 template <class T>
 bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // Empty vectors may hold null data pointers, which memcmp must not be given (UBSan).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 }  // namespace longseq::comm::testing
