@@ -61,8 +61,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_f32_tile(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
-          int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// (Unused in the variants that widen bf16 tiles themselves.)
+[[maybe_unused]] void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta,
+                           float* c, int64_t ldc) {
   gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -70,6 +72,17 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 
 template <class T>
 constexpr bool kIsBf16 = std::is_same_v<T, bf16>;
+
+// bf16 below avx512_bf16 (emulated, design.md §10): the inputs are widened once, as the kernel
+// copies its tiles dense, and P and dS are rounded to bf16 values but kept in fp32, so every
+// product is an f32 GEMM on exactly the values a bf16 product would see, with none of
+// gemm_bf16's per-call widening (which cost 10-15% at D = 64 on AVX2). Tile is the type of the
+// dense Q/K/V/dO tiles, Prob that of the rounded P and dS.
+constexpr bool kWidenBf16 = core::Isa::LONGSEQ_ISA_LEVEL != core::Isa::avx512_bf16;
+template <class T>
+using Tile = std::conditional_t<kIsBf16<T> && kWidenBf16, float, T>;
+template <class T>
+using Prob = std::conditional_t<kWidenBf16, float, bf16>;
 
 // Floats taken by n elements of T, rounded to the 64-byte slice alignment.
 template <class T>
@@ -83,12 +96,18 @@ size_t floats_for(size_t n) {
 // 8-12% of the bf16 kernel's time in memmove). So each kernel copies a tile dense where it is
 // reused (Q_i for all key tiles of a forward item, K_j / V_j for all query tiles of a backward
 // key tile) and keeps its accumulators (O_i, dK_j, dV_j, dQ) dense, writing them back once.
-// Returns src itself when it is already dense.
-template <class T>
-const T* dense_tile(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst) {
-  if (ld == cols) return src;
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * cols, src + r * ld, static_cast<size_t>(cols) * sizeof(T));
+// Returns src itself when it is already dense (and of the tile type); bf16 widened to fp32 is
+// always copied.
+template <class In, class Out>
+const Out* dense_tile(const In* src, int64_t rows, int64_t cols, int64_t ld, Out* dst) {
+  if constexpr (std::is_same_v<In, Out>) {
+    if (ld == cols) return src;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + r * cols, src + r * ld, static_cast<size_t>(cols) * sizeof(In));
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = core::to_f32(src[r * ld + c]);
+  }
   return dst;
 }
 
@@ -101,8 +120,8 @@ template <class T>
 size_t forward_slice_floats(int64_t d) {
   const size_t ud = static_cast<size_t>(d);
   size_t n = round_up(kBq * kBk) + 2 * round_up(kBq) + round_up(kBq * ud);
-  n += floats_for<T>(kBq * ud) + 2 * floats_for<T>(kBk * ud);
-  if constexpr (kIsBf16<T>) n += floats_for<T>(kBq * kBk);
+  n += floats_for<Tile<T>>(kBq * ud) + 2 * floats_for<Tile<T>>(kBk * ud);
+  if constexpr (kIsBf16<T>) n += floats_for<Prob<T>>(kBq * kBk);
   return n;
 }
 
@@ -117,18 +136,20 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
   float* m = s + round_up(kBq * kBk);
   float* l = m + round_up(kBq);
   float* acc = l + round_up(kBq);  // O_i [br, d]
-  constexpr size_t kPer = sizeof(float) / sizeof(T);
-  T* qbuf = reinterpret_cast<T*>(acc + round_up(kBq * d));
-  T* kbuf = qbuf + floats_for<T>(kBq * d) * kPer;
-  T* vbuf = kbuf + floats_for<T>(kBk * d) * kPer;
-  [[maybe_unused]] bf16* pb = reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBk * d) * kPer);
+  using TT = Tile<T>;
+  using PT = Prob<T>;
+  constexpr size_t kPer = sizeof(float) / sizeof(TT);
+  TT* qbuf = reinterpret_cast<TT*>(acc + round_up(kBq * d));
+  TT* kbuf = qbuf + floats_for<TT>(kBq * d) * kPer;
+  TT* vbuf = kbuf + floats_for<TT>(kBk * d) * kPer;
+  [[maybe_unused]] PT* pb = reinterpret_cast<PT*>(vbuf + floats_for<TT>(kBk * d) * kPer);
   std::fill(acc, acc + br * d, 0.0f);
   std::fill(m, m + br, kNegInf);
   std::fill(l, l + br, 0.0f);
   const float alpha = scale * kLog2e;
   const detail::TileInfo qinfo = detail::tile_info(qt, r0, r0 + br, mask.docs);
   if (qinfo.any_valid) {
-    const T* qtile = dense_tile(q + (r0 * dm.hq + h) * d, br, d, ldq, qbuf);
+    const TT* qtile = dense_tile(q + (r0 * dm.hq + h) * d, br, d, ldq, qbuf);
     const int64_t nkt = ceil_div(dm.tk, kBk);
     for (int64_t kj = 0; kj < nkt; ++kj) {
       const int64_t c0 = kj * kBk, bc = std::min(kBk, dm.tk - c0);
@@ -141,7 +162,7 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
       if (rc.empty()) continue;
       const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, kc0 = c0 + rc.c0;
       const int64_t kstart = kinfo.contiguous ? kinfo.pmin + rc.c0 : -1;
-      const T* ktile = dense_tile(k + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, kbuf);
+      const TT* ktile = dense_tile(k + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, kbuf);
       gemm(false, true, nr, nc, d, alpha, qtile + rc.r0 * d, d, ktile, d, 0.0f, s, nc);
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t r = rc.r0 + i;  // row of the query tile
@@ -172,7 +193,7 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
         if (mnew == kNegInf) {
           // Nothing visible in this row so far: P = 0 (2^(-inf - -inf) would be NaN).
           if constexpr (kIsBf16<T>)
-            std::fill(pb + i * nc, pb + (i + 1) * nc, bf16{});
+            std::fill(pb + i * nc, pb + (i + 1) * nc, PT{});
           else
             std::fill(row, row + nc, 0.0f);
           continue;
@@ -190,7 +211,7 @@ void forward_item(const T* q, const T* k, const T* v, const Tokens& qt, const To
         l[r] += sum;
         m[r] = mnew;
       }
-      const T* vtile = dense_tile(v + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, vbuf);
+      const TT* vtile = dense_tile(v + (kc0 * dm.hkv + kvh) * d, nc, d, ldk, vbuf);
       if constexpr (kIsBf16<T>)
         gemm(false, false, nr, d, nc, 1.0f, pb, nc, vtile, d, 1.0f, acc + rc.r0 * d, d);
       else
@@ -243,8 +264,8 @@ template <class T>
 size_t backward_slice_floats(int64_t d) {
   const size_t ud = static_cast<size_t>(d);
   size_t n = 2 * round_up(kBbq * kBbk) + 2 * round_up(kBbk * ud);
-  n += 2 * floats_for<T>(kBbq * ud) + 2 * floats_for<T>(kBbk * ud);
-  if constexpr (kIsBf16<T>) n += 2 * floats_for<T>(kBbq * kBbk);
+  n += 2 * floats_for<Tile<T>>(kBbq * ud) + 2 * floats_for<Tile<T>>(kBbk * ud);
+  if constexpr (kIsBf16<T>) n += 2 * floats_for<Prob<T>>(kBbq * kBbk);
   return n;
 }
 
@@ -261,20 +282,22 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
   float* ds = p + round_up(kBbq * kBbk);
   float* dka = ds + round_up(kBbq * kBbk);  // dK_j [bc, d]
   float* dva = dka + round_up(kBbk * d);    // dV_j [bc, d]
-  constexpr size_t kPer = sizeof(float) / sizeof(T);
-  T* qbuf = reinterpret_cast<T*>(dva + round_up(kBbk * d));
-  T* dobuf = qbuf + floats_for<T>(kBbq * d) * kPer;
-  T* kbuf = dobuf + floats_for<T>(kBbq * d) * kPer;
-  T* vbuf = kbuf + floats_for<T>(kBbk * d) * kPer;
-  [[maybe_unused]] bf16* pb = reinterpret_cast<bf16*>(vbuf + floats_for<T>(kBbk * d) * kPer);
-  [[maybe_unused]] bf16* dsb = pb + floats_for<bf16>(kBbq * kBbk) * 2;
+  using TT = Tile<T>;
+  using PT = Prob<T>;
+  constexpr size_t kPer = sizeof(float) / sizeof(TT);
+  TT* qbuf = reinterpret_cast<TT*>(dva + round_up(kBbk * d));
+  TT* dobuf = qbuf + floats_for<TT>(kBbq * d) * kPer;
+  TT* kbuf = dobuf + floats_for<TT>(kBbq * d) * kPer;
+  TT* vbuf = kbuf + floats_for<TT>(kBbk * d) * kPer;
+  [[maybe_unused]] PT* pb = reinterpret_cast<PT*>(vbuf + floats_for<TT>(kBbk * d) * kPer);
+  [[maybe_unused]] PT* dsb = pb + floats_for<PT>(kBbq * kBbk) * (sizeof(float) / sizeof(PT));
   const float alpha = scale * kLog2e;
   for (int64_t kj = chunk; kj < nkt; kj += chunks) {
     const int64_t c0 = kj * kBbk, bc = std::min(kBbk, dm.tk - c0);
     const detail::TileInfo kinfo = detail::tile_info(kt, c0, c0 + bc, mask.docs);
     if (!kinfo.any_valid) continue;
-    const T* kdense = dense_tile(k + (c0 * dm.hkv + kvh) * d, bc, d, ldk, kbuf);
-    const T* vdense = dense_tile(v + (c0 * dm.hkv + kvh) * d, bc, d, ldk, vbuf);
+    const TT* kdense = dense_tile(k + (c0 * dm.hkv + kvh) * d, bc, d, ldk, kbuf);
+    const TT* vdense = dense_tile(v + (c0 * dm.hkv + kvh) * d, bc, d, ldk, vbuf);
     std::fill(dka, dka + bc * d, 0.0f);
     std::fill(dva, dva + bc * d, 0.0f);
     bool touched = false;
@@ -289,10 +312,10 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
         // The sub-tile: query rows r0 + rc.r0 + i, keys c0 + rc.c0 + j.
         const int64_t nr = rc.r1 - rc.r0, nc = rc.c1 - rc.c0, q0 = r0 + rc.r0, kc0 = c0 + rc.c0;
         const int64_t kstart = kinfo.contiguous ? kinfo.pmin + rc.c0 : -1;
-        const T* qtile = dense_tile(q + (q0 * dm.hq + h) * d, nr, d, ldq, qbuf);
-        const T* dotile = dense_tile(dout + (q0 * dm.hq + h) * d, nr, d, ldq, dobuf);
-        const T* ktile = kdense + rc.c0 * d;
-        const T* vtile = vdense + rc.c0 * d;
+        const TT* qtile = dense_tile(q + (q0 * dm.hq + h) * d, nr, d, ldq, qbuf);
+        const TT* dotile = dense_tile(dout + (q0 * dm.hq + h) * d, nr, d, ldq, dobuf);
+        const TT* ktile = kdense + rc.c0 * d;
+        const TT* vtile = vdense + rc.c0 * d;
         float* dktile = dka + rc.c0 * d;
         float* dvtile = dva + rc.c0 * d;
         float* dqtile = dq_buf + (h * dm.tq + q0) * d;
@@ -303,7 +326,7 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
           const float lse_r = lse[(q0 + i) * dm.hq + h];
           if (lse_r == kNegInf) {
             std::fill(row, row + nc, 0.0f);  // saw nothing anywhere: no gradient
-            if constexpr (kIsBf16<T>) std::fill(pb + i * nc, pb + (i + 1) * nc, bf16{});
+            if constexpr (kIsBf16<T>) std::fill(pb + i * nc, pb + (i + 1) * nc, PT{});
             continue;
           }
           if (kind == TileKind::partial)
@@ -327,7 +350,7 @@ void backward_unit(const T* q, const T* k, const T* v, const T* dout, const floa
           const float dl = delta[(q0 + i) * dm.hq + h];
           if (lse[(q0 + i) * dm.hq + h] == kNegInf) {
             if constexpr (kIsBf16<T>)
-              std::fill(dsb + i * nc, dsb + (i + 1) * nc, bf16{});
+              std::fill(dsb + i * nc, dsb + (i + 1) * nc, PT{});
             else
               std::fill(dsrow, dsrow + nc, 0.0f);
           } else if constexpr (kIsBf16<T>) {

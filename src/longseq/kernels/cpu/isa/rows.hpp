@@ -183,6 +183,22 @@ inline void store_bf16(core::bf16* p, vm k, vf v, int64_t /*left*/) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
 }
 
+// v rounded to bf16 values, kept in fp32 (core::round_bf16's rule): emulated bf16.
+inline vf round_bf16_v(vf v) {
+  constexpr __mmask16 all = 0xffff;
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_mask_srli_epi32(u, all, u, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb),
+                       _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  const __m512i nan =
+      _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xffff0000u))),
+                      _mm512_set1_epi32(0x00400000));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_nan, r, nan));
+}
+
 #elif defined(__AVX2__) && defined(__FMA__)
 #define LONGSEQ_ROWS_SIMD 1
 using vf = __m256;
@@ -290,9 +306,32 @@ inline void store_bf16(core::bf16* p, vm /*k*/, vf v, int64_t left) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b);
   }
 }
+
+// v rounded to bf16 values, kept in fp32 (core::round_bf16's rule): emulated bf16.
+inline vf round_bf16_v(vf v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i r =
+      _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
+  const __m256i nan = _mm256_or_si256(_mm256_and_si256(u, high), _mm256_set1_epi32(0x00400000));
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                            _mm256_set1_epi32(0x7f800000));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(r, nan, is_nan));
+}
 #endif
 
 #if defined(LONGSEQ_ROWS_SIMD)
+// v rounded to bf16 into p[0, left): narrowed to bf16 storage, or (emulated bf16) kept in fp32.
+template <bool kTail>
+inline void store_rounded(core::bf16* p, vm k, vf v, int64_t left) {
+  store_bf16<kTail>(p, k, v, left);
+}
+template <bool kTail>
+inline void store_rounded(float* p, vm k, vf v, int64_t /*left*/) {
+  store<kTail>(p, k, round_bf16_v(v));
+}
+
 // f.operator()<kTail>(j, mask) over [0, n) in chunks of kLanes: full chunks first, then the tail.
 template <class F>
 inline void chunks(int64_t n, F&& f) {
@@ -303,6 +342,14 @@ inline void chunks(int64_t n, F&& f) {
 #endif
 
 // ---- row kernels -----------------------------------------------------------------------------
+
+// x rounded to bf16 (scalar): bf16 storage, or its value in fp32 (emulated bf16).
+inline void put_rounded(core::bf16* p, float x) {
+  *p = core::to_bf16(x);
+}
+inline void put_rounded(float* p, float x) {
+  *p = core::round_bf16(x);
+}
 
 /// Sets s[j] = -inf for every key j of the tile that query (qp, qd) must not see: the predicate
 /// of mask.hpp. `kstart` >= 0 says the keys are contiguous from that position (causal and window
@@ -394,8 +441,8 @@ inline float exp2_row_inplace(float* s, int64_t n, float m) {
 /// unrounded values. One pass: the fp32 probabilities are never stored (bf16 forward). With
 /// kMax, the same pass also puts the row's maximum score in *smax (-inf for an all-masked row):
 /// the bf16 forward's one-pass row for every key tile after the first (see forward_item).
-template <bool kMax>
-inline float exp2_row_to_bf16_impl(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
+template <bool kMax, class Out>
+inline float exp2_row_to_bf16_impl(const float* s, Out* p, int64_t n, float m, float* smax) {
 #if defined(LONGSEQ_ROWS_SIMD)
   const vf mv = set1(m);
   vf acc = set1(0.0f);
@@ -404,7 +451,7 @@ inline float exp2_row_to_bf16_impl(const float* s, core::bf16* p, int64_t n, flo
     const vf x = load<kTail>(s + j, k);
     if constexpr (kMax) mx = max_lanes(mx, k, x);
     const vf e = exp2_v(sub(x, mv));
-    store_bf16<kTail>(p + j, k, e, n - j);
+    store_rounded<kTail>(p + j, k, e, n - j);
     acc = add_lanes<kTail>(acc, k, e);
   });
   if constexpr (kMax) *smax = hmax(mx);
@@ -415,17 +462,19 @@ inline float exp2_row_to_bf16_impl(const float* s, core::bf16* p, int64_t n, flo
   for (int64_t j = 0; j < n; ++j) {
     if constexpr (kMax) mx = std::max(mx, s[j]);
     const float e = exp2_fast(s[j] - m);
-    p[j] = core::to_bf16(e);
+    put_rounded(p + j, e);
     sum += e;
   }
   if constexpr (kMax) *smax = mx;
   return sum;
 #endif
 }
-inline float exp2_row_to_bf16(const float* s, core::bf16* p, int64_t n, float m) {
+template <class Out>
+inline float exp2_row_to_bf16(const float* s, Out* p, int64_t n, float m) {
   return exp2_row_to_bf16_impl<false>(s, p, n, m, nullptr);
 }
-inline float exp2_row_to_bf16_max(const float* s, core::bf16* p, int64_t n, float m, float* smax) {
+template <class Out>
+inline float exp2_row_to_bf16_max(const float* s, Out* p, int64_t n, float m, float* smax) {
   return exp2_row_to_bf16_impl<true>(s, p, n, m, smax);
 }
 
@@ -455,32 +504,34 @@ inline void softmax_grad_row(const float* p, float* ds, int64_t n, float delta) 
 }
 
 /// ds[j] = bf16(p[j] * (dp[j] - delta)): the bf16 backward's dS, in one pass.
-inline void softmax_grad_row_to_bf16(const float* p, const float* dp, core::bf16* ds, int64_t n,
+template <class Out>
+inline void softmax_grad_row_to_bf16(const float* p, const float* dp, Out* ds, int64_t n,
                                      float delta) {
 #if defined(LONGSEQ_ROWS_SIMD)
   const vf dv = set1(delta);
   chunks(n, [&]<bool kTail>(int64_t j, vm k) {
     const vf x = sub(load<kTail>(dp + j, k), dv);
-    store_bf16<kTail>(ds + j, k, mul(load<kTail>(p + j, k), x), n - j);
+    store_rounded<kTail>(ds + j, k, mul(load<kTail>(p + j, k), x), n - j);
   });
 #else
-  for (int64_t j = 0; j < n; ++j) ds[j] = core::to_bf16(p[j] * (dp[j] - delta));
+  for (int64_t j = 0; j < n; ++j) put_rounded(ds + j, p[j] * (dp[j] - delta));
 #endif
 }
 
 /// p[j] = 2^(s[j] - m) in place, and also written to pb as bf16 (bf16 backward: P is needed in
 /// fp32 for dS and in bf16 for the dV product).
-inline void exp2_row_inplace_and_bf16(float* s, core::bf16* pb, int64_t n, float m) {
+template <class Out>
+inline void exp2_row_inplace_and_bf16(float* s, Out* pb, int64_t n, float m) {
 #if defined(LONGSEQ_ROWS_SIMD)
   const vf mv = set1(m);
   chunks(n, [&]<bool kTail>(int64_t j, vm k) {
     const vf e = exp2_v(sub(load<kTail>(s + j, k), mv));
     store<kTail>(s + j, k, e);
-    store_bf16<kTail>(pb + j, k, e, n - j);
+    store_rounded<kTail>(pb + j, k, e, n - j);
   });
 #else
   exp2_row_inplace(s, n, m);
-  for (int64_t j = 0; j < n; ++j) pb[j] = core::to_bf16(s[j]);
+  for (int64_t j = 0; j < n; ++j) put_rounded(pb + j, s[j]);
 #endif
 }
 
