@@ -48,21 +48,38 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-// Widening scratch for emulated bf16, grown on demand and reused per thread: per-call allocation
-// would cost more than the product at attention-tile sizes.
-std::vector<float>& widen_scratch(int which) {
-  thread_local std::vector<float> buf[2];
-  return buf[which];
+// rows x cols of a row-major matrix with row stride ld, converted row by row into a compact
+// [rows, cols] buffer; large matrices split their rows over `threads`. buf only grows (a shrink
+// and regrow would zero-fill on every call whose shapes alternate).
+template <class In, class Out, class Convert>
+const Out* compact_parallel(const In* x, int64_t rows, int64_t cols, int64_t ld,
+                            std::vector<Out>& buf, int threads, Convert convert) {
+  const size_t need = static_cast<size_t>(std::max<int64_t>(rows * cols, 1));
+  if (buf.size() < need) buf.resize(need);
+  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
+  auto row = [&](int64_t r) { convert(x + r * ld, buf.data() + r * cols, cols); };
+  if (nt == 1) {
+    // No OpenMP region at all: gemm_bf16_widened calls this once per tile product.
+    for (int64_t r = 0; r < rows; ++r) row(r);
+  } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) row(r);
+  }
+  return buf.data();
 }
 
-// Copies the stored rows x cols bf16 matrix (row stride ld) into a dense f32 one. Exact.
-const float* widen(const core::bf16* x, int64_t rows, int64_t cols, int64_t ld, int which) {
-  auto& buf = widen_scratch(which);
-  const size_t need = static_cast<size_t>(rows * cols);
-  if (buf.size() < need) buf.resize(need);
-  for (int64_t i = 0; i < rows; ++i)
-    core::bf16_to_f32(x + i * ld, buf.data() + i * cols, static_cast<size_t>(cols));
-  return buf.data();
+// bf16 -> f32 (exact): emulated bf16 operands.
+void widen_row(const core::bf16* in, float* out, int64_t n) {
+  core::bf16_to_f32(in, out, static_cast<size_t>(n));
+}
+// f32 -> the f32 value of its bf16 rounding: emulated mixed precision (the same values a bf16
+// operand would carry, kept in f32).
+void round_bf16_row(const float* in, float* out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] = core::round_bf16(in[j]);
+}
+// f32 -> bf16 (round to nearest even).
+void to_bf16_row(const float* in, core::bf16* out, int64_t n) {
+  core::f32_to_bf16(in, out, static_cast<size_t>(n));
 }
 
 }  // namespace
@@ -78,8 +95,11 @@ void gemm_bf16_widened(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  const float* af = widen(a, ar, ac, lda, 0);
-  const float* bf = widen(b, br, bc, ldb, 1);
+  // Scratch per thread, grown on demand and reused: per-call allocation would cost more than the
+  // product at attention-tile sizes. One thread: callers parallelise around this call.
+  thread_local std::vector<float> wa, wb;
+  const float* af = compact_parallel(a, ar, ac, lda, wa, 1, widen_row);
+  const float* bf = compact_parallel(b, br, bc, ldb, wb, 1, widen_row);
   gemm_f32_tile(ta, tb, m, n, k, alpha, af, ac, bf, bc, beta, c, ldc);
 }
 
@@ -397,32 +417,6 @@ int64_t gemm_panel_rows() {
 }
 
 namespace {
-// rows x cols of a row-major matrix with row stride ld, converted row by row into a compact
-// [rows, cols] buffer (buf, grown as needed); large matrices split their rows over `threads`.
-template <class In, class Out, class Convert>
-const Out* compact_parallel(const In* x, int64_t rows, int64_t cols, int64_t ld,
-                            std::vector<Out>& buf, int threads, Convert convert) {
-  buf.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
-  const int nt = rows * cols >= (int64_t{1} << 16) ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) convert(x + r * ld, buf.data() + r * cols, cols);
-  return buf.data();
-}
-
-// bf16 -> f32 (exact): emulated bf16 operands.
-void widen_row(const core::bf16* in, float* out, int64_t n) {
-  core::bf16_to_f32(in, out, static_cast<size_t>(n));
-}
-// f32 -> the f32 value of its bf16 rounding: emulated mixed precision (the same values a bf16
-// operand would carry, kept in f32).
-void round_bf16_row(const float* in, float* out, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) out[j] = core::round_bf16(in[j]);
-}
-// f32 -> bf16 (round to nearest even).
-void to_bf16_row(const float* in, core::bf16* out, int64_t n) {
-  core::f32_to_bf16(in, out, static_cast<size_t>(n));
-}
-
 template <class T, class Gemm>
 void panel_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                     const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
