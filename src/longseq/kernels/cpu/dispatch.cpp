@@ -1,6 +1,8 @@
 // The variant tables of this build and the choice among them (dispatch.hpp).
 #include "longseq/kernels/cpu/dispatch.hpp"
 
+#include <vector>
+
 #include "longseq/core/error.hpp"
 
 namespace longseq::kernels::cpu {
@@ -28,44 +30,35 @@ extern const KernelTable kTable;
 
 namespace {
 
-constexpr core::Isa kBuilt[] = {
-    core::Isa::portable,
+// The built variants, lowest first: the one list the rest is derived from.
+constexpr const KernelTable* kTables[] = {
+    &isa_portable::kTable,
 #if defined(LONGSEQ_ISA_AVX2_BUILT)
-    core::Isa::avx2,
+    &isa_avx2::kTable,
 #endif
 #if defined(LONGSEQ_ISA_AVX512_BUILT)
-    core::Isa::avx512,
+    &isa_avx512::kTable,
 #endif
 #if defined(LONGSEQ_ISA_AVX512_BF16_BUILT)
-    core::Isa::avx512_bf16,
+    &isa_avx512_bf16::kTable,
 #endif
 };
 
 const KernelTable* table_or_null(core::Isa isa) {
-  switch (isa) {
-    case core::Isa::portable:
-      return &isa_portable::kTable;
-#if defined(LONGSEQ_ISA_AVX2_BUILT)
-    case core::Isa::avx2:
-      return &isa_avx2::kTable;
-#endif
-#if defined(LONGSEQ_ISA_AVX512_BUILT)
-    case core::Isa::avx512:
-      return &isa_avx512::kTable;
-#endif
-#if defined(LONGSEQ_ISA_AVX512_BF16_BUILT)
-    case core::Isa::avx512_bf16:
-      return &isa_avx512_bf16::kTable;
-#endif
-    default:
-      return nullptr;
-  }
+  for (const KernelTable* t : kTables)
+    if (t->isa == isa) return t;
+  return nullptr;
 }
 
 }  // namespace
 
 std::span<const core::Isa> built_isas() {
-  return kBuilt;
+  static const std::vector<core::Isa> isas = [] {
+    std::vector<core::Isa> v;
+    for (const KernelTable* t : kTables) v.push_back(t->isa);
+    return v;
+  }();
+  return isas;
 }
 
 const KernelTable& kernel_table(core::Isa isa) {
