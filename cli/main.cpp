@@ -83,11 +83,17 @@ int main(int argc, char** argv) {
     return comm::finish_job(help ? 0 : 2);
   }
   const std::string name = app.get_subcommands().front()->get_name();
+  // The kernel variant is resolved before any work: a bad or unsupported LONGSEQ_ISA is one clear
+  // error here, not a failure inside a rank's first kernel. Every process has the same
+  // environment, so only the launcher's rank 0 prints it (as with a bad flag above).
+  try {
+    longseq::core::active_isa();
+  } catch (const std::exception& e) {
+    if (first) std::fprintf(stderr, "error: %s\n", e.what());
+    return comm::finish_job(1);
+  }
   int status = 0;
   try {
-    // The kernel variant is resolved before any work: a bad or unsupported LONGSEQ_ISA is one
-    // clear error here, not a failure inside a rank's first kernel.
-    longseq::core::active_isa();
     if (first || ranks.at(name) == longseq::cli::Ranks::every) status = runners.at(name)();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
