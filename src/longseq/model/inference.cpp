@@ -9,6 +9,7 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/tensor.hpp"
+#include "longseq/kernels/cpu/decode_attention.hpp"
 #include "longseq/kernels/cpu/linear.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
@@ -172,51 +173,6 @@ std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, con
   return z;
 }
 
-void attend_partial(const float* q, int64_t hq, const KvCache& cache, int64_t layer, int64_t qpos,
-                    int64_t window, double scale, float* o, float* lse, int threads) {
-  const int64_t hkv = cache.hkv, d = cache.d, row = hkv * d;
-  const int64_t n = static_cast<int64_t>(cache.k[layer].size()) / std::max<int64_t>(row, 1);
-  const int64_t group = hq / hkv;
-  const float* kk = cache.k[layer].data();
-  const float* vv = cache.v[layer].data();
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
-  for (int64_t h = 0; h < hq; ++h) {
-    const float* qh = q + h * d;
-    const int64_t g = h / group;
-    std::vector<double> s(static_cast<size_t>(n));
-    double m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = cache.pos[i];
-      if (p > qpos || (window > 0 && qpos - p >= window)) {
-        s[i] = -INFINITY;
-        continue;
-      }
-      const float* ki = kk + i * row + g * d;
-      float dot = 0;
-      for (int64_t e = 0; e < d; ++e) dot += qh[e] * ki[e];
-      s[i] = scale * static_cast<double>(dot);
-      m = std::max(m, s[i]);
-    }
-    float* oh = o + h * d;
-    if (m == -INFINITY) {  // no visible key on this shard
-      std::fill(oh, oh + d, 0.0f);
-      lse[h] = -INFINITY;
-      continue;
-    }
-    std::vector<double> acc(static_cast<size_t>(d), 0.0);
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (s[i] == -INFINITY) continue;
-      const double pw = std::exp(s[i] - m);
-      sum += pw;
-      const float* vi = vv + i * row + g * d;
-      for (int64_t e = 0; e < d; ++e) acc[e] += pw * static_cast<double>(vi[e]);
-    }
-    for (int64_t e = 0; e < d; ++e) oh[e] = static_cast<float>(acc[e] / sum);
-    lse[h] = static_cast<float>(m + std::log(sum));
-  }
-}
-
 std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
                                KvCache& cache, int32_t token, int64_t pos, bool keep,
                                const InferenceOptions& opt) {
@@ -259,8 +215,10 @@ std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, c
       cache.k[layer].insert(cache.k[layer].end(), k.begin(), k.end());
       cache.v[layer].insert(cache.v[layer].end(), v.begin(), v.end());
     }
-    attend_partial(q.data(), hq, cache, layer, pos, cfg.sliding_window, scale, mine.data(),
-                   mine.data() + hq * d, threads);
+    kernels::cpu::decode_attention(q.data(), cache.k[layer].data(), cache.v[layer].data(),
+                                   cache.pos.data(), {cache.size(), hq, hkv, d}, pos,
+                                   cfg.sliding_window, scale, mine.data(), mine.data() + hq * d,
+                                   threads);
     group.all_gather(mine.data(), all.data(), static_cast<size_t>(part), core::DType::f32);
     // Merge the partials in rank order (identical on every rank).
     for (int64_t h = 0; h < hq; ++h) {

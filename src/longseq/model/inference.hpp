@@ -90,10 +90,4 @@ std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, c
                                KvCache& cache, int32_t token, int64_t pos, bool keep,
                                const InferenceOptions& opt);
 
-/// The attention of one query row q [Hq, D] over a cache shard (keys with position <= qpos and,
-/// when window > 0, qpos - position < window): o [Hq, D] and lse [Hq] (natural log; -inf and
-/// o = 0 when no key is visible). `scale` multiplies q.k.
-void attend_partial(const float* q, int64_t hq, const KvCache& cache, int64_t layer, int64_t qpos,
-                    int64_t window, double scale, float* o, float* lse, int threads);
-
 }  // namespace longseq::model
