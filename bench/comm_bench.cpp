@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (opt.world == 0 && comm::resolve_backend(opt.backend) == comm::Backend::local) opt.world = 4;
+    if (opt.world == 0 && comm::resolve_backend(opt.backend).name == "local") opt.world = 4;
     std::vector<std::string> ops;
     std::stringstream ss(ops_list);
     for (std::string s; std::getline(ss, s, ',');) ops.push_back(s);
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
       });
     } else {
 #ifdef LONGSEQ_BENCH_RAW_MPI
-      core::require(comm::resolve_backend(opt.backend) == comm::Backend::mpi, "bench",
+      core::require(comm::resolve_backend(opt.backend).name == "mpi", "bench",
                     "--raw-mpi needs the MPI backend (run under mpirun)");
       core::require(reps >= 1, "bench", "--reps ", reps, " must be >= 1");
       // Ours and raw alternate per point, `reps` times each, and each side reports its median

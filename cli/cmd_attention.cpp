@@ -222,31 +222,30 @@ std::function<int()> add_attention(CLI::App& app) {
     // world, or, with --backend local under mpirun (every process runs the same threads), the
     // launcher's rank 0.
     const bool local_copy =
-        comm::resolve_backend(a->backend) == comm::Backend::local && comm::launcher_rank() != 0;
+        comm::resolve_backend(a->backend).name == "local" && comm::launcher_rank() != 0;
     if (!have_rank0 || local_copy) return 0;
 
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankRecord& r : result.ranks) ranks.push_back(r.to_json(backward));
-    nlohmann::json stats = {
-        {"algo", spec.algo.name()},
-        {"balance", a->balance},
-        {"mask", spec.mask->describe()},
-        {"n", n},
-        {"hq", hq},
-        {"hkv", hkv},
-        {"d", d},
-        {"world", world},
-        {"threads_per_rank", threads_used},
-        {"nodes", nodes},
-        {"backend", std::string(comm::backend_name(comm::resolve_backend(a->backend)))},
-        {"precision", std::string(core::dtype_name(spec.precision))},
-        {"seconds", seconds},
-        {"visible_pairs", result.work.visible_pairs},
-        {"forward_flops", result.work.forward_flops},
-        {"backward_flops", backward ? result.work.backward_flops : 0.0},
-        {"bytes_sent_intra", result.bytes_sent_intra()},
-        {"bytes_sent_inter", result.bytes_sent_inter()},
-        {"ranks", ranks}};
+    nlohmann::json stats = {{"algo", spec.algo.name()},
+                            {"balance", a->balance},
+                            {"mask", spec.mask->describe()},
+                            {"n", n},
+                            {"hq", hq},
+                            {"hkv", hkv},
+                            {"d", d},
+                            {"world", world},
+                            {"threads_per_rank", threads_used},
+                            {"nodes", nodes},
+                            {"backend", std::string(comm::resolve_backend(a->backend).name)},
+                            {"precision", std::string(core::dtype_name(spec.precision))},
+                            {"seconds", seconds},
+                            {"visible_pairs", result.work.visible_pairs},
+                            {"forward_flops", result.work.forward_flops},
+                            {"backward_flops", backward ? result.work.backward_flops : 0.0},
+                            {"bytes_sent_intra", result.bytes_sent_intra()},
+                            {"bytes_sent_inter", result.bytes_sent_inter()},
+                            {"ranks", ranks}};
     if (!a->out.empty()) {
       std::filesystem::create_directories(a->out);
       core::write_npy(a->out + "/o.npy", result.o);

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
 
 namespace longseq::comm {
 namespace {
@@ -28,19 +28,6 @@ TEST(Topology, IdsAreRenumberedInOrderOfFirstRank) {
   EXPECT_EQ(t.nodes(), (std::vector<int>{0, 0, 1, 2, 1}));
   EXPECT_EQ(t.local_rank(4), 1);
   EXPECT_FALSE(t.uniform());
-}
-
-TEST(Backends, ResolveNames) {
-  EXPECT_EQ(resolve_backend("local"), Backend::local);
-  EXPECT_THROW(resolve_backend("nccl"), core::Error);
-  if (!launched_by_mpirun()) {
-    EXPECT_EQ(resolve_backend("any"), Backend::local);
-  }
-  if (mpi_available()) {
-    EXPECT_EQ(resolve_backend("mpi"), Backend::mpi);
-  } else {
-    EXPECT_THROW(resolve_backend("mpi"), core::Error);
-  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // Command-line flags of a comm::Options, for subcommands and benchmarks (header-only: only code
 // that already uses CLI11 includes it; the comm library itself does not depend on CLI11).
 //
-//   --backend local|mpi|any     [any]   MPI when started by mpirun, else local threads
+//   --backend local|mpi|any     [any]   MPI when started by mpirun, else local threads (the names
+//                                       come from the registry, comm/backends.hpp)
 //   --world N                   [0]     local ranks, 0 = 1 (MPI: 0 = mpirun's -np)
 //   --nodes M                   [0]     declared nodes (local: must divide world; MPI: 0 = real)
 //   --link SPEC                 [none]  local link model, e.g.
@@ -19,8 +20,8 @@ namespace longseq::comm {
 /// Declares the flags above on `app`, writing into `opt` (which must outlive parsing). The link
 /// text is parsed during CLI parsing, so a bad spec is reported as a parse error naming it.
 inline void add_cli_options(CLI::App& app, Options& opt, bool with_world = true) {
-  app.add_option("--backend", opt.backend, "communication backend: local | mpi | any")
-      ->check(CLI::IsMember({"local", "mpi", "any"}))
+  app.add_option("--backend", opt.backend, backend_help())
+      ->check(CLI::IsMember(backend_choices()))
       ->capture_default_str();
   if (with_world)
     app.add_option("--world", opt.world,

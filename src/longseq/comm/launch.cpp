@@ -3,15 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "longseq/comm/local_backend.hpp"
 #include "longseq/comm/mpi_backend.hpp"
 
 namespace longseq::comm {
-
-std::string_view backend_name(Backend b) {
-  return b == Backend::mpi ? "mpi" : "local";
-}
 
 bool launched_by_mpirun() {
   // OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers (prterun, srun --mpi=pmix) set
@@ -31,25 +30,33 @@ bool mpi_available() {
   return mpi_built();
 }
 
-Backend resolve_backend(std::string_view name) {
-  if (name == "local") return Backend::local;
-  if (name == "mpi") {
-    core::require(mpi_built(), "comm",
-                  "--backend mpi, but longseq was built without MPI (LONGSEQ_WITH_MPI=OFF)");
-    return Backend::mpi;
+const BackendEntry& resolve_backend(std::string_view name) {
+  const std::span<const BackendEntry> all = backends();
+  if (name == "any") {
+    for (const BackendEntry& b : all.subspan(1))
+      if (b.built() && b.claims_any()) return b;
+    return all.front();
   }
-  if (name == "any") return mpi_built() && launched_by_mpirun() ? Backend::mpi : Backend::local;
-  core::fail("comm", "unknown --backend '", name, "': expected local, mpi or any");
+  const BackendEntry* b = find_backend(name);
+  if (b == nullptr) {
+    const std::vector<std::string> names = backend_choices();
+    std::string known;
+    for (size_t i = 0; i < names.size(); ++i)
+      known += core::cat(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
+    core::fail("comm", "unknown --backend '", name, "': expected ", known);
+  }
+  core::require(b->built(), "comm", "--backend ", name, ", but ", b->not_built);
+  return *b;
 }
 
-Backend init(std::string_view name) {
-  const Backend b = resolve_backend(name);
-  if (b == Backend::mpi) mpi_init();
+const BackendEntry& init(std::string_view name) {
+  const BackendEntry& b = resolve_backend(name);
+  b.init();
   return b;
 }
 
 int world_size(const Options& options) {
-  return init(options.backend) == Backend::mpi ? mpi_world_size() : std::max(options.world, 1);
+  return init(options.backend).world_size(options);
 }
 
 void run_local(const Options& options, const std::function<void(Group&)>& fn) {
@@ -61,11 +68,7 @@ void run_local(const Options& options, const std::function<void(Group&)>& fn) {
 }
 
 void run(const Options& options, const std::function<void(Group&)>& fn) {
-  if (init(options.backend) == Backend::mpi) {
-    run_mpi_world(options, fn);
-  } else {
-    run_local(options, fn);
-  }
+  init(options.backend).run(options, fn);
 }
 
 void abort_job(int code) {

@@ -14,19 +14,17 @@
 #include <string>
 #include <string_view>
 
+#include "longseq/comm/backends.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/link_model.hpp"
 
 namespace longseq::comm {
 
-enum class Backend { local, mpi };
-
-std::string_view backend_name(Backend b);
-
 /// Everything needed to start a world; the CLI fills it from flags (add_cli_options in
 /// comm/cli_options.hpp).
 struct Options {
-  /// "local" | "mpi" | "any" (MPI when launched by mpirun, else local).
+  /// A registered backend's name (comm/backends.hpp: "local", "mpi") or "any" (MPI when launched
+  /// by mpirun, else local).
   std::string backend = "any";
   /// Ranks. local: number of threads (0 means 1). mpi: 0 = as started by mpirun; any other value
   /// must equal the mpirun world size.
@@ -51,12 +49,12 @@ bool launched_by_mpirun();
 int launcher_rank();
 /// True when the MPI backend was built.
 bool mpi_available();
-/// Resolves "local" | "mpi" | "any"; throws core::Error for unknown names, and for "mpi" when the
-/// backend was not built.
-Backend resolve_backend(std::string_view name);
-/// Resolves the backend and, for MPI, initialises MPI (MPI_Init_thread, progress thread) once per
-/// process; later calls are cheap. MPI is finalised at process exit.
-Backend init(std::string_view name);
+/// The registry entry of a backend name or "any" (comm/backends.hpp); throws core::Error for an
+/// unknown name (naming the known ones) and for a backend that was not built (saying why).
+const BackendEntry& resolve_backend(std::string_view name);
+/// Resolves the backend and runs its process-wide setup (MPI: MPI_Init_thread and the progress
+/// thread) once per process; later calls are cheap. MPI is finalised at process exit.
+const BackendEntry& init(std::string_view name);
 /// Number of ranks run() will start with these options (mpirun's size under MPI).
 int world_size(const Options& options);
 
