@@ -1,7 +1,7 @@
 #pragma once
-// Internal entry of the MPI backend (mpi.cpp). Without LONGSEQ_WITH_MPI, mpi_stub.cpp defines them:
-// every function but mpi_built() and mpi_initialized() throws core::Error saying the backend was
-// not built.
+// Internal entry of the MPI backend (comm/mpi/). Without LONGSEQ_WITH_MPI, mpi_stub.cpp defines
+// them: every function but mpi_built() and mpi_initialized() throws core::Error saying the backend
+// was not built.
 #include <cstddef>
 #include <cstdint>
 #include <functional>

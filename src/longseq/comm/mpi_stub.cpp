@@ -1,5 +1,5 @@
 // The MPI backend's entry points when longseq is built without MPI (LONGSEQ_WITH_MPI=OFF; CMake
-// compiles this file instead of mpi.cpp): mpi_built() and mpi_initialized() say no, everything
+// compiles this file instead of comm/mpi/): mpi_built() and mpi_initialized() say no, everything
 // else throws core::Error saying the backend was not built.
 #include <cstdlib>
 
