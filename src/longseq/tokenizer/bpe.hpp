@@ -30,7 +30,8 @@ namespace longseq::tokenizer {
 
 /// The pre-tokenizer regexes recognised, by their exact pattern text in tokenizer.json. Each is
 /// implemented by a hand-written scanner over code points with the regex's leftmost-first
-/// alternation and backtracking (bpe.cpp documents each branch), so no regex engine is involved.
+/// alternation and backtracking (pre_tokenizer.cpp documents each branch), so no regex engine is
+/// involved.
 enum class SplitRegex {
   kGpt2,    ///< GPT-2 (ByteLevel use_regex): 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|...
   kCl100k,  ///< LLaMA-3 / cl100k: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|...
