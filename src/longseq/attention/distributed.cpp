@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -287,29 +288,70 @@ comm::Group sub_group(const Collective& c, const comm::Group& group) {
 
 // Runs collective steps. Sub-groups come from the group's split cache, so only the first call
 // of a run pays the split.
+//
+// Every field of every step is posted (iall_gather, ...) before any is waited, so they move
+// together instead of one after the other. A send_recv forwards what the steps before it
+// gathered: it first completes only those of its own fields (they were posted first, so their
+// waits need nothing posted after them), and the others stay in flight across it. The unpacking
+// after the waits runs in list order, so the results are those of running the steps one by one,
+// bit for bit.
 void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, const Dims& dm,
                      Store& st, comm::Group& group, Pass pass, int threads) {
   using Op = Collective::Op;
   const int64_t l = dm.l, hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm);
+  struct Posted {
+    Field field;
+    comm::Request req;
+    std::function<void()> finish;  // unpacking once the request is complete
+  };
+  std::vector<Posted> posted;
+  std::vector<core::Buffer<std::byte>> temps;  // packed inputs and unpacked outputs in flight
+  auto complete = [&](auto&& pick) {
+    for (Posted& p : posted)
+      if (pick(p.field)) p.req.wait();
+    for (Posted& p : posted)
+      if (pick(p.field) && p.finish) p.finish();
+    std::erase_if(posted, [&](const Posted& p) { return pick(p.field); });
+  };
+  // Fields a later send_recv of this list forwards: post them first.
+  std::vector<Field> forwarded;
+  for (const Collective& c : cs)
+    if (c.op == Op::send_recv) forwarded.insert(forwarded.end(), c.fields.begin(), c.fields.end());
+  auto is_forwarded = [&](Field f) {
+    return std::find(forwarded.begin(), forwarded.end(), f) != forwarded.end();
+  };
   for (const Collective& c : cs) {
     const int n = static_cast<int>(c.members.size());
     comm::Group sub = n > 0 ? sub_group(c, group) : group;
     if (c.op == Op::merge) {  // StarTrail's reduce-scatter with LSE weights
       const int64_t ro = l * dm.hq * dm.d, rl = l * dm.hq;
-      core::Buffer<float> so(n * ro), sl(n * rl);
-      sub.all_to_all(st.s<float>(Field::o), so.data(), ro, core::DType::f32);
-      sub.all_to_all(st.s<float>(Field::lse), sl.data(), rl, core::DType::f32);
-      float* o = st.h<float>(Field::o);
-      float* lse = st.h<float>(Field::lse);
-      std::fill(o, o + ro, 0.f);
-      std::fill(lse, lse + rl, kNegInf);
-      for (int m = 0; m < n; ++m)  // member order: the same rounding on every run
-        kernels::cpu::merge_partials(o, lse, so.data() + m * ro, sl.data() + m * rl, l, dm.hq, dm.d,
-                                     threads);
+      float* so = reinterpret_cast<float*>(temps.emplace_back(n * ro * 4).data());
+      float* sl = reinterpret_cast<float*>(temps.emplace_back(n * rl * 4).data());
+      posted.push_back(
+          {Field::o, sub.iall_to_all(st.s<float>(Field::o), so, ro, core::DType::f32), nullptr});
+      posted.push_back(
+          {Field::lse, sub.iall_to_all(st.s<float>(Field::lse), sl, rl, core::DType::f32),
+           [=, &st] {
+             float* o = st.h<float>(Field::o);
+             float* lse = st.h<float>(Field::lse);
+             std::fill(o, o + ro, 0.f);
+             std::fill(lse, lse + rl, kNegInf);
+             for (int m = 0; m < n; ++m)  // member order: the same rounding on every run
+               kernels::cpu::merge_partials(o, lse, so + m * ro, sl + m * rl, l, dm.hq, dm.d,
+                                            threads);
+           }});
       continue;
     }
-    for (size_t fi = 0; fi < c.fields.size(); ++fi) {
-      const Field f = c.fields[fi];
+    if (c.op == Op::send_recv)
+      complete([&](Field f) {
+        return std::find(c.fields.begin(), c.fields.end(), f) != c.fields.end();
+      });
+    std::vector<Field> fields = c.fields;
+    std::stable_partition(fields.begin(), fields.end(), is_forwarded);
+    std::vector<comm::Request> p2p;
+    for (const Field f : fields) {
+      const int fi =
+          static_cast<int>(std::find(c.fields.begin(), c.fields.end(), f) - c.fields.begin());
       const int64_t eb = field_bytes(f, dm);
       const core::DType dt = eb == 2 ? core::DType::bf16 : core::DType::f32;
       const int64_t wh = field_width(f, dm.hq, dm.hkv, dm.d),
@@ -317,45 +359,45 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
       const int64_t unit = f == Field::lse || f == Field::dvec ? 1 : dm.d;
       const bool heads = c.op == Op::to_heads || c.op == Op::from_heads;
       const HeadSplit hs(dm.hq, dm.hkv, heads ? n : 1);
-      auto begin = [&](int j) { return (kv_field(f) ? hs.kv_begin(j) : hs.q_begin(j)) * unit; };
+      auto begin = [=](int j) { return (kv_field(f) ? hs.kv_begin(j) : hs.q_begin(j)) * unit; };
       switch (c.op) {
         case Op::all_gather:
           st.side_of(f) = st.make(n * l * wh * eb);
-          sub.all_gather(st.home_of(f), st.side_of(f), l * wh, dt);
+          posted.push_back({f, sub.iall_gather(st.home_of(f), st.side_of(f), l * wh, dt), nullptr});
           break;
         case Op::reduce_scatter:
-          sub.reduce_scatter(st.side_of(f), st.home_of(f), l * wh, dt);
+          posted.push_back(
+              {f, sub.ireduce_scatter(st.side_of(f), st.home_of(f), l * wh, dt), nullptr});
           break;
         case Op::to_heads: {
-          core::Buffer<std::byte> pack(n * l * ws * eb);
+          std::byte* pack = temps.emplace_back(n * l * ws * eb).data();
           for (int j = 0; j < n; ++j)
             for (int64_t t = 0; t < l; ++t)
-              std::memcpy(pack.data() + (j * l + t) * ws * eb,
-                          st.home_of(f) + (t * wh + begin(j)) * eb, ws * eb);
+              std::memcpy(pack + (j * l + t) * ws * eb, st.home_of(f) + (t * wh + begin(j)) * eb,
+                          ws * eb);
           st.side_of(f) = st.make(n * l * ws * eb);
-          sub.all_to_all(pack.data(), st.side_of(f), l * ws, dt);
+          posted.push_back({f, sub.iall_to_all(pack, st.side_of(f), l * ws, dt), nullptr});
           break;
         }
         case Op::from_heads: {  // fp32 outputs; replicated kv heads add up in member order
-          core::Buffer<float> in(n * l * ws);
-          sub.all_to_all(st.side_of(f), in.data(), l * ws, dt);
-          float* home = st.h<float>(f);
-          std::fill(home, home + l * wh, 0.f);
-          for (int i = 0; i < n; ++i)
-            for (int64_t t = 0; t < l; ++t)
-              for (int64_t e = 0; e < ws; ++e)
-                home[t * wh + begin(i) + e] += in[(i * l + t) * ws + e];
+          float* in = reinterpret_cast<float*>(temps.emplace_back(n * l * ws * 4).data());
+          posted.push_back({f, sub.iall_to_all(st.side_of(f), in, l * ws, dt), [=, &st] {
+                              float* home = st.h<float>(f);
+                              std::fill(home, home + l * wh, 0.f);
+                              for (int i = 0; i < n; ++i)
+                                for (int64_t t = 0; t < l; ++t)
+                                  for (int64_t e = 0; e < ws; ++e)
+                                    home[t * wh + begin(i) + e] += in[(i * l + t) * ws + e];
+                            }});
           break;
         }
         case Op::send_recv: {
           const int64_t bytes = l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * ws * eb;
           if (c.to == group.rank() && c.from == group.rank()) break;
           std::byte* fresh = st.make(bytes);
-          const int tag = tag_base(pass) + c.tag + static_cast<int>(fi);
-          comm::Request out = group.isend(c.to, st.side_of(f), bytes, tag);
-          comm::Request in = group.irecv(c.from, fresh, bytes, tag);
-          out.wait();
-          in.wait();
+          const int tag = tag_base(pass) + c.tag + fi;
+          p2p.push_back(group.isend(c.to, st.side_of(f), bytes, tag));
+          p2p.push_back(group.irecv(c.from, fresh, bytes, tag));
           st.side_of(f) = fresh;
           break;
         }
@@ -363,7 +405,9 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
           break;
       }
     }
+    comm::wait_all(p2p);  // the send buffers are the fields' previous sides
   }
+  complete([](Field) { return true; });
 }
 
 // One pass of any algorithm, q, k, v and dO in the compute type T in the kernels, the bundles

@@ -12,9 +12,15 @@
 //   barrier         dissemination: round k sends an empty message to r+2^k, receives from r-2^k.
 // Ring steps are bandwidth-optimal ((P-1)/P of the data per rank, nccl-tests' busBw); the
 // latency-bound small-message cases would prefer trees, which the planner can weigh later.
+//
+// One implementation: each algorithm is a StepRequest (its steps' messages and the work after
+// each step); the posted forms (iall_gather, ...) return it with step 0 in flight, the blocking
+// forms post it and wait at once.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
+#include <memory>
 
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/group_impl.hpp"
@@ -107,21 +113,118 @@ void copy_if_distinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
 }
 
-/// One step with at most one send and one receive; empty sides are skipped (both ends know the
-/// block sizes, so they skip the same messages).
-/// `overlap`, when given, runs after the posts and before the waits (local work that touches
-/// neither message buffer).
-void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf,
-          size_t rbytes, bool send_empty = false, const std::function<void()>& overlap = {}) {
-  SendSpec s{dst, sbuf, sbytes, tag};
-  RecvSpec r{src, rbuf, rbytes, tag};
-  const bool do_send = sbytes > 0 || send_empty;
-  const bool do_recv = rbytes > 0 || send_empty;
-  std::vector<Request> reqs;
-  g.post_step(Channel::collective, std::span<const SendSpec>(&s, do_send ? 1 : 0),
-              std::span<const RecvSpec>(&r, do_recv ? 1 : 0), reqs, /*wait_now=*/true);
-  if (overlap) overlap();
-  wait_all(reqs);
+/// Tags of the collective channel: the collective's slot (its sequence number on the group mod
+/// kCollectiveSlots) above the algorithm's own tag (a ring step, a barrier round), so collectives
+/// in flight together never match each other's messages even when ranks advance them in
+/// different orders.
+constexpr int kSlotShift = 16;
+constexpr int kCollectiveSlots = kMaxTag >> kSlotShift;
+
+/// A collective in flight: `steps` steps of point-to-point messages on the collective channel.
+/// Step s is posted once step s-1 has completed and its `after` work (a reduction, say) has run;
+/// test() and wait() advance it, so between post and wait step 0 moves by itself and the caller's
+/// test() calls start the later ones.
+///
+/// Ranks may wait for their posted collectives in different orders; a rank blocked in one would
+/// then never advance the others that its peers are blocked in. So wait() first completes every
+/// collective posted before it on the group: a rank blocked anywhere drives the earliest one it
+/// has not finished, and the earliest one unfinished anywhere always completes.
+class StepRequest final : public Request::Impl {
+ public:
+  using Specs = std::function<void(int step, std::vector<SendSpec>&, std::vector<RecvSpec>&)>;
+  using After = std::function<void(int step)>;
+
+  /// Takes the group's next slot (every rank calls the same collectives in the same order, so
+  /// every rank gets the same one) and posts step 0. Fails (user error) when kCollectiveSlots
+  /// are already in flight, since the next one would reuse a slot still in use.
+  static std::shared_ptr<StepRequest> start(std::shared_ptr<GroupImpl> g, int steps, Specs specs,
+                                            After after, bool wait_now) {
+    auto req = std::shared_ptr<StepRequest>(
+        new StepRequest(std::move(g), steps, std::move(specs), std::move(after)));
+    GroupImpl& gi = *req->g_;
+    {
+      std::lock_guard<std::mutex> lk(gi.collectives_mu);
+      core::require(gi.collectives_in_flight.size() < kCollectiveSlots, "comm",
+                    "a collective with ", kCollectiveSlots,
+                    " already in flight on this group (wait for one first)");
+      req->base_tag_ = static_cast<int>(gi.collective_seq++ % kCollectiveSlots) << kSlotShift;
+      gi.collectives_in_flight.emplace_back(req.get(), req);
+    }
+    req->post(wait_now);  // on failure the destructor unregisters it
+    return req;
+  }
+  ~StepRequest() override { release(); }
+  StepRequest(const StepRequest&) = delete;
+  StepRequest& operator=(const StepRequest&) = delete;
+
+  void wait() override {
+    if (done_) return;
+    for (const auto& earlier : posted_before()) earlier->wait();
+    advance(true);
+  }
+  bool test() override { return advance(false); }
+
+ private:
+  StepRequest(std::shared_ptr<GroupImpl> g, int steps, Specs specs, After after)
+      : g_(std::move(g)), steps_(steps), specs_(std::move(specs)), after_(std::move(after)) {}
+
+  std::vector<std::shared_ptr<Request::Impl>> posted_before() const {
+    std::vector<std::shared_ptr<Request::Impl>> out;
+    std::lock_guard<std::mutex> lk(g_->collectives_mu);
+    for (const auto& [raw, weak] : g_->collectives_in_flight) {
+      if (raw == this) break;
+      if (auto p = weak.lock()) out.push_back(std::move(p));
+    }
+    return out;
+  }
+  void post(bool wait_now) {
+    std::vector<SendSpec> sends;
+    std::vector<RecvSpec> recvs;
+    specs_(cur_, sends, recvs);
+    for (SendSpec& s : sends) s.tag += base_tag_;
+    for (RecvSpec& r : recvs) r.tag += base_tag_;
+    g_->post_step(Channel::collective, sends, recvs, reqs_, wait_now);
+  }
+  bool advance(bool block) {
+    while (!done_) {
+      if (block) {
+        wait_all(reqs_);
+      } else {
+        for (Request& r : reqs_)
+          if (!r.test()) return false;
+      }
+      reqs_.clear();
+      if (after_) after_(cur_);
+      if (++cur_ == steps_) {
+        release();
+        done_ = true;
+        break;
+      }
+      post(block);
+    }
+    return true;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lk(g_->collectives_mu);
+    std::erase_if(g_->collectives_in_flight, [&](const auto& e) { return e.first == this; });
+  }
+
+  std::shared_ptr<GroupImpl> g_;
+  int base_tag_ = 0;
+  int steps_;
+  int cur_ = 0;
+  bool done_ = false;
+  Specs specs_;
+  After after_;
+  std::vector<Request> reqs_;
+};
+
+/// At most one send and one receive per step; empty sides are skipped (both ends know the block
+/// sizes, so they skip the same messages).
+void one_each(std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs, int tag, int dst,
+              const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes) {
+  if (sbytes > 0) sends.push_back({dst, sbuf, sbytes, tag});
+  if (rbytes > 0) recvs.push_back({src, rbuf, rbytes, tag});
 }
 
 /// Ring all-gather over `out`. This rank's block comes from `in` (which may be block r of out
@@ -132,47 +235,86 @@ void step(GroupImpl& g, int tag, int dst, const void* sbuf, size_t sbytes, int s
 /// buffer (the same pages, under transparent huge pages) that this rank's own receive writes.
 /// The overlap itself gained nothing on 2 cores with 2 ranks when measured (1 MiB all_gather
 /// 52-55 us either way, before waits drove MPI themselves), but it does where a rank has a
-/// spare core.
-void ring_all_gather(GroupImpl& g, const std::byte* in, std::byte* out, const Blocks& b,
-                     size_t es) {
-  const int p = g.size(), r = g.rank();
+/// spare core. `b` is copied into the request.
+Request ring_all_gather(const std::shared_ptr<GroupImpl>& gp, const std::byte* in, std::byte* out,
+                        Blocks b, size_t es, bool wait_now) {
+  const int p = gp->size(), r = gp->rank();
   const int next = mod(r + 1, p), prev = mod(r - 1, p);
   std::byte* own = out + b.offset[static_cast<size_t>(r)] * es;
   const size_t own_bytes = b.count[static_cast<size_t>(r)] * es;
-  for (int s = 0; s < p - 1; ++s) {
+  auto specs = [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
     const auto sb = static_cast<size_t>(mod(r - s, p));
     const auto rb = static_cast<size_t>(mod(r - s - 1, p));
     const std::byte* sbuf = s == 0 ? in : out + b.offset[sb] * es;
-    step(g, s, next, sbuf, b.count[sb] * es, prev, out + b.offset[rb] * es, b.count[rb] * es, false,
-         s == 0 ? std::function<void()>([&] { copy_if_distinct(own, in, own_bytes); })
-                : std::function<void()>());
-  }
+    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, out + b.offset[rb] * es,
+             b.count[rb] * es);
+  };
+  auto req = StepRequest::start(gp, p - 1, specs, nullptr, wait_now);
+  copy_if_distinct(own, in, own_bytes);
+  return Request(std::move(req));
 }
 
 /// Ring reduce-scatter: block r of the reduction of every rank's `in` lands at `result`.
-/// `result` may be in + offset[r] (all_reduce in place).
-void ring_reduce_scatter(GroupImpl& g, const std::byte* in, std::byte* result, const Blocks& b,
-                         size_t es, DType dt, ReduceOp op) {
-  const int p = g.size(), r = g.rank();
+/// `result` may be in + offset[r] (all_reduce in place). A blocking call (`wait_now`) keeps its
+/// two partial blocks in the group's scratch; a posted one owns them.
+Request ring_reduce_scatter(const std::shared_ptr<GroupImpl>& gp, const std::byte* in,
+                            std::byte* result, Blocks b, size_t es, DType dt, ReduceOp op,
+                            bool wait_now) {
+  const int p = gp->size(), r = gp->rank();
   const int next = mod(r + 1, p), prev = mod(r - 1, p);
   const size_t slot = b.max_count() * es;
-  std::byte* tmp[2] = {g.scratch(2 * slot), nullptr};
-  tmp[1] = tmp[0] + slot;
-  for (int s = 0; s < p - 1; ++s) {
+  // tmp->at[s % 2] receives step s's partial; step s + 1 forwards it after adding this rank's
+  // block. They must exist before the constructor posts step 0.
+  struct Partials {
+    std::unique_ptr<std::byte[]> owned;
+    std::array<std::byte*, 2> at{};
+  };
+  auto tmp = std::make_shared<Partials>();
+  std::byte* mem = wait_now ? gp->scratch(2 * slot) : nullptr;
+  if (!mem) {
+    tmp->owned.reset(new std::byte[std::max<size_t>(2 * slot, 1)]);
+    mem = tmp->owned.get();
+  }
+  tmp->at = {mem, mem + slot};
+  auto specs = [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
     const auto sb = static_cast<size_t>(mod(r - s - 1, p));
     const auto rb = static_cast<size_t>(mod(r - s - 2, p));
     // Step 0 sends this rank's own block; later steps forward the partial reduced last step.
-    const std::byte* sbuf = s == 0 ? in + b.offset[sb] * es : tmp[(s - 1) % 2];
-    std::byte* rbuf = tmp[s % 2];
-    step(g, s, next, sbuf, b.count[sb] * es, prev, rbuf, b.count[rb] * es);
+    const std::byte* sbuf = s == 0 ? in + b.offset[sb] * es : tmp->at[(s - 1) % 2];
+    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, tmp->at[s % 2], b.count[rb] * es);
+  };
+  auto after = [=](int s) {
+    const auto rb = static_cast<size_t>(mod(r - s - 2, p));
+    std::byte* rbuf = tmp->at[s % 2];
     std::byte* dst = s == p - 2 ? result : rbuf;  // the last block received is block r
     combine(dst, rbuf, in + b.offset[rb] * es, b.count[rb], dt, op);
-  }
+  };
+  return Request(StepRequest::start(gp, p - 1, specs, after, wait_now));
+}
+
+/// All-to-all as one step: P-1 sends and P-1 receives posted together (this rank's own block is
+/// the caller's copy).
+Request all_to_all_step(const std::shared_ptr<GroupImpl>& gp, const std::byte* in, std::byte* out,
+                        size_t block, bool wait_now) {
+  const int p = gp->size(), r = gp->rank();
+  auto specs = [=](int, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    for (int k = 1; k < p; ++k) {
+      const int dst = mod(r + k, p), src = mod(r - k, p);
+      sends.push_back({dst, in + static_cast<size_t>(dst) * block, block, 0});
+      recvs.push_back({src, out + static_cast<size_t>(src) * block, block, 0});
+    }
+  };
+  return Request(StepRequest::start(gp, 1, specs, nullptr, wait_now));
 }
 
 }  // namespace
 
-void Group::all_gather(const void* in, void* out, size_t count, DType dt) const {
+Request Group::iall_gather(const void* in, void* out, size_t count, DType dt) const {
+  return post_all_gather(in, out, count, dt, /*wait_now=*/false);
+}
+
+Request Group::post_all_gather(const void* in, void* out, size_t count, DType dt,
+                               bool wait_now) const {
   GroupImpl& g = impl();
   const size_t es = core::dtype_size(dt);
   auto* o = static_cast<std::byte*>(out);
@@ -181,22 +323,37 @@ void Group::all_gather(const void* in, void* out, size_t count, DType dt) const 
                 "all_gather with a null buffer");
   if (g.size() == 1 || count == 0) {
     copy_if_distinct(o + static_cast<size_t>(g.rank()) * block, in, block);
-    return;
+    return {};
   }
-  ring_all_gather(g, static_cast<const std::byte*>(in), o, equal_blocks(g.size(), count), es);
+  return ring_all_gather(impl_, static_cast<const std::byte*>(in), o, equal_blocks(g.size(), count),
+                         es, wait_now);
 }
 
-void Group::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op) const {
+void Group::all_gather(const void* in, void* out, size_t count, DType dt) const {
+  post_all_gather(in, out, count, dt, /*wait_now=*/true).wait();
+}
+
+Request Group::ireduce_scatter(const void* in, void* out, size_t count, DType dt,
+                               ReduceOp op) const {
+  return post_reduce_scatter(in, out, count, dt, op, /*wait_now=*/false);
+}
+
+Request Group::post_reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op,
+                                   bool wait_now) const {
   GroupImpl& g = impl();
   require_reducible(dt);
   const size_t es = core::dtype_size(dt);
   if (g.size() == 1) {
     copy_if_distinct(out, in, count * es);
-    return;
+    return {};
   }
-  if (count == 0) return;
-  ring_reduce_scatter(g, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
-                      equal_blocks(g.size(), count), es, dt, op);
+  if (count == 0) return {};
+  return ring_reduce_scatter(impl_, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
+                             equal_blocks(g.size(), count), es, dt, op, wait_now);
+}
+
+void Group::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op) const {
+  post_reduce_scatter(in, out, count, dt, op, /*wait_now=*/true).wait();
 }
 
 void Group::all_reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op) const {
@@ -211,11 +368,17 @@ void Group::all_reduce(const void* in, void* out, size_t count, DType dt, Reduce
   const Blocks b = split_blocks(g.size(), count);
   auto* o = static_cast<std::byte*>(out);
   const size_t mine = b.offset[static_cast<size_t>(g.rank())] * es;
-  ring_reduce_scatter(g, static_cast<const std::byte*>(in), o + mine, b, es, dt, op);
-  ring_all_gather(g, o + mine, o, b, es);
+  ring_reduce_scatter(impl_, static_cast<const std::byte*>(in), o + mine, b, es, dt, op, true)
+      .wait();
+  ring_all_gather(impl_, o + mine, o, b, es, true).wait();
 }
 
-void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const {
+Request Group::iall_to_all(const void* in, void* out, size_t count, DType dt) const {
+  return post_all_to_all(in, out, count, dt, /*wait_now=*/false);
+}
+
+Request Group::post_all_to_all(const void* in, void* out, size_t count, DType dt,
+                               bool wait_now) const {
   GroupImpl& g = impl();
   const size_t block = count * core::dtype_size(dt);
   const int p = g.size(), r = g.rank();
@@ -225,15 +388,12 @@ void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const 
   core::require(p == 1 || total == 0 || i + total <= o || o + total <= i, "comm",
                 "all_to_all input and output overlap");
   copy_if_distinct(o + static_cast<size_t>(r) * block, i + static_cast<size_t>(r) * block, block);
-  if (p == 1 || count == 0) return;
-  std::vector<SendSpec> sends;
-  std::vector<RecvSpec> recvs;
-  for (int k = 1; k < p; ++k) {
-    const int dst = mod(r + k, p), src = mod(r - k, p);
-    sends.push_back({dst, i + static_cast<size_t>(dst) * block, block, 0});
-    recvs.push_back({src, o + static_cast<size_t>(src) * block, block, 0});
-  }
-  g.run_step(Channel::collective, sends, recvs);
+  if (p == 1 || count == 0) return {};
+  return all_to_all_step(impl_, i, o, block, wait_now);
+}
+
+void Group::all_to_all(const void* in, void* out, size_t count, DType dt) const {
+  post_all_to_all(in, out, count, dt, /*wait_now=*/true).wait();
 }
 
 void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
@@ -256,15 +416,15 @@ void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
                 ": sends itself ", send_counts[ur], " elements but expects ", recv_counts[ur]);
   copy_if_distinct(o + recv_displs[ur] * es, i + send_displs[ur] * es, send_counts[ur] * es);
   if (p == 1) return;
-  std::vector<SendSpec> sends;
-  std::vector<RecvSpec> recvs;
-  for (int k = 1; k < p; ++k) {
-    const auto dst = static_cast<size_t>(mod(r + k, p));
-    const auto src = static_cast<size_t>(mod(r - k, p));
-    sends.push_back({static_cast<int>(dst), i + send_displs[dst] * es, send_counts[dst] * es, 1});
-    recvs.push_back({static_cast<int>(src), o + recv_displs[src] * es, recv_counts[src] * es, 1});
-  }
-  g.run_step(Channel::collective, sends, recvs);
+  auto specs = [&](int, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    for (int k = 1; k < p; ++k) {
+      const auto dst = static_cast<size_t>(mod(r + k, p));
+      const auto src = static_cast<size_t>(mod(r - k, p));
+      sends.push_back({static_cast<int>(dst), i + send_displs[dst] * es, send_counts[dst] * es, 0});
+      recvs.push_back({static_cast<int>(src), o + recv_displs[src] * es, recv_counts[src] * es, 0});
+    }
+  };
+  StepRequest::start(impl_, 1, specs, nullptr, /*wait_now=*/true)->wait();
 }
 
 void Group::broadcast(void* data, size_t count, DType dt, int root) const {
@@ -274,28 +434,33 @@ void Group::broadcast(void* data, size_t count, DType dt, int root) const {
   if (p == 1 || count == 0) return;
   const size_t bytes = count * core::dtype_size(dt);
   const int v = mod(g.rank() - root, p);  // rank relative to the root
-  int mask = 1;
-  while (mask < p) {
-    if (v & mask) {
-      g.recv(Channel::collective, mod(v - mask + root, p), 2, data, bytes).wait();
-      break;
+  int parent_mask = 1;
+  while (parent_mask < p && !(v & parent_mask)) parent_mask <<= 1;
+  // Step 0 receives from the parent (not on the root), step 1 sends to the children.
+  auto specs = [&](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    if (s == 0) {
+      if (parent_mask < p) recvs.push_back({mod(v - parent_mask + root, p), data, bytes, 0});
+      return;
     }
-    mask <<= 1;
-  }
-  std::vector<Request> reqs;
-  for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < p)
-      reqs.push_back(g.send(Channel::collective, mod(v + mask + root, p), 2, data, bytes));
-  wait_all(reqs);
+    for (int mask = parent_mask >> 1; mask > 0; mask >>= 1)
+      if (v + mask < p) sends.push_back({mod(v + mask + root, p), data, bytes, 0});
+  };
+  StepRequest::start(impl_, 2, specs, nullptr, /*wait_now=*/true)->wait();
 }
 
 void Group::barrier() const {
   GroupImpl& g = impl();
   const int p = g.size(), r = g.rank();
-  for (int k = 1, round = 0; k < p; k <<= 1, ++round) {
-    step(g, 3 + round, mod(r + k, p), nullptr, 0, mod(r - k, p), nullptr, 0,
-         /*send_empty=*/true);
-  }
+  int rounds = 0;
+  for (int k = 1; k < p; k <<= 1) ++rounds;
+  if (rounds == 0) return;
+  // Round k sends an empty message to r + 2^k and receives one from r - 2^k.
+  auto specs = [&](int round, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    const int k = 1 << round;
+    sends.push_back({mod(r + k, p), nullptr, 0, round});
+    recvs.push_back({mod(r - k, p), nullptr, 0, round});
+  };
+  StepRequest::start(impl_, rounds, specs, nullptr, /*wait_now=*/true)->wait();
 }
 
 }  // namespace longseq::comm

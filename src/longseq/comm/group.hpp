@@ -21,9 +21,15 @@
 // Collectives: every rank of the group calls them in the same order with matching counts; the
 // caller allocates the outputs. They run ring / tree algorithms over the same point-to-point
 // layer, so their bytes are counted exactly like user traffic (docs/comm.md lists the counts).
-// all_reduce returns bit-identical results on every rank. Sums of bf16 accumulate in f32 within
-// one step and round to bf16 between steps (as a naive bf16 sum would). A group of size 1 does
-// no communication and copies only when input and output are different buffers.
+// iall_gather, ireduce_scatter and iall_to_all post the same algorithms and return a Request;
+// the blocking forms are post + wait. A posted collective's buffers must stay valid (and its
+// input unchanged) until its wait returns. Its first step is in flight at return; a ring's later
+// steps start from test() and wait() on it (a caller computing between post and wait calls test()
+// now and then; a ring of 2 ranks has one step). Ranks may wait for their posted collectives in
+// any order: a wait first completes the collectives posted before it on the same group (a
+// blocking collective too), so no order of waits can deadlock. Up to 8 collectives may be in
+// flight on one group at once (blocking ones included): the 9th throws. Every rank must wait for
+// each one it posted.
 //
 // Errors: a rank that throws inside comm::run, or a wait that exceeds the group's timeout
 // (default 300 s), fails the whole world: every pending and future wait on every rank throws
@@ -230,7 +236,7 @@ class Group {
   /// start_exchange + wait_all.
   void exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs) const;
 
-  // ---- collectives (blocking; every rank calls them in the same order) --------------------
+  // ---- collectives (every rank calls them in the same order) ------------------------------
   /// out[P * count]: block q holds rank q's `in[count]`. `in` may be out + r*count (in place).
   /// Ring: P-1 messages of count elements per rank.
   void all_gather(const void* in, void* out, size_t count, core::DType dt) const;
@@ -244,6 +250,13 @@ class Group {
   /// in[P * count], out[P * count]: block q of out on rank r is block r of rank q's in. in and
   /// out must not overlap. Posted as one grouped step of P-1 sends and P-1 receives.
   void all_to_all(const void* in, void* out, size_t count, core::DType dt) const;
+  /// Posted forms of all_gather, reduce_scatter and all_to_all (same arguments, same results,
+  /// same messages): the Request completes when the output is final. A group of size 1 or a
+  /// count of 0 completes at once.
+  Request iall_gather(const void* in, void* out, size_t count, core::DType dt) const;
+  Request ireduce_scatter(const void* in, void* out, size_t count, core::DType dt,
+                          ReduceOp op = ReduceOp::sum) const;
+  Request iall_to_all(const void* in, void* out, size_t count, core::DType dt) const;
   /// Variable counts (elements): send_counts[q] elements at in + send_displs[q] go to rank q;
   /// recv_counts[q] elements from rank q land at out + recv_displs[q]. Every pair exchanges a
   /// message (possibly empty), so a count disagreeing with the peer's is reported with both.
@@ -318,6 +331,15 @@ class Group {
     core::require(expected == got, "comm", what, ": output/input of ", got, " elements, expected ",
                   expected);
   }
+
+  // The one implementation of each collective: posted forms pass wait_now = false, blocking
+  // ones true (the caller waits at once, so a backend may leave progress to that wait).
+  Request post_all_gather(const void* in, void* out, size_t count, core::DType dt,
+                          bool wait_now) const;
+  Request post_reduce_scatter(const void* in, void* out, size_t count, core::DType dt, ReduceOp op,
+                              bool wait_now) const;
+  Request post_all_to_all(const void* in, void* out, size_t count, core::DType dt,
+                          bool wait_now) const;
 
   std::shared_ptr<GroupImpl> impl_;
 };

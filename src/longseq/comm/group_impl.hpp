@@ -95,6 +95,11 @@ class GroupImpl {
                                                 uint32_t gid) = 0;
 
   AtomicStats& counters() { return stats_; }
+  /// Collectives started on this group (every rank counts the same ones) and, in posting order,
+  /// those of this rank not yet complete: collectives.cpp derives their tags from these.
+  std::mutex collectives_mu;
+  uint64_t collective_seq = 0;
+  std::vector<std::pair<const Request::Impl*, std::weak_ptr<Request::Impl>>> collectives_in_flight;
   /// Scratch memory for collectives (grow-only, one collective at a time per group).
   std::byte* scratch(size_t bytes);
 

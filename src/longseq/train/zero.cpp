@@ -59,8 +59,7 @@ void ShardedState::zero_grads() {
   // A prefetch nobody acquired holds parameters from before the optimizer step: complete its
   // transfers (every rank posted the same ones) and drop it, so a new step never reads stale
   // values.
-  for (auto& [unit, f] : inflight_)
-    for (auto& r : f.requests) r.wait();
+  for (auto& [unit, f] : inflight_) f.request.wait();
   inflight_.clear();
 }
 
@@ -87,26 +86,23 @@ void ShardedState::widen(const unsigned char* all, float* out, size_t n) const {
     core::bf16_to_f32(reinterpret_cast<const core::bf16*>(all), out, n);
 }
 
+void ShardedState::progress() {
+  core::ScopedTimer t(&comm_s_);
+  for (auto& [unit, f] : inflight_) f.request.test();
+  for (PendingGrad& p : pending_grads_) p.request.test();
+}
+
 void ShardedState::prefetch(int unit) {
   if (group_.size() == 1 || inflight_.count(unit) || gathered_.count(unit)) return;
   core::OpScope op(core::Op::zero_gather);
-  // Above the collectives' tags (their ring steps) and below comm::kMaxTag; one tag per unit.
-  constexpr int kPrefetchTagBase = 3 << 17;
-  LONGSEQ_CHECK(kPrefetchTagBase + unit < comm::kMaxTag);
+  progress();
   Inflight& f = inflight_[unit];
   outgoing(unit, f.mine);
-  const size_t bytes = f.mine.size();
-  f.all.resize(bytes * static_cast<size_t>(group_.size()));
-  const int me = group_.rank();
-  std::memcpy(f.all.data() + static_cast<size_t>(me) * bytes, f.mine.data(), bytes);
+  f.all.resize(f.mine.size() * static_cast<size_t>(group_.size()));
   core::ScopedTimer t(&comm_s_);
-  for (int q = 0; q < group_.size(); ++q) {
-    if (q == me) continue;
-    f.requests.push_back(group_.irecv(q, f.all.data() + static_cast<size_t>(q) * bytes, bytes,
-                                      kPrefetchTagBase + unit));
-    f.requests.push_back(group_.isend(q, f.mine.data(), bytes, kPrefetchTagBase + unit));
-  }
-  gather_sent_ += static_cast<int64_t>(bytes);
+  f.request = group_.iall_gather(f.mine.data(), f.all.data(), static_cast<size_t>(shard_[unit]),
+                                 gather_dtype_);
+  gather_sent_ += static_cast<int64_t>(f.mine.size());
 }
 
 const float* ShardedState::acquire(int unit) {
@@ -115,10 +111,11 @@ const float* ShardedState::acquire(int unit) {
   LONGSEQ_CHECK_MSG(buf.empty(), "unit ", unit, " acquired twice");
   const size_t s = static_cast<size_t>(shard_[unit]);
   buf.resize(s * static_cast<size_t>(group_.size()));
+  progress();
   if (auto it = inflight_.find(unit); it != inflight_.end()) {
     {
       core::ScopedTimer t(&comm_s_);
-      for (auto& r : it->second.requests) r.wait();
+      it->second.request.wait();
     }
     widen(it->second.all.data(), buf.data(), buf.size());
     inflight_.erase(it);
@@ -163,47 +160,26 @@ void ShardedState::release_grad(int unit) {
   p.unit = unit;
   p.full = std::move(it->second);  // the buffer moves, its data pointer stays
   grad_full_.erase(it);
-  const int r = group_.size(), me = group_.rank();
-  const size_t s = static_cast<size_t>(shard_[unit]);
-  p.theirs.resize(s * static_cast<size_t>(r - 1));
-  // Above the prefetch tags; one tag per unit. Two reduce-scatters of one unit in flight (the
-  // tied embedding: LM head, then embedding) match in posting order.
-  constexpr int kGradTagBase = (3 << 17) + (1 << 16);
-  LONGSEQ_CHECK(kGradTagBase + unit < comm::kMaxTag);
+  p.sum.resize(static_cast<size_t>(shard_[unit]));
   {
     core::ScopedTimer t(&comm_s_);
-    for (int q = 0; q < r; ++q) {
-      if (q == me) continue;
-      const size_t slot = static_cast<size_t>(q < me ? q : q - 1);
-      p.requests.push_back(
-          group_.irecv(q, p.theirs.data() + slot * s, s * sizeof(float), kGradTagBase + unit));
-      p.requests.push_back(group_.isend(q, p.full.data() + static_cast<size_t>(q) * s,
-                                        s * sizeof(float), kGradTagBase + unit));
-    }
+    p.request = group_.ireduce_scatter(p.full.data(), p.sum.data(), p.sum.size(), core::DType::f32);
   }
   pending_grads_.push_back(std::move(p));
   while (pending_grads_.size() > kPendingGrads) {
     complete(pending_grads_.front());
     pending_grads_.pop_front();
   }
+  progress();
 }
 
 void ShardedState::complete(PendingGrad& p) {
   {
     core::ScopedTimer t(&comm_s_);
-    for (auto& q : p.requests) q.wait();
-  }
-  const int r = group_.size(), me = group_.rank();
-  const size_t s = static_cast<size_t>(shard_[p.unit]);
-  // Sum in rank order (the same order on every rank and every run), then add to the shard.
-  std::vector<float> part(s, 0.0f);
-  for (int q = 0; q < r; ++q) {
-    const float* src = q == me ? p.full.data() + static_cast<size_t>(me) * s
-                               : p.theirs.data() + static_cast<size_t>(q < me ? q : q - 1) * s;
-    for (size_t i = 0; i < s; ++i) part[i] += src[i];
+    p.request.wait();
   }
   float* g = grad_ + offset_[p.unit];
-  for (size_t i = 0; i < s; ++i) g[i] += part[i];
+  for (size_t i = 0; i < p.sum.size(); ++i) g[i] += p.sum[i];
 }
 
 void ShardedState::finish_grads() {

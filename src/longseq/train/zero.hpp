@@ -13,16 +13,16 @@
 //
 // Communication: acquire = all_gather of s_u floats; release_grad = reduce-scatter of R s_u floats
 // (sum) added into the gradient shard; their time is counted as comm wait. release_grad posts its
-// reduce-scatter as point-to-point transfers (chunk q of this rank's full gradient to rank q, the
-// other ranks' chunks of this rank's shard in) and returns, so the transfer overlaps the backward
-// of the blocks that follow; the transfers complete, and the chunks are summed in rank order into
-// the shard, when more than kPendingGrads are in flight (the oldest first: a bounded number of
-// full-size gradient buffers live at once) or when the gradient shards are read (grads(),
-// grad_shard(), finish_grads(): the optimizer step, the norm, checkpoints). prefetch(u) posts
-// unit u's gather as point-to-point transfers (every rank sends its shard to every other rank)
-// and returns; acquire(u) then only waits for them, so the gather overlaps the compute between the
-// two calls (under MPI the progress thread moves the bytes meanwhile; the local backend copies at
-// the wait, so there it changes nothing). The values are the all_gather's, bit for bit.
+// reduce-scatter (Group::ireduce_scatter, the ring of reduce_scatter) and returns, so the
+// transfer overlaps the backward of the blocks that follow; the posted reduce-scatters complete,
+// and their sums are added into the shards, when more than kPendingGrads are in flight (the
+// oldest first: a bounded number of full-size gradient buffers live at once) or when the gradient
+// shards are read (grads(), grad_shard(), finish_grads(): the optimizer step, the norm,
+// checkpoints). prefetch(u) posts unit u's gather (Group::iall_gather) and returns; acquire(u)
+// then only waits for it, so the gather overlaps the compute between the two calls (under MPI the
+// progress thread moves the bytes meanwhile; the local backend copies when a rank tests or waits).
+// Every call into this object first test()s what is in flight, which starts the later ring steps
+// of R > 2 ranks. The values are the blocking collectives', bit for bit.
 //
 // Mixed precision (set_gather_dtype(bf16)): the shards stay fp32 (the master weights AdamW
 // updates); acquire() rounds this rank's shard to bf16 and all-gathers bf16, half the bytes, and
@@ -119,22 +119,24 @@ class ShardedState final : public model::ParamSource {
   core::DType gather_dtype_ = core::DType::f32;
   int64_t gather_sent_ = 0, prefetch_hits_ = 0;
   // A gather in flight: the bytes of the gathered unit (f32 or bf16), this rank's shard as sent
-  // (bf16: its rounded copy), and the transfers.
+  // (bf16: its rounded copy), the posted all-gather.
   struct Inflight {
     std::vector<unsigned char> all, mine;
-    std::vector<comm::Request> requests;
+    comm::Request request;
   };
   std::map<int, Inflight> inflight_;
-  // A reduce-scatter in flight: this rank's full gradient (chunks sent from it), the other ranks'
-  // chunks of this rank's shard (R - 1 of s_u floats, by rank, this rank skipped), the transfers.
+  // A reduce-scatter in flight: this rank's full gradient, the reduced shard it yields (s_u
+  // floats), the posted reduce-scatter.
   struct PendingGrad {
     int unit = 0;
-    std::vector<float> full, theirs;
-    std::vector<comm::Request> requests;
+    std::vector<float> full, sum;
+    comm::Request request;
   };
   std::deque<PendingGrad> pending_grads_;
-  // Waits for p's transfers and adds its sum into the unit's gradient shard.
+  // Waits for p's reduce-scatter and adds its sum into the unit's gradient shard.
   void complete(PendingGrad& p);
+  // test() on every collective in flight: starts their next ring steps.
+  void progress();
   // This rank's shard of `unit` as a gather sends it (gather_dtype_: the fp32 values or their
   // bf16 rounding), written to `out`.
   void outgoing(int unit, std::vector<unsigned char>& out) const;
