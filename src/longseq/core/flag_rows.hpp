@@ -60,8 +60,8 @@ inline constexpr FlagRow link{
 /// A model to read (eval, generate, passkey): not --checkpoint, which is train's and plan's
 /// recompute policy. The old spelling still works and warns (cli/table_flags.hpp).
 inline constexpr FlagRow checkpoint_dir{
-    "--checkpoint-dir", "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory",
-    ""};
+    "--checkpoint-dir",
+    "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory", ""};
 inline constexpr FlagRow backend{"--backend", "local | mpi | any (any: MPI when started by mpirun)",
                                  "any"};
 
