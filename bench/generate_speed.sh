@@ -33,7 +33,7 @@ open(path, "w").write(" ".join(str(b) for b in ids))
 EOF
   for p in ${WORLDS//,/ }; do
     load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-    "$BIN" generate --checkpoint "$TMP/model" --prompt-ids "$TMP/prompt_$n.txt" \
+    "$BIN" generate --checkpoint-dir "$TMP/model" --prompt-ids "$TMP/prompt_$n.txt" \
       --max-new-tokens "$NEW" --world "$p" --algo burst --balance zigzag --threads 1 \
       --stats "$TMP/stats_${n}_$p.json" >/dev/null
     load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -7,6 +7,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/plan/calibrate.hpp"
+#include "table_flags.hpp"
 
 namespace longseq::cli {
 
@@ -17,9 +18,7 @@ std::function<int()> add_calibrate(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   app.add_option("--out", a->out, "profile to write")->capture_default_str();
-  app.add_option("--threads", a->o.threads,
-                 "compute threads per rank (the executor's AttentionSpec::threads)")
-      ->capture_default_str();
+  add_row(app, core::rows::threads, a->o.threads);
   app.add_option("--repeats", a->o.repeats,
                  "timed repetitions per kernel measurement (best is kept)")
       ->capture_default_str();

@@ -4,30 +4,29 @@
 
 #include "commands.hpp"
 #include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
 #include "longseq/train/eval.hpp"
+#include "table_flags.hpp"
 
 namespace longseq::cli {
 
 std::function<int()> add_eval(CLI::App& app) {
   auto c = std::make_shared<train::EvalConfig>();
-  app.add_option("--checkpoint", c->checkpoint,
-                 "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory")
-      ->required();
+  add_checkpoint_dir(app, c->checkpoint, "eval");
   app.add_option("--data", c->data, "token file, or .txt tokenized byte-level")->required();
   app.add_option("--seq", c->seq, "tokens per sequence (N)")->required();
-  app.add_option("--world", c->world, "ranks the sequence is split over");
-  app.add_option("--algo", c->algo,
-                 "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | "
-                 "ulysses | usp:U[:burst|:ring]");
-  app.add_option("--balance", c->balance, "contiguous | zigzag | striped");
-  app.add_option("--mask", c->mask, "causal | window:W | document | document:FILE | blocks:FILE:B");
+  add_row(app, core::rows::world, c->world);
+  add_row(app, core::rows::algo, c->algo);
+  add_row(app, core::rows::balance, c->balance);
+  add_row(app, core::rows::mask, c->mask);
   app.add_option("--sequences", c->sequences,
                  "evaluate the first K sequences of the file (0: all)");
   app.add_option("--buckets", c->buckets, "position buckets of the loss curve (at most N - 1)");
-  app.add_option("--threads", c->threads, "compute threads per rank (0: cores / world)");
-  app.add_option("--precision", c->precision, "fp32 | bf16 matrix products");
+  add_row(app, core::rows::threads, c->threads);
+  add_row(app, core::rows::precision, c->precision);
   app.add_option("--out", c->out, "directory: eval.json and loss_by_position.svg")->required();
   return [c] {
+    core::require(!c->checkpoint.empty(), "eval", "--checkpoint-dir is required");
     const train::EvalResult r = train::evaluate(*c);
     if (comm::launcher_rank() == 0) {
       std::printf(

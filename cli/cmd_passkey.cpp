@@ -6,6 +6,7 @@
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/train/passkey.hpp"
+#include "table_flags.hpp"
 
 namespace longseq::cli {
 
@@ -19,18 +20,17 @@ struct PasskeyArgs {
 
 std::function<int()> add_passkey(CLI::App& app) {
   auto a = std::make_shared<PasskeyArgs>();
-  app.add_option("--checkpoint", a->cfg.checkpoint,
-                 "a training --out directory or a Hugging Face LLaMA directory");
+  add_checkpoint_dir(app, a->cfg.checkpoint, "passkey");
   app.add_option("--lengths", a->cfg.lengths, "context lengths in tokens (bytes)")->delimiter(',');
   app.add_option("--depths", a->cfg.depths, "depths of the key, fractions in [0, 1]")
       ->delimiter(',');
   app.add_option("--trials", a->cfg.trials, "keys per (length, depth) cell");
   app.add_option("--digits", a->cfg.digits, "digits of the key");
   app.add_option("--seed", a->cfg.seed, "seed of the keys (and of --make-data)");
-  app.add_option("--world", a->cfg.world, "ranks of the prefill and of the sharded KV cache");
-  app.add_option("--algo", a->cfg.algo, "prefill attention algorithm");
-  app.add_option("--balance", a->cfg.balance, "prefill layout");
-  app.add_option("--threads", a->cfg.threads, "compute threads per rank (0: cores / world)");
+  add_row(app, core::rows::world, a->cfg.world);  // the prefill's ranks; the KV cache's shards
+  add_row(app, core::rows::algo, a->cfg.algo);
+  add_row(app, core::rows::balance, a->cfg.balance);
+  add_row(app, core::rows::threads, a->cfg.threads);
   app.add_option("--out", a->cfg.out, "directory: passkey.json and the heat map passkey.svg");
   app.add_option("--make-data", a->make_data,
                  "instead: write a token file of passkey examples to train on");
@@ -45,7 +45,7 @@ std::function<int()> add_passkey(CLI::App& app) {
       return 0;
     }
     core::require(!a->cfg.checkpoint.empty(), "passkey",
-                  "--checkpoint is required (or --make-data FILE)");
+                  "--checkpoint-dir is required (or --make-data FILE)");
     const train::PasskeyResult r = train::run_passkey(a->cfg);
     if (comm::launcher_rank() != 0) return 0;
     double digits = 0;

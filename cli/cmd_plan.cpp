@@ -10,8 +10,9 @@
 
 #include "commands.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/plan/host_plan.hpp"
 #include "longseq/plan/planner.hpp"
-#include "plan_host.hpp"
+#include "table_flags.hpp"
 
 namespace longseq::cli {
 
@@ -24,8 +25,8 @@ struct PlanArgs {
   int gpus_per_node = 8;
   std::string hardware = "a800";
   double memory_limit_gib = 0;
-  std::string mask = "causal";
-  std::string balance = "zigzag";
+  std::string mask = core::rows::mask.text;
+  std::string balance = core::rows::balance.text;
   std::string algo;        // comma list
   std::string checkpoint;  // comma list
   std::string loss;        // comma list
@@ -68,6 +69,193 @@ std::string safe_name(std::string s) {
   return s;
 }
 
+double mib(double b) {
+  return b / (1 << 20);
+}
+
+void print_host(const PlanArgs& a, const plan::HostPlan& r) {
+  const train::TrainConfig& c = r.config;
+  std::printf(
+      "plan --train %s: peak RSS of `longseq train` on this host (%d ranks as threads of one "
+      "process), %s, N = %lld, algo %s, balance %s, mask %s, loss %s, ffn chunk %lld, "
+      "data %lld tokens; limit %.2f GiB%s\n",
+      a.train.c_str(), c.world, c.model.describe().c_str(), static_cast<long long>(c.seq),
+      c.algo.c_str(), c.balance.c_str(), r.mask.c_str(), c.loss.c_str(),
+      static_cast<long long>(c.ffn_chunk), static_cast<long long>(r.data_tokens),
+      r.limit_bytes / (1 << 30), r.limit_given ? " (--memory-limit)" : " (MemTotal)");
+  std::printf("%-14s %12s %10s  %s\n", "checkpoint", "peak MiB", "phase", "fits");
+  for (size_t i = 0; i < r.policies.size(); ++i)
+    std::printf("%-14s %12.1f %10s  %s\n", r.policies[i].c_str(), mib(r.memory[i].total()),
+                r.memory[i].phase.c_str(), r.memory[i].total() <= r.limit_bytes ? "yes" : "no");
+  if (a.explain)
+    for (size_t i = 0; i < r.policies.size(); ++i) {
+      const plan::HostTrainerMemory& m = r.memory[i];
+      std::printf("\n%s: peak in the %s phase\n", r.policies[i].c_str(), m.phase.c_str());
+      std::printf("  %-64s %10.1f MiB\n", "baseline (binary, libraries, runtime; measured)",
+                  mib(m.baseline));
+      std::printf("  %-64s %10.1f MiB\n", "token file (uint32 per token)", mib(m.data));
+      std::printf("  %-64s %10.1f MiB\n", "ZeRO-3 state, all ranks (params, grads, m, v, decay)",
+                  mib(m.state));
+      for (const auto& [name, bytes] : m.items)
+        std::printf("  %d x %-60s %10.1f MiB\n", m.ranks, name.c_str(), mib(bytes * m.ranks));
+      std::printf("  %-64s %10.1f MiB\n", "total", mib(m.total()));
+    }
+  if (!a.longest) return;
+  std::printf("\nlongest N within %.2f GiB (multiples of %lld tokens):\n",
+              r.limit_bytes / (1 << 30), static_cast<long long>(r.longest_step));
+  for (const plan::Longest& l : r.longest)
+    std::printf("  %-14s N = %9lld  (%.1f MiB predicted)\n", l.checkpoint.c_str(),
+                static_cast<long long>(l.seq), mib(l.predicted_bytes));
+}
+
+// `plan --train`: the host trainer's peak RSS (plan/host_plan.hpp), printed.
+int run_host(const PlanArgs& a, const CLI::App& app) {
+  plan::HostPlanRequest h;
+  h.preset = a.train;
+  auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
+  if (given("--seq")) h.seq = plan::parse_count(a.seq, "--seq");
+  if (given("--gpus")) h.world = a.gpus;
+  if (given("--mask")) h.mask = a.mask;
+  h.algo = a.algo;
+  if (given("--balance")) h.balance = a.balance;
+  h.loss = a.loss;
+  h.checkpoints = split_list(a.checkpoint);
+  h.ffn_chunk = a.ffn_chunk;
+  h.data_tokens = a.data_tokens;
+  h.memory_limit_gib = a.memory_limit_gib;
+  h.longest = a.longest;
+  const plan::HostPlan r = plan::host_plan(h);
+  if (a.json) {
+    std::printf("%s\n", r.to_json(a.train).dump(1).c_str());
+    return 0;
+  }
+  print_host(a, r);
+  return 0;
+}
+
+plan::PlanOptions plan_options(const PlanArgs& a) {
+  using namespace plan;
+  PlanOptions o;
+  o.model = load_model(a.model);
+  o.seq = parse_count(a.seq, "--seq");
+  o.gpus = a.gpus;
+  o.gpus_per_node = a.gpus_per_node;
+  o.hw = load_hardware(a.hardware);
+  if (o.hw.host_cores > 0)
+    if (const std::string m = host_profile_mismatch(a.hardware); !m.empty())
+      std::fprintf(stderr, "[plan] warning: %s\n", m.c_str());
+  core::require(a.memory_limit_gib >= 0, "plan", "--memory-limit ", a.memory_limit_gib,
+                " must be >= 0");
+  o.memory_limit_bytes = a.memory_limit_gib * (1 << 30);
+  o.mask = attention::MaskSpec::parse(a.mask, false, o.seq);
+  o.balance = attention::parse_balance(a.balance);
+  o.seq_selective_fraction = a.seq_selective_fraction;
+  o.algos = split_list(a.algo);
+  for (const auto& c : split_list(a.checkpoint))
+    o.checkpoints.push_back(model::parse_checkpoint_policy(c));
+  for (const auto& l : split_list(a.loss)) o.losses.push_back(model::parse_loss_mode(l));
+  o.validate();
+  return o;
+}
+
+void print_ranking(const PlanArgs& a, const plan::PlanOptions& o,
+                   const std::vector<plan::Evaluation>& evals) {
+  using namespace plan;
+  if (a.json) {
+    std::fputs(plan_json(evals).c_str(), stdout);
+  } else {
+    std::printf("plan: %s, N = %lld, %d GPUs (%d per node), hardware %s, mask %s, %s balance\n",
+                o.model.name.c_str(), static_cast<long long>(o.seq), o.gpus, o.gpus_per_node,
+                o.hw.name.c_str(), o.mask.describe().c_str(), a.balance.c_str());
+    std::printf("%-4s %-22s %-14s %-8s %10s %9s %6s %9s %10s %10s  %s\n", "#", "algo", "checkpoint",
+                "loss", "step [s]", "TGS", "MFU", "mem GiB", "intra GiB", "inter GiB", "model");
+    int shown = 0, feasible = 0;
+    for (const Evaluation& e : evals) {
+      if (!e.feasible) continue;
+      ++feasible;
+      if (a.top > 0 && shown >= a.top) continue;
+      ++shown;
+      // Every algorithm is costed by replaying its schedule: the "model" column says so.
+      std::printf("%-4d %-22s %-14s %-8s %10.4g %9.2f %5.1f%% %9s %10s %10s  schedule\n", shown,
+                  e.config.algo.name().c_str(),
+                  std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
+                  std::string(model::loss_mode_name(e.config.loss)).c_str(), e.step_seconds,
+                  e.tokens_per_sec_per_gpu, 100 * e.mfu, gib(e.memory.total()).c_str(),
+                  gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str());
+    }
+    if (feasible > shown)
+      std::printf("     ... %d more feasible (--top 0 lists all)\n", feasible - shown);
+    std::printf("\ninfeasible:\n");
+    for (const Evaluation& e : evals)
+      if (!e.feasible)
+        std::printf("  %-22s %-14s %-8s %s\n", e.config.algo.name().c_str(),
+                    std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
+                    std::string(model::loss_mode_name(e.config.loss)).c_str(), e.reason.c_str());
+  }
+}
+
+// --explain: every term of the winner's step time, the profile's corrections, its memory.
+void print_explain(FILE* out, const plan::PlanOptions& o, const plan::Evaluation& b) {
+  using namespace plan;
+  std::fprintf(out, "\nwinner: %s, checkpoint %s, loss %s\n", b.config.algo.name().c_str(),
+               std::string(model::checkpoint_policy_name(b.config.checkpoint)).c_str(),
+               std::string(model::loss_mode_name(b.config.loss)).c_str());
+  std::fprintf(out,
+               "  hardware %s: peak %.4g FLOP/s; intra alpha %.3g s beta %.4g B/s; inter alpha "
+               "%.3g s beta %.4g B/s per GPU\n",
+               o.hw.name.c_str(), o.hw.peak_flops, o.hw.intra.latency_s, o.hw.intra.bandwidth_Bps,
+               o.hw.inter.latency_s, o.hw.inter.bandwidth_Bps);
+  std::fprintf(out,
+               "  empirical corrections (%s): GEMM %.2f, attention fwd %.2f, bwd %.2f, "
+               "collectives %.2f\n",
+               o.hw.corrections.source.c_str(), o.hw.corrections.gemm_efficiency,
+               o.hw.corrections.attention_fwd_efficiency, o.hw.corrections.attention_bwd_efficiency,
+               o.hw.corrections.collective_efficiency);
+  if (o.hw.tiles.enabled())
+    std::fprintf(out,
+                 "  empirical corrections: partial kernel tiles cost %.2f (fwd) / %.2f (bwd) x "
+                 "a full tile's pair\n",
+                 o.hw.corrections.partial_tile_cost_fwd, o.hw.corrections.partial_tile_cost_bwd);
+  if (o.hw.host_cores > 0)
+    std::fprintf(out,
+                 "  one host of %d cores: each of %d ranks computes at %.2f of a core; local "
+                 "copy at the wait "
+                 "alpha %.3g s beta %.4g B/s\n",
+                 o.hw.host_cores, o.gpus, o.hw.compute_share(o.gpus), o.hw.wait_copy.latency_s,
+                 o.hw.wait_copy.bandwidth_Bps);
+  for (const Term& t : b.terms)
+    std::fprintf(out, "  %-44s %12.6g s   %s\n", t.name.c_str(), t.seconds, t.detail.c_str());
+  std::fprintf(out, "  memory (per GPU):\n");
+  for (const auto& [name, bytes] : b.memory.items())
+    std::fprintf(out, "    %-48s %10s GiB\n", name.c_str(), gib(bytes).c_str());
+  std::fprintf(out, "    %-48s %10s GiB\n", "total", gib(b.memory.total()).c_str());
+}
+
+void write_timelines(const std::string& dir, const plan::PlanOptions& o,
+                     const plan::Evaluation& best) {
+  using namespace plan;
+  std::filesystem::create_directories(dir);
+  const AttentionCost c = cost_attention(best.config.algo, attention_problem(o), o.hw, 0, true);
+  for (const auto& [pass, pc] :
+       {std::pair{"forward", &c.forward}, std::pair{"backward", &c.backward}}) {
+    const std::string path = dir + "/" + safe_name(best.config.algo.name()) + "-" + pass + ".svg";
+    write_file(path,
+               timeline_svg(*pc->timeline, best.config.algo.name() + " " + pass + " (one layer)"));
+    std::fprintf(stderr, "wrote %s\n", path.c_str());
+  }
+}
+
+int run_cluster(const PlanArgs& a) {
+  const plan::PlanOptions o = plan_options(a);
+  const std::vector<plan::Evaluation> evals = plan::plan(o);
+  print_ranking(a, o, evals);
+  const plan::Evaluation* best =
+      evals.empty() || !evals.front().feasible ? nullptr : &evals.front();
+  if (a.explain && best) print_explain(a.json ? stderr : stdout, o, *best);
+  if (!a.timeline.empty() && best) write_timelines(a.timeline, o, *best);
+  return best ? 0 : 3;
+}
+
 }  // namespace
 
 std::function<int()> add_plan(CLI::App& app) {
@@ -82,12 +270,11 @@ std::function<int()> add_plan(CLI::App& app) {
                  "hardware profile name (data/hardware/*.json) or FILE.json");
   app.add_option("--memory-limit", a->memory_limit_gib,
                  "per-GPU memory limit in GiB (0: the profile's memory)");
-  app.add_option("--mask", a->mask, "full | causal | window:W (window implies causal)");
-  app.add_option("--balance", a->balance, "contiguous | zigzag | striped");
+  add_row(app, core::rows::mask, a->mask);
+  add_row(app, core::rows::balance, a->balance);
   app.add_option(
       "--algo", a->algo,
-      "restrict to these algorithms (comma list of ring | burst | double-ring[:I][:burst|:ring] | "
-      "startrail:C[:teams|:rings] | ulysses | usp:U[:burst|:ring])");
+      std::string("restrict to these algorithms (comma list of ") + core::rows::kAlgoGrammar + ")");
   app.add_option(
       "--checkpoint", a->checkpoint,
       "restrict checkpoint policies (comma list: none, full, selective++, seq-selective)");
@@ -109,136 +296,7 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_option("--ffn-chunk", a->ffn_chunk, "with --train: tokens per blockwise-FFN chunk");
   app.add_option("--data-tokens", a->data_tokens,
                  "with --train: tokens of the token file (default: read the preset's)");
-  auto* seq_opt = app.get_option("--seq");
-  auto* gpus_opt = app.get_option("--gpus");
-  auto* mask_opt = app.get_option("--mask");
-  auto* balance_opt = app.get_option("--balance");
-  return [a, seq_opt, gpus_opt, mask_opt, balance_opt] {
-    using namespace plan;
-    if (!a->train.empty()) {
-      HostPlanArgs h;
-      h.preset = a->train;
-      if (seq_opt->count() > 0) h.seq = parse_count(a->seq, "--seq");
-      if (gpus_opt->count() > 0) h.world = a->gpus;
-      if (mask_opt->count() > 0) h.mask = a->mask;
-      h.algo = a->algo;
-      if (balance_opt->count() > 0) h.balance = a->balance;
-      h.loss = a->loss;
-      h.checkpoints = split_list(a->checkpoint);
-      h.ffn_chunk = a->ffn_chunk;
-      h.data_tokens = a->data_tokens;
-      h.memory_limit_gib = a->memory_limit_gib;
-      h.longest = a->longest;
-      h.explain = a->explain;
-      h.json = a->json;
-      return plan_host(h);
-    }
-    PlanOptions o;
-    o.model = load_model(a->model);
-    o.seq = parse_count(a->seq, "--seq");
-    o.gpus = a->gpus;
-    o.gpus_per_node = a->gpus_per_node;
-    o.hw = load_hardware(a->hardware);
-    if (o.hw.host_cores > 0)
-      if (const std::string m = host_profile_mismatch(a->hardware); !m.empty())
-        std::fprintf(stderr, "[plan] warning: %s\n", m.c_str());
-    core::require(a->memory_limit_gib >= 0, "plan", "--memory-limit ", a->memory_limit_gib,
-                  " must be >= 0");
-    o.memory_limit_bytes = a->memory_limit_gib * (1 << 30);
-    o.mask = attention::MaskSpec::parse(a->mask, false, o.seq);
-    o.balance = attention::parse_balance(a->balance);
-    o.seq_selective_fraction = a->seq_selective_fraction;
-    o.algos = split_list(a->algo);
-    for (const auto& c : split_list(a->checkpoint)) o.checkpoints.push_back(parse_checkpoint(c));
-    for (const auto& l : split_list(a->loss)) o.losses.push_back(parse_loss(l));
-    o.validate();
-    const std::vector<Evaluation> evals = plan::plan(o);
-
-    if (a->json) {
-      std::fputs(plan_json(evals).c_str(), stdout);
-    } else {
-      std::printf("plan: %s, N = %lld, %d GPUs (%d per node), hardware %s, mask %s, %s balance\n",
-                  o.model.name.c_str(), static_cast<long long>(o.seq), o.gpus, o.gpus_per_node,
-                  o.hw.name.c_str(), o.mask.describe().c_str(), a->balance.c_str());
-      std::printf("%-4s %-22s %-14s %-8s %10s %9s %6s %9s %10s %10s  %s\n", "#", "algo",
-                  "checkpoint", "loss", "step [s]", "TGS", "MFU", "mem GiB", "intra GiB",
-                  "inter GiB", "model");
-      int shown = 0, feasible = 0;
-      for (const Evaluation& e : evals) {
-        if (!e.feasible) continue;
-        ++feasible;
-        if (a->top > 0 && shown >= a->top) continue;
-        ++shown;
-        // Every algorithm is costed by replaying its schedule: the "model" column says so.
-        std::printf("%-4d %-22s %-14s %-8s %10.4g %9.2f %5.1f%% %9s %10s %10s  schedule\n", shown,
-                    e.config.algo.name().c_str(),
-                    std::string(checkpoint_name(e.config.checkpoint)).c_str(),
-                    std::string(loss_name(e.config.loss)).c_str(), e.step_seconds,
-                    e.tokens_per_sec_per_gpu, 100 * e.mfu, gib(e.memory.total()).c_str(),
-                    gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str());
-      }
-      if (feasible > shown)
-        std::printf("     ... %d more feasible (--top 0 lists all)\n", feasible - shown);
-      std::printf("\ninfeasible:\n");
-      for (const Evaluation& e : evals)
-        if (!e.feasible)
-          std::printf("  %-22s %-14s %-8s %s\n", e.config.algo.name().c_str(),
-                      std::string(checkpoint_name(e.config.checkpoint)).c_str(),
-                      std::string(loss_name(e.config.loss)).c_str(), e.reason.c_str());
-    }
-    const Evaluation* best = evals.empty() || !evals.front().feasible ? nullptr : &evals.front();
-    if (a->explain && best) {
-      FILE* out = a->json ? stderr : stdout;
-      std::fprintf(out, "\nwinner: %s, checkpoint %s, loss %s\n", best->config.algo.name().c_str(),
-                   std::string(checkpoint_name(best->config.checkpoint)).c_str(),
-                   std::string(loss_name(best->config.loss)).c_str());
-      std::fprintf(out,
-                   "  hardware %s: peak %.4g FLOP/s; intra alpha %.3g s beta %.4g B/s; inter alpha "
-                   "%.3g s beta %.4g B/s per GPU\n",
-                   o.hw.name.c_str(), o.hw.peak_flops, o.hw.intra.latency_s,
-                   o.hw.intra.bandwidth_Bps, o.hw.inter.latency_s, o.hw.inter.bandwidth_Bps);
-      std::fprintf(out,
-                   "  empirical corrections (%s): GEMM %.2f, attention fwd %.2f, bwd %.2f, "
-                   "collectives %.2f\n",
-                   o.hw.corrections.source.c_str(), o.hw.corrections.gemm_efficiency,
-                   o.hw.corrections.attention_fwd_efficiency,
-                   o.hw.corrections.attention_bwd_efficiency,
-                   o.hw.corrections.collective_efficiency);
-      if (o.hw.tiles.enabled())
-        std::fprintf(out,
-                     "  empirical corrections: partial kernel tiles cost %.2f (fwd) / %.2f (bwd) x "
-                     "a full tile's pair\n",
-                     o.hw.corrections.partial_tile_cost_fwd,
-                     o.hw.corrections.partial_tile_cost_bwd);
-      if (o.hw.host_cores > 0)
-        std::fprintf(out,
-                     "  one host of %d cores: each of %d ranks computes at %.2f of a core; local "
-                     "copy at the wait "
-                     "alpha %.3g s beta %.4g B/s\n",
-                     o.hw.host_cores, o.gpus, o.hw.compute_share(o.gpus), o.hw.wait_copy.latency_s,
-                     o.hw.wait_copy.bandwidth_Bps);
-      for (const Term& t : best->terms)
-        std::fprintf(out, "  %-44s %12.6g s   %s\n", t.name.c_str(), t.seconds, t.detail.c_str());
-      std::fprintf(out, "  memory (per GPU):\n");
-      for (const auto& [name, bytes] : best->memory.items())
-        std::fprintf(out, "    %-48s %10s GiB\n", name.c_str(), gib(bytes).c_str());
-      std::fprintf(out, "    %-48s %10s GiB\n", "total", gib(best->memory.total()).c_str());
-    }
-    if (!a->timeline.empty() && best) {
-      std::filesystem::create_directories(a->timeline);
-      const AttentionCost c =
-          cost_attention(best->config.algo, attention_problem(o), o.hw, 0, true);
-      for (const auto& [pass, pc] :
-           {std::pair{"forward", &c.forward}, std::pair{"backward", &c.backward}}) {
-        const std::string path =
-            a->timeline + "/" + safe_name(best->config.algo.name()) + "-" + pass + ".svg";
-        write_file(path, timeline_svg(*pc->timeline,
-                                      best->config.algo.name() + " " + pass + " (one layer)"));
-        std::fprintf(stderr, "wrote %s\n", path.c_str());
-      }
-    }
-    return best ? 0 : 3;
-  };
+  return [a, app = &app] { return a->train.empty() ? run_cluster(*a) : run_host(*a, *app); };
 }
 
 }  // namespace longseq::cli

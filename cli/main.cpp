@@ -38,6 +38,14 @@ void usage(CLI::App& app, const std::string& only = "") {
   }
 }
 
+// --help wins over everything else on the line: CLI11 would otherwise first refuse a missing
+// required flag (`longseq tokenize --help` must list tokenize's flags, not demand --in).
+bool asks_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,15 +65,10 @@ int main(int argc, char** argv) {
     runners[cmd.name] = cmd.add(*sub);
     ranks[cmd.name] = cmd.ranks;
   }
-  // --help wins over everything else on the line: CLI11 would otherwise first refuse a missing
-  // required flag (`longseq tokenize --help` must list tokenize's flags, not demand --in).
   namespace comm = longseq::comm;
   const bool first = comm::launcher_rank() == 0;  // the one process that prints usage under mpirun
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a != "-h" && a != "--help") continue;
-    const std::string cmd = argc > 1 && runners.count(argv[1]) ? argv[1] : "";
-    if (first) usage(app, cmd);
+  if (asks_help(argc, argv)) {
+    if (first) usage(app, argc > 1 && runners.count(argv[1]) ? argv[1] : "");
     return comm::finish_job(0);
   }
   try {

@@ -5,6 +5,7 @@
 // table type, so CLI11 refuses
 // "--steps x" before anything runs.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -12,9 +13,41 @@
 #include <type_traits>
 #include <variant>
 
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/core/flag_rows.hpp"
 #include "longseq/core/options.hpp"
 
 namespace longseq::cli {
+
+/// Declares a shared flag (core/flag_rows.hpp) on `app`, writing into `target`: the row's name and
+/// help, and the row's default, which `target` must already hold (the structs that carry these
+/// fields initialise them from the row; a mismatch is a bug, not user input).
+template <class T>
+CLI::Option* add_row(CLI::App& app, const core::FlagRow& row, T& target) {
+  if constexpr (std::is_same_v<T, std::string>)
+    LONGSEQ_CHECK_MSG(target == row.text, "flag ", row.flag, ": default '", target,
+                      "' is not the row's '", row.text, "'");
+  else
+    LONGSEQ_CHECK_MSG(static_cast<int64_t>(target) == row.number, "flag ", row.flag, ": default ",
+                      target, " is not the row's ", row.number);
+  return app.add_option(row.flag, target, row.help);
+}
+
+/// --checkpoint-dir DIR (core/flag_rows.hpp), and --checkpoint DIR, its spelling before issue 29,
+/// which sets the same value and warns on stderr (once under mpirun: the launcher's rank 0).
+/// `component` names the command in the warning.
+inline void add_checkpoint_dir(CLI::App& app, std::string& dir, const char* component) {
+  add_row(app, core::rows::checkpoint_dir, dir);
+  app.add_option("--checkpoint", dir, "deprecated spelling of --checkpoint-dir")
+      ->each([component](const std::string&) {
+        if (comm::launcher_rank() == 0)
+          std::fprintf(stderr,
+                       "[%s] warning: --checkpoint DIR is deprecated here, use --checkpoint-dir "
+                       "(--checkpoint is train's and plan's recompute policy)\n",
+                       component);
+      });
+}
 
 /// The values given on the command line, one slot per CLI-scoped row (unset: not given).
 class TableFlags {

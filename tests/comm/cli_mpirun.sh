@@ -129,11 +129,11 @@ if [ "$NP" = 3 ]; then
   for m in local mpi; do
     run=("$LONGSEQ")
     [ $m = mpi ] && run=("${MPIRUN[@]}" "$LONGSEQ")
-    "${run[@]}" eval --checkpoint "$WORK/ck" --data "$DATA" --seq 61 --world 3 --algo ring --balance zigzag \
+    "${run[@]}" eval --checkpoint-dir "$WORK/ck" --data "$DATA" --seq 61 --world 3 --algo ring --balance zigzag \
       --out "$WORK/ev_$m" >"$WORK/ev_$m.log" 2>&1 || fail "$m eval: $(tail -2 "$WORK/ev_$m.log")"
-    "${run[@]}" generate --checkpoint "$WORK/ck" --prompt 'And God said' --max-new-tokens 6 --world 3 \
+    "${run[@]}" generate --checkpoint-dir "$WORK/ck" --prompt 'And God said' --max-new-tokens 6 --world 3 \
       --algo burst --json >"$WORK/gen_$m.log" 2>&1 || fail "$m generate: $(tail -2 "$WORK/gen_$m.log")"
-    "${run[@]}" passkey --checkpoint "$WORK/ck" --lengths 128 --depths 0,1 --trials 1 --world 3 \
+    "${run[@]}" passkey --checkpoint-dir "$WORK/ck" --lengths 128 --depths 0,1 --trials 1 --world 3 \
       --out "$WORK/pk_$m" >"$WORK/pk_$m.log" 2>&1 || fail "$m passkey: $(tail -2 "$WORK/pk_$m.log")"
   done
   cmp -s "$WORK/ev_local/eval.json" "$WORK/ev_mpi/eval.json" || fail "mpirun -np $NP eval: eval.json differs from the local backend's"

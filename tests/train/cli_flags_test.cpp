@@ -141,24 +141,44 @@ TEST(CliFlags, AttentionScheduleAndPlanRefuseEveryBadNumericValueNamingTheFlag) 
 TEST(CliFlags, EvalGeneratePasskeyAndTokenizeRefuseEveryBadNumericValueNamingTheFlag) {
   const std::string ck = checkpoint(), out = temp_path("flags", "out");
   walk({"eval",
-        "--checkpoint " + ck + " --data " + kText + " --seq 64 --sequences 1 --threads 1 --out " +
-            out,
+        "--checkpoint-dir " + ck + " --data " + kText +
+            " --seq 64 --sequences 1 --threads 1 --out " + out,
         {"--seq", "--world", "--sequences", "--buckets", "--threads"},
         kBad});
   walk({"generate",
-        "--checkpoint " + ck + " --prompt hi --max-new-tokens 2 --threads 1",
+        "--checkpoint-dir " + ck + " --prompt hi --max-new-tokens 2 --threads 1",
         {"--max-new-tokens", "--world", "--temperature", "--top-p", "--seed", "--threads"},
         kBad});
-  walk({"passkey",
-        "--checkpoint " + ck + " --lengths 160 --depths 0.5 --trials 1 --threads 1 --out " + out,
-        {"--trials", "--digits", "--seed", "--world", "--threads"},
-        kBad});
+  walk(
+      {"passkey",
+       "--checkpoint-dir " + ck + " --lengths 160 --depths 0.5 --trials 1 --threads 1 --out " + out,
+       {"--trials", "--digits", "--seed", "--world", "--threads"},
+       kBad});
   walk({"passkey",
         "--make-data " + out + "/pk.tok --count 2 --length 160",
         {"--length", "--count"},
         kBad});
   walk({"tokenize", "--in " + kText + " --out " + out + "/t.tok", {"--show"}, kBad});
   fs::remove_all(out);
+}
+
+// issue 29: eval, generate and passkey read a model from --checkpoint-dir; --checkpoint there (its
+// old spelling, and train's recompute policy) still works and warns.
+TEST(CliFlags, CheckpointIsADeprecatedAliasOfCheckpointDir) {
+  const std::string ck = checkpoint();
+  const std::string tail = " --prompt hi --max-new-tokens 2 --threads 1";
+  std::string now, old;
+  ASSERT_EQ(run(kCli + " generate --checkpoint-dir " + ck + tail, now), 0) << now;
+  ASSERT_EQ(run(kCli + " generate --checkpoint " + ck + tail, old), 0) << old;
+  EXPECT_EQ(now.find("deprecated"), std::string::npos) << now;
+  EXPECT_NE(
+      old.find("[generate] warning: --checkpoint DIR is deprecated here, use --checkpoint-dir"),
+      std::string::npos)
+      << old;
+  EXPECT_NE(old.find(now), std::string::npos) << "the same text:\n" << now << "\n" << old;
+  std::string none;
+  EXPECT_EQ(run(kCli + " generate" + tail, none), 1) << none;
+  EXPECT_NE(none.find("--checkpoint-dir is required"), std::string::npos) << none;
 }
 
 TEST(CliFlags, CalibrateRefusesNegativeAndNanValuesNamingTheFlag) {

@@ -60,3 +60,31 @@ TEST(CliAttention, WarmupRunsLeaveTheOutputsUnchanged) {
   EXPECT_GT(j.at("seconds").get<double>(), 0.0);
   EXPECT_EQ(j.at("world").get<int>(), 3);
 }
+
+// issue 31 item 5: calibrate's --threads is the shared row, 0 = every hardware thread, and the
+// profile it writes stays per thread (docs/planner.md): efficiencies from per-thread rates.
+TEST(CliThreads, CalibrateDefaultUsesTheMachineAndReportsPerThreadRates) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string path = longseq::testing::temp_path("threads", "hw.json");
+  std::string out;
+  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " calibrate --out " + path +
+                                      " --repeats 1 --pingpong-seconds 0.001 --block 64",
+                                  out),
+            0)
+      << out;
+  EXPECT_NE(out.find(std::to_string(hw) + " thread(s) per rank"), std::string::npos) << out;
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  const nlohmann::json& m = j.at("measurements");
+  EXPECT_EQ(m.at("threads_per_rank").get<int>(), hw);
+  const nlohmann::json& busy = m.at("attention_all_cores_busy");
+  EXPECT_DOUBLE_EQ(busy.at("fwd_flops_per_thread").get<double>(),
+                   busy.at("fwd_flops").get<double>() / hw);
+  // peak = the one-thread GEMM rate; the efficiency is the per-thread rate over it.
+  EXPECT_DOUBLE_EQ(j.at("peak_flops").get<double>(), m.at("gemm_f32_flops").get<double>());
+  const double eff = j.at("corrections").at("attention_fwd_efficiency").get<double>();
+  EXPECT_NEAR(eff,
+              std::min(1.5, busy.at("fwd_flops_per_thread").get<double>() /
+                                m.at("gemm_f32_flops").get<double>()),
+              1e-9);
+}

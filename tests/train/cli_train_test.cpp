@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "longseq/core/flag_rows.hpp"
 #include "longseq/core/safetensors.hpp"
 #include "longseq/train/config.hpp"
 #include "train_test_util.hpp"
@@ -103,6 +106,45 @@ TEST(TrainCli, HelpListsEveryRowWithTheMainPresetsValue) {
     ++rows;
   }
   EXPECT_GE(rows, 30);
+}
+
+// The flags several commands share (core/flag_rows.hpp, issue 29): every command that takes one
+// lists it with the row's words and the row's default; `train` shows the main preset's value (its
+// defaults are the preset's), which for these rows is the row's but for --world.
+TEST(TrainCli, SharedFlagsReadTheSameInEveryCommand) {
+  namespace rows = longseq::core::rows;
+  using Row = longseq::core::FlagRow;
+  const std::vector<std::pair<std::string, std::vector<const Row*>>> commands = {
+      {"train",
+       {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::world, &rows::nodes,
+        &rows::threads, &rows::link}},
+      {"attention",
+       {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::world, &rows::nodes,
+        &rows::threads, &rows::link, &rows::backend}},
+      {"schedule", {&rows::algo, &rows::balance, &rows::mask, &rows::world, &rows::nodes}},
+      {"plan", {&rows::balance, &rows::mask}},
+      {"eval",
+       {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::world, &rows::threads}},
+      {"generate", {&rows::algo, &rows::balance, &rows::precision, &rows::world, &rows::threads}},
+      {"passkey", {&rows::algo, &rows::balance, &rows::world, &rows::threads}},
+      {"calibrate", {&rows::threads}},
+  };
+  const longseq::train::TrainConfig main = longseq::train::preset("main");
+  for (const auto& [cmd, taken] : commands) {
+    std::string help;
+    ASSERT_EQ(run(std::string(LONGSEQ_CLI) + " " + cmd + " --help", help), 0) << help;
+    for (const Row* r : taken) {
+      const size_t at = help.find(std::string("      ") + r->flag + " ");
+      ASSERT_NE(at, std::string::npos) << cmd << ": " << r->flag << " missing:\n" << help;
+      const std::string line = help.substr(at, help.find('\n', at) - at);
+      EXPECT_NE(line.find(r->help), std::string::npos) << cmd << ": " << line;
+      std::string def = *r->text ? std::string(r->text) : std::to_string(r->number);
+      if (cmd == "train")
+        def = longseq::core::field_text(
+            longseq::core::find_field(longseq::train::train_fields(), r->flag + 2)->get(main));
+      EXPECT_NE(line.find("[default: " + def + "]"), std::string::npos) << cmd << ": " << line;
+    }
+  }
 }
 
 // The same run under mpirun (one process per rank, the MPI backend; ZeRO-3 prefetches travel on

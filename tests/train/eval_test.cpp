@@ -149,7 +149,7 @@ TEST(Eval, CliWritesTheContract) {
   const std::string out = temp_path("eval", "cli");
   fs::remove_all(out);
   std::string log;
-  const int rc = longseq::testing::run(std::string(LONGSEQ_CLI) + " eval --checkpoint " +
+  const int rc = longseq::testing::run(std::string(LONGSEQ_CLI) + " eval --checkpoint-dir " +
                                            checkpoint() + " --data " + LONGSEQ_SOURCE_DIR +
                                            "/data/kjv-genesis-exodus.txt --seq 45 --world 3 --algo "
                                            "ring --balance striped --mask causal "

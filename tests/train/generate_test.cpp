@@ -198,8 +198,8 @@ TEST(Generate, CliPrintsTheContractJson) {
   const std::string ids = temp_path("generate", "ids.txt");
   longseq::core::write_file_atomic(ids, "[65, 110, 100, 32, 71, 111, 100]");
   std::string log;
-  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
-                                      " --prompt-ids " + ids +
+  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint-dir " +
+                                      plain() + " --prompt-ids " + ids +
                                       " --max-new-tokens 5 --world 3 --algo ring " +
                                       "--temperature 1 --top-p 0.9 --seed 11 --threads 1 --json",
                                   log),
@@ -219,7 +219,7 @@ TEST(Generate, CliPrintsTheContractJson) {
   EXPECT_EQ(j.at("ids").get<std::vector<int32_t>>(), tr::generate(g).ids);
   // text prompts go through the byte tokenizer here (no tokenizer.json in the checkpoint)
   ASSERT_EQ(longseq::testing::run(
-                std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
+                std::string(LONGSEQ_CLI) + " generate --checkpoint-dir " + plain() +
                     " --prompt 'And God' --max-new-tokens 5 --temperature 1 --top-p 0.9 " +
                     "--seed 11 --threads 1 --json",
                 log),
@@ -228,8 +228,8 @@ TEST(Generate, CliPrintsTheContractJson) {
   EXPECT_EQ(nlohmann::json::parse(log).at("ids"), j.at("ids"));
   // greedy by default; --stats FILE gets the timings; the text is printed without --json
   const std::string stats = temp_path("generate", "stats.json");
-  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
-                                      " --prompt-ids " + ids +
+  ASSERT_EQ(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint-dir " +
+                                      plain() + " --prompt-ids " + ids +
                                       " --max-new-tokens 4 --world 2 --threads 1 --stats " + stats,
                                   log),
             0)
@@ -278,8 +278,8 @@ TEST(Generate, RefusesBadInputNamingTheFlag) {
             }).find("--prompt-ids " + missing + ": no such file"),
             std::string::npos);
   std::string log;
-  EXPECT_NE(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint " + plain() +
-                                      " --max-new-tokens 2",
+  EXPECT_NE(longseq::testing::run(std::string(LONGSEQ_CLI) + " generate --checkpoint-dir " +
+                                      plain() + " --max-new-tokens 2",
                                   log),
             0);
   EXPECT_NE(log.find("give exactly one of --prompt TEXT and --prompt-ids FILE"), std::string::npos)

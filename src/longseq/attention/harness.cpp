@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
@@ -118,21 +119,25 @@ GlobalInputs GlobalInputs::random(int64_t n, int64_t hq, int64_t hkv, int64_t d,
   return in;
 }
 
-void GlobalInputs::validate(const char* who) const {
-  core::require(q.shape().rank() == 3, who, "q must be [N, Hq, D], got ", q.shape().str());
-  core::require(k.shape().rank() == 3, who, "k must be [N, Hkv, D], got ", k.shape().str());
-  core::require(q.dim(0) > 0 && q.dim(1) > 0 && q.dim(2) > 0, who, "q ", q.shape().str(),
-                " must have positive N, Hq and D");
-  core::require(k.dim(1) > 0, who, "k ", k.shape().str(), " must have at least one key/value head");
-  core::require(k.shape() == v.shape(), who, "k ", k.shape().str(), " and v ", v.shape().str(),
-                " must have the same shape");
-  core::require(k.dim(0) == n() && k.dim(2) == d(), who, "k ", k.shape().str(), " must be [", n(),
-                ", Hkv, ", d(), "] to match q ", q.shape().str());
-  core::require(hq() % hkv() == 0, who, "query heads ", hq(),
-                " must be a multiple of key/value heads ", hkv());
+void GlobalInputs::validate(const char* who, const std::array<const char*, 4>& names) const {
+  const auto& [nq, nk, nv, ndo] = names;
+  for (const auto& [name, t, rank] :
+       {std::tuple{nq, &q, "[N, Hq, D]"}, {nk, &k, "[N, Hkv, D]"}, {nv, &v, "[N, Hkv, D]"}}) {
+    core::require(t->shape().rank() == 3, who, name, " must be ", rank, ", got ", t->shape().str());
+    // Zero extents would divide by zero further on.
+    core::require(t->dim(0) > 0 && t->dim(1) > 0 && t->dim(2) > 0, who, name, " has shape ",
+                  t->shape().str(), ": every extent must be positive");
+  }
+  core::require(k.shape() == v.shape(), who, nk, " ", k.shape().str(), " and ", nv, " ",
+                v.shape().str(), " must have the same shape");
+  core::require(k.dim(0) == n() && k.dim(2) == d(), who, nk, " ", k.shape().str(), " must be [",
+                n(), ", Hkv, ", d(), "] to match ", nq, " ", q.shape().str());
+  core::require(hq() % hkv() == 0, who, "query heads ", hq(), " (", nq, " ", q.shape().str(),
+                ") must be a multiple of key/value heads ", hkv(), " (", nk, " ", k.shape().str(),
+                ")");
   if (backward())
-    core::require(dout.shape() == q.shape(), who, "dO ", dout.shape().str(), " must match q ",
-                  q.shape().str());
+    core::require(dout.shape() == q.shape(), who, ndo, " ", dout.shape().str(), " must match ", nq,
+                  " ", q.shape().str());
 }
 
 nlohmann::json RankRecord::to_json(bool with_backward) const {

@@ -17,6 +17,7 @@
 //
 // The byte counters in RankRecord cover the attention passes only (the gather to rank 0 and the
 // counter exchange are not in them); FLOPs are counted from the mask, not measured.
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -43,7 +44,9 @@ struct GlobalInputs {
   bool backward() const { return dout.shape().rank() > 0; }
   /// Throws core::Error naming `who`, the shapes and values unless q is [N, Hq, D], k and v are
   /// [N, Hkv, D], dout is default or [N, Hq, D], every extent is positive and Hkv divides Hq.
-  void validate(const char* who) const;
+  /// `names` name q, k, v and dout in messages (the CLI passes its flags: "--q has shape ...").
+  void validate(const char* who,
+                const std::array<const char*, 4>& names = {"q", "k", "v", "dO"}) const;
 };
 
 /// One rank's part of a run: where it sits, what it sent and received per pass, how long it

@@ -51,6 +51,16 @@ std::string_view checkpoint_policy_name(CheckpointPolicy p) {
   return "?";
 }
 
+LossMode parse_loss_mode(std::string_view s) {
+  if (s == "fused") return LossMode::fused;
+  if (s == "unfused") return LossMode::unfused;
+  core::fail("model", "--loss '", s, "': expected fused | unfused");
+}
+
+std::string_view loss_mode_name(LossMode l) {
+  return l == LossMode::fused ? "fused" : "unfused";
+}
+
 namespace {
 
 using core::Shape;

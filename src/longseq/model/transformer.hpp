@@ -49,6 +49,12 @@ enum class CheckpointPolicy { none, full, selective_pp, seq_selective };
 CheckpointPolicy parse_checkpoint_policy(std::string_view s);
 std::string_view checkpoint_policy_name(CheckpointPolicy p);
 
+/// The LM head and loss: fused (tiles over tokens and vocabulary, no [T, V] logits) or unfused.
+enum class LossMode { fused, unfused };
+/// "fused" | "unfused"; throws core::Error naming `s` otherwise.
+LossMode parse_loss_mode(std::string_view s);
+std::string_view loss_mode_name(LossMode l);
+
 /// Parameters and gradients by unit (config.hpp). Called by one thread per rank, in order.
 class ParamSource {
  public:

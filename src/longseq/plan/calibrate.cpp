@@ -15,6 +15,7 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/cpu/attention.hpp"
 #include "longseq/kernels/gemm.hpp"
@@ -201,7 +202,8 @@ nlohmann::json points_json(const std::vector<PingPoint>& pts) {
 }  // namespace
 
 void CalibrateOptions::validate() const {
-  core::require(threads >= 1, "calibrate", "--threads ", threads, " must be >= 1");
+  core::require(threads >= 0, "calibrate", "--threads ", threads,
+                " must be >= 0 (0: the host's hardware threads)");
   core::require(repeats >= 1, "calibrate", "--repeats ", repeats, " must be >= 1");
   core::require(block >= 64 && block <= 8192, "calibrate", "--block ", block,
                 " must be in [64, 8192]");
@@ -244,12 +246,14 @@ double partial_cost(double t, double rate, double per_pair, const TileWork& w) {
 }
 
 void measure_compute(const CalibrateOptions& o, Calibration& c) {
-  c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.cores = core::hardware_threads();
+  c.threads = core::default_threads(o.threads, 1);
   c.gemm_flops = kernels::single_thread_gemm_flops(core::DType::f32, o.repeats);
-  c.alone = attention_rates(o.block, o.threads, o.repeats, 1, false);
-  c.busy = std::max(1, c.cores / o.threads);
-  c.all = attention_rates(o.block, o.threads, o.repeats, c.busy, false);
-  c.strided = attention_rates(o.block, o.threads, o.repeats, c.busy, true);
+  c.alone = attention_rates(o.block, c.threads, o.repeats, 1, false);
+  c.busy = std::max(1, c.cores / c.threads);
+  // One rank on every thread already keeps every core busy: the same timing.
+  c.all = c.busy == 1 ? c.alone : attention_rates(o.block, c.threads, o.repeats, c.busy, false);
+  c.strided = attention_rates(o.block, c.threads, o.repeats, c.busy, true);
   const double hd = 8.0 * 128.0;
   c.partial_cost_fwd = partial_cost(c.strided.fwd_s, c.all.fwd, 4.0 * hd, c.strided.fwd_work);
   c.partial_cost_bwd = partial_cost(c.strided.bwd_s, c.all.bwd, 10.0 * hd, c.strided.bwd_work);
@@ -272,7 +276,9 @@ void fill_profile(const CalibrateOptions& o, Calibration& c) {
   hw.description = "this machine: ranks are threads of one process (comm local backend), f32";
   hw.gpus_per_node = c.cores;
   hw.host_cores = c.cores;
-  hw.peak_flops = c.gemm_flops * o.threads;  // the rate a rank's GEMMs reach: the planner's "peak"
+  // Per thread: the planner's `local` rank computes on one core (compute_share), so the rates of
+  // ranks of --threads threads enter divided by them (docs/planner.md, "Calibration").
+  hw.peak_flops = c.gemm_flops;
   hw.dtype_bytes = 4;
   const double phys =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
@@ -282,21 +288,21 @@ void fill_profile(const CalibrateOptions& o, Calibration& c) {
   hw.inter_node_bandwidth_Bps = c.local.bandwidth_Bps * hw.gpus_per_node;
   hw.wait_copy = c.local;
   hw.corrections.gemm_efficiency = 1.0;  // peak_flops *is* the measured GEMM rate
-  hw.corrections.attention_fwd_efficiency = std::min(1.5, c.all.fwd / hw.peak_flops);
-  hw.corrections.attention_bwd_efficiency = std::min(1.5, c.all.bwd / hw.peak_flops);
+  hw.corrections.attention_fwd_efficiency = std::min(1.5, c.all.fwd / c.threads / hw.peak_flops);
+  hw.corrections.attention_bwd_efficiency = std::min(1.5, c.all.bwd / c.threads / hw.peak_flops);
   hw.corrections.collective_efficiency = 1.0;
   hw.tiles = {kernels::cpu::kForwardTileQ, kernels::cpu::kForwardTileK,
               kernels::cpu::kBackwardTileQ, kernels::cpu::kBackwardTileK};
   hw.corrections.partial_tile_cost_fwd = c.partial_cost_fwd;
   hw.corrections.partial_tile_cost_bwd = c.partial_cost_bwd;
-  hw.corrections.source =
-      core::cat("measured by longseq calibrate: kernels::cpu attention ", o.block, "x", o.block,
-                " full mask, 8 heads, D 128, ", o.threads, " thread(s) per rank, ", c.busy,
-                " rank(s) computing at once (all cores busy), relative to gemm_f32 1024^3 (",
-                kernels::gemm_library(),
-                "); partial_tile_cost_* from the same block with striped causal positions (q "
-                "0,2,4.., k 1,3,5..): "
-                "(time x full-tile rate - full-tile pairs) / partial-tile pairs");
+  hw.corrections.source = core::cat(
+      "measured by longseq calibrate: kernels::cpu attention ", o.block, "x", o.block,
+      " full mask, 8 heads, D 128, ", c.threads, " thread(s) per rank (rates per thread), ", c.busy,
+      " rank(s) computing at once (all cores busy), relative to gemm_f32 1024^3 (",
+      kernels::gemm_library(),
+      "); partial_tile_cost_* from the same block with striped causal positions (q "
+      "0,2,4.., k 1,3,5..): "
+      "(time x full-tile rate - full-tile pairs) / partial-tile pairs");
   hw.source =
       "measured by longseq calibrate: link = comm local backend ping-pong (isend/irecv, world 2, "
       "1 KiB..64 MiB), alpha = 1 KiB one-way time, beta = 64 MiB point";
@@ -325,9 +331,18 @@ std::string calibration_json(const Calibration& c) {
   nlohmann::json j = nlohmann::json::parse(hardware_to_json(c.hw));
   j["measurements"] = {
       {"gemm_f32_flops", c.gemm_flops},
-      {"attention_alone", {{"fwd_flops", c.alone.fwd}, {"bwd_flops", c.alone.bwd}}},
+      {"threads_per_rank", c.threads},
+      {"attention_alone",
+       {{"fwd_flops", c.alone.fwd},
+        {"bwd_flops", c.alone.bwd},
+        {"fwd_flops_per_thread", c.alone.fwd / c.threads},
+        {"bwd_flops_per_thread", c.alone.bwd / c.threads}}},
       {"attention_all_cores_busy",
-       {{"ranks", c.busy}, {"fwd_flops", c.all.fwd}, {"bwd_flops", c.all.bwd}}},
+       {{"ranks", c.busy},
+        {"fwd_flops", c.all.fwd},
+        {"bwd_flops", c.all.bwd},
+        {"fwd_flops_per_thread", c.all.fwd / c.threads},
+        {"bwd_flops_per_thread", c.all.bwd / c.threads}}},
       {"attention_strided_causal",
        {{"fwd_s", c.strided.fwd_s},
         {"bwd_s", c.strided.bwd_s},
@@ -345,9 +360,13 @@ std::string calibration_json(const Calibration& c) {
 std::string calibration_summary(const Calibration& c, int64_t block) {
   const long long b = static_cast<long long>(block);
   std::string s = core::cat("gemm_f32 1024^3: ", c.gemm_flops / 1e9, " GFLOP/s per thread\n");
-  s += core::cat("attention ", b, "x", b, ": forward ", c.alone.fwd / 1e9, " GFLOP/s alone, ",
-                 c.all.fwd / 1e9, " with ", c.busy, " rank(s) busy; backward ", c.alone.bwd / 1e9,
-                 " / ", c.all.bwd / 1e9, "\n");
+  const double t = c.threads;
+  s += core::cat("attention ", b, "x", b, " on ", c.threads,
+                 " thread(s) per rank, GFLOP/s per rank (per thread): forward ", c.alone.fwd / 1e9,
+                 " (", c.alone.fwd / t / 1e9, ") alone, ", c.all.fwd / 1e9, " (",
+                 c.all.fwd / t / 1e9, ") with ", c.busy, " rank(s) busy; backward ",
+                 c.alone.bwd / 1e9, " (", c.alone.bwd / t / 1e9, ") / ", c.all.bwd / 1e9, " (",
+                 c.all.bwd / t / 1e9, ")\n");
   s += core::cat("partial tiles cost ", c.partial_cost_fwd, " (forward), ", c.partial_cost_bwd,
                  " (backward) x a full tile's pair\nlocal ping-pong (one way):\n");
   char line[128];

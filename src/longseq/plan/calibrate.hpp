@@ -3,14 +3,17 @@
 // local` and bench/plan_calibration_bench; `longseq calibrate` (cli/cmd_calibrate.cpp) writes it.
 //
 // Measured, each with the real part that the executor runs:
-//   gemm     kernels::single_thread_gemm_flops (f32 1024^3 on one thread; a rank computes on
-//            --threads threads): the profile's "peak" (gemm_efficiency 1 by definition). The
-//            trainer's MFU peak is the same measurement.
+//   gemm     kernels::single_thread_gemm_flops (f32 1024^3 on one thread): the profile's "peak"
+//            (gemm_efficiency 1 by definition). The trainer's MFU peak is the same measurement.
+//            The profile is per thread whatever --threads is: a rank of the planner's `local`
+//            profile computes on one core (Hardware::compute_share), so rates measured on
+//            --threads threads enter it divided by the threads (docs/planner.md).
 //   attention  kernels::cpu attention_block_forward / backward, --block x --block, 8 heads, D 128,
 //            full mask, FLOPs counted as 4 and 10 per (q, k) pair and head-dim element (the
-//            planner's convention). Timed twice: alone, and with one copy per core running at once
-//            (every core busy, the regime of a distributed run with world >= cores). The profile's
-//            efficiencies are the all-cores-busy rates over the GEMM peak (a labelled correction).
+//            planner's convention), each copy on --threads threads (default: every hardware thread,
+//            core::default_threads). Timed twice: alone, and with cores / threads copies running at
+//            once (every core busy, the regime of a distributed run). The profile's efficiencies
+//            are the all-cores-busy rates per thread over the GEMM peak (a labelled correction).
 //   local link  comm::run(backend "local", world 2): ping-pong of isend/irecv from 1 KiB to 64 MiB
 //            (x4 steps); one-way time = half the round trip. alpha = one-way time of 1 KiB, beta
 //            from the 64 MiB point. Written as intra, inter (one host) and wait_copy (the local
@@ -27,13 +30,16 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/flag_rows.hpp"
 #include "longseq/plan/attention_cost.hpp"
 #include "longseq/plan/hardware.hpp"
 
 namespace longseq::plan {
 
 struct CalibrateOptions {
-  int threads = 1;           ///< compute threads per rank (the executor's AttentionSpec::threads)
+  /// compute threads per rank (the executor's AttentionSpec::threads); 0: the host's hardware
+  /// threads (core::default_threads, as every command's --threads)
+  int threads = core::rows::threads.number;
   int repeats = 5;           ///< timed repetitions per kernel measurement (best is kept)
   int64_t block = 1024;      ///< attention block size (tokens) of the kernel measurement
   double memory_gib = 0;     ///< memory per rank in GiB (0: physical memory / 2)
@@ -52,6 +58,7 @@ struct PingPoint {
 /// Attention kernel rates with some ranks computing at once.
 struct AttnRates {
   double fwd = 0, bwd = 0;      ///< FLOP/s per rank, per computed (q, k) pair x 4 (10) x Hq x D
+                                ///< (per thread: divided by Calibration::threads)
   double fwd_s = 0, bwd_s = 0;  ///< slowest rank's best time of one call
   TileWork fwd_work, bwd_work;
 };
@@ -60,6 +67,7 @@ struct AttnRates {
 struct Calibration {
   Hardware hw;
   int cores = 1, busy = 1;  ///< hardware threads; ranks computing at once in the busy timing
+  int threads = 1;          ///< threads per rank of the kernel timings (--threads resolved)
   double gemm_flops = 0;    ///< one thread
   AttnRates alone, all, strided;
   double partial_cost_fwd = 1, partial_cost_bwd = 1;

@@ -4,46 +4,15 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/schedule.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/threads.hpp"
 #include "longseq/kernels/cpu/attention.hpp"
 #include "longseq/plan/hardware.hpp"
 
 namespace longseq::plan {
-
-std::string_view checkpoint_name(Checkpoint c) {
-  switch (c) {
-    case Checkpoint::none:
-      return "none";
-    case Checkpoint::full:
-      return "full";
-    case Checkpoint::selective_pp:
-      return "selective++";
-    case Checkpoint::seq_selective:
-      return "seq-selective";
-  }
-  return "?";
-}
-
-std::string_view loss_name(LossMode l) {
-  return l == LossMode::fused ? "fused" : "unfused";
-}
-
-Checkpoint parse_checkpoint(std::string_view s) {
-  for (Checkpoint c :
-       {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective})
-    if (s == checkpoint_name(c)) return c;
-  core::fail("plan", "--checkpoint '", s, "' (expected none, full, selective++ or seq-selective)");
-}
-
-LossMode parse_loss(std::string_view s) {
-  if (s == "fused") return LossMode::fused;
-  if (s == "unfused") return LossMode::unfused;
-  core::fail("plan", "--loss '", s, "' (expected fused or unfused)");
-}
 
 double unfused_logits_bytes(int64_t tokens, int64_t vocab) {
   return 4.0 * static_cast<double>(tokens) * static_cast<double>(vocab);
@@ -312,8 +281,7 @@ nlohmann::json this_host() {
       if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
       break;
     }
-  return {{"cpu_model", model},
-          {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}};
+  return {{"cpu_model", model}, {"cores", core::hardware_threads()}};
 }
 
 std::string host_profile_mismatch(const std::string& name_or_file) {

@@ -29,17 +29,17 @@
 #include <vector>
 
 #include "longseq/attention/mask_spec.hpp"
+#include "longseq/core/flag_rows.hpp"
+#include "longseq/model/transformer.hpp"
 #include "longseq/plan/model_config.hpp"
 
 namespace longseq::plan {
 
-enum class Checkpoint : uint8_t { none, full, selective_pp, seq_selective };
-enum class LossMode : uint8_t { fused, unfused };
-std::string_view checkpoint_name(Checkpoint c);
-std::string_view loss_name(LossMode l);
-/// Throws core::Error naming the flag and value.
-Checkpoint parse_checkpoint(std::string_view s);
-LossMode parse_loss(std::string_view s);
+// The model's own policies and loss modes (model/transformer.hpp, with their one parser and name
+// printer each: model::parse_checkpoint_policy, model::checkpoint_policy_name, ...), under the
+// planner's shorter names.
+using Checkpoint = model::CheckpointPolicy;
+using model::LossMode;
 
 struct MemoryInputs {
   ModelConfig model;
@@ -102,8 +102,8 @@ struct HostTrainerInputs {
   int world = 1;  ///< all ranks (dp x cp)
   int dp = 1;
   int nodes = 1;
-  std::string algo = "burst";
-  std::string balance = "zigzag";
+  std::string algo = core::rows::algo.text;
+  std::string balance = core::rows::balance.text;
   std::shared_ptr<const attention::MaskSpec> mask;  ///< causal when null
   bool document_mask = false;                       ///< document ids per step (--mask document)
   Checkpoint checkpoint = Checkpoint::seq_selective;

@@ -140,8 +140,9 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
                     attn_detail(attn.forward, hw)};
   const Term at_bwd{"attention backward / layer", attn.backward.seconds,
                     attn_detail(attn.backward, hw)};
-  Term recompute{"recomputation / layer (" + std::string(checkpoint_name(cfg.checkpoint)) + ")", 0,
-                 ""};
+  Term recompute{
+      "recomputation / layer (" + std::string(model::checkpoint_policy_name(cfg.checkpoint)) + ")",
+      0, ""};
   switch (cfg.checkpoint) {
     case Checkpoint::none:
       recompute.detail = "nothing recomputed";
@@ -192,7 +193,8 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
           comp_b, comm_b)};
   const double head_flops = 6 * t * h * v;  // forward 2*T*h*V, backward 4*T*h*V
   const Term head{
-      "LM head + loss (" + std::string(loss_name(cfg.loss)) + ")", head_flops / gemm_rate,
+      "LM head + loss (" + std::string(model::loss_mode_name(cfg.loss)) + ")",
+      head_flops / gemm_rate,
       fmt("flops/gamma = %.4g FLOP (fwd 2ThV + bwd 4ThV; fused: no logits recompute)", head_flops)};
   ev.step_seconds = layers * (layer_f.seconds + layer_b.seconds) + head.seconds;
   ev.terms = {lin_fwd, at_fwd,    zero_ag, layer_f, lin_bwd,
@@ -301,8 +303,8 @@ std::string plan_json(const std::vector<Evaluation>& evals) {
     j["inner_ring"] = dr ? json(a.inner) : json(nullptr);
     j["team_c"] = a.family == F::startrail ? json(a.team) : json(nullptr);
     j["ulysses"] = a.family == F::usp || a.family == F::ulysses ? json(a.degree) : json(nullptr);
-    j["checkpoint"] = std::string(checkpoint_name(e.config.checkpoint));
-    j["loss"] = std::string(loss_name(e.config.loss));
+    j["checkpoint"] = std::string(model::checkpoint_policy_name(e.config.checkpoint));
+    j["loss"] = std::string(model::loss_mode_name(e.config.loss));
     j["feasible"] = e.feasible;
     j["reason"] = e.reason;
     const bool costed = e.step_seconds > 0;

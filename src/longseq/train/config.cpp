@@ -49,13 +49,8 @@ void check_precision(const std::string& s) {
 void check_link(const std::string& s) {
   (void)comm::LinkModel::parse(s);
 }
-bool parse_loss(const std::string& s) {
-  core::require(s == "fused" || s == "unfused", "train", "--loss '", s,
-                "': expected fused | unfused");
-  return s == "fused";
-}
 void check_loss(const std::string& s) {
-  (void)parse_loss(s);
+  (void)model::parse_loss_mode(s);
 }
 
 #define LONGSEQ_TRAIN_ROW(type, name, flag, def, scope, check, help)                \
@@ -155,7 +150,7 @@ ParsedConfig TrainConfig::parse() const {
   p.algo = attention::Algorithm::parse(algo);
   p.balance = attention::parse_balance(balance);
   p.checkpoint = model::parse_checkpoint_policy(checkpoint);
-  p.fused_loss = parse_loss(loss);
+  p.fused_loss = model::parse_loss_mode(loss) == model::LossMode::fused;
   p.precision = parse_precision(precision);
   p.link = comm::LinkModel::parse(link);
   check_relations(*this, p.algo);

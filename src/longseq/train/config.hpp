@@ -37,34 +37,36 @@
 #include "longseq/attention/layout.hpp"
 #include "longseq/comm/link_model.hpp"
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/flag_rows.hpp"
 #include "longseq/core/options.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/config.hpp"
 #include "longseq/model/transformer.hpp"
 #include "longseq/train/optimizer.hpp"
 
+// The rows shared with other commands (--algo, --world, ...) take their flag, default and help from
+// core/flag_rows.hpp through R::.
 // clang-format off
 #define LONGSEQ_TRAIN_FIELDS(X, N)                                                                  \
   X(int64_t, steps, "--steps", 6, cli_json, core::at_least(1), "optimizer steps")                  \
   X(int64_t, stop_after, "--stop-after", 0, cli_json, core::at_least(0),                           \
     "stop after K steps, schedule still over --steps (then --resume)")                             \
   X(int64_t, seq, "--seq", 32768, cli_json, core::any(), "tokens per sequence (N)")                \
-  X(int, world, "--world", 4, cli_json, core::at_least(1), "ranks in all (dp x context ranks)")    \
+  X(int, world, R::world.flag, R::world.number, cli_json, core::at_least(1), R::world.help)        \
   X(int, dp, "--dp", 1, cli_json, core::any(), "data-parallel replicas (divides --world)")         \
-  X(int, nodes, "--nodes", 1, cli_json, core::any(), "declared nodes (mpirun: 1 = real hosts)")    \
-  X(std::string, algo, "--algo", "burst", cli_json, core::parsed_by(check_algo),                   \
-    "ring | burst | double-ring[:I][:burst|:ring] | startrail:C[:teams|:rings] | ulysses | "       \
-    "usp:U[:burst|:ring]")                                                                         \
-  X(std::string, balance, "--balance", "zigzag", cli_json, core::parsed_by(check_balance),         \
-    "contiguous | zigzag | striped")                                                               \
+  X(int, nodes, R::nodes.flag, R::nodes.number, cli_json, core::any(), R::nodes.help)              \
+  X(std::string, algo, R::algo.flag, R::algo.text, cli_json, core::parsed_by(check_algo),         \
+    R::algo.help)                                                                                  \
+  X(std::string, balance, R::balance.flag, R::balance.text, cli_json,                              \
+    core::parsed_by(check_balance), R::balance.help)                                               \
   X(std::string, checkpoint, "--checkpoint", "seq-selective", cli_json,                            \
     core::parsed_by(check_checkpoint), "none | full | selective++ | seq-selective")                \
   X(double, seq_selective_fraction, "--seq-selective-fraction", 0.5, cli_json, core::any(),        \
     "seq-selective: share of the sequence whose attention is recomputed, in (0, 1)")               \
   X(std::string, loss, "--loss", "fused", cli_json, core::parsed_by(check_loss),                   \
     "fused | unfused LM head + cross-entropy")                                                     \
-  X(std::string, precision, "--precision", "fp32", cli_json, core::parsed_by(check_precision),     \
-    "f32 (or fp32) | bf16 (bf16 compute, fp32 master weights, grads and optimizer)")               \
+  X(std::string, precision, R::precision.flag, R::precision.text, cli_json,                        \
+    core::parsed_by(check_precision), R::precision.help)                                           \
   X(uint64_t, seed, "--seed", 1234, cli_json, core::any(), "initialisation seed")                  \
   X(std::string, data, "--data", "data/kjv-genesis-exodus.txt", cli_json, core::any(),             \
     "token file, or .txt tokenized byte-level")                                                    \
@@ -90,10 +92,10 @@
     "global gradient-norm clip (<= 0: off)")                                                       \
   X(int64_t, save_every, "--save-every", 0, cli_json, core::any(),                                 \
     "checkpoint every K steps (0: at the end, < 0: never)")                                        \
-  X(int, threads, "--threads", 0, cli_json, core::at_least(0),                                     \
-    "compute threads per rank (0: cores / world)")                                                 \
-  X(std::string, link, "--link", "none", cli_json, core::parsed_by(check_link),                    \
-    "link model of the local backend, e.g. inter=10us,5GB/s")                                      \
+  X(int, threads, R::threads.flag, R::threads.number, cli_json, core::at_least(0),                 \
+    R::threads.help)                                                                               \
+  X(std::string, link, R::link.flag, R::link.text, cli_json, core::parsed_by(check_link),          \
+    R::link.help)                                                                                  \
   N(model.layers, "layers", "--layers", cli_json, core::any(), "model layers")                     \
   N(model.hidden, "hidden", "--hidden", cli_json, core::any(), "hidden size")                      \
   N(model.heads, "heads", "--heads", cli_json, core::any(), "query heads")                         \
@@ -111,14 +113,15 @@
     "HF rope_scaling JSON, e.g. '{\"rope_type\":\"yarn\",\"factor\":16}' (empty: the model's)")   \
   N(model.norm_eps, "norm_eps", "", json, core::any(), "RMSNorm epsilon")                          \
   N(model.tied_embeddings, "tied_embeddings", "", json, core::any(), "LM head shares the embedding")\
-  X(std::string, mask, "--mask", "causal", cli_json, core::any(),                                  \
-    "causal | window:W | document | document:FILE | blocks:FILE:B, comma-joined (always causal)")  \
+  X(std::string, mask, R::mask.flag, R::mask.text, cli_json, core::any(), R::mask.help)            \
   X(bool, doc_mask, "--doc-mask", false, cli_json, core::any(),                                    \
     "restrict attention to documents (end-of-text marks); = --mask causal,document")              \
   X(bool, quiet, "--quiet", false, cli, core::any(), "no per-step lines")
 // clang-format on
 
 namespace longseq::train {
+
+namespace R = core::rows;  // the shared rows LONGSEQ_TRAIN_FIELDS names
 
 #define LONGSEQ_TRAIN_MEMBER(type, name, flag, def, scope, check, help) type name = def;
 #define LONGSEQ_TRAIN_NESTED(path, key, flag, scope, check, help)

@@ -121,17 +121,17 @@ int64_t Loader::sequence_index(int64_t step, int replica, int replicas) const {
   return (k + replica) % num_seqs_;
 }
 
-RankTokens Loader::rank_tokens(int64_t seq, const attention::Layout& layout, int rank,
+RankTokens Loader::rank_tokens(int64_t index, const attention::Layout& layout, int rank,
                                int32_t ignore_index) const {
   LONGSEQ_CHECK(layout.global_len() == n_);
-  core::require(seq >= 0 && seq < num_seqs_, "data", file_.path, ": sequence ", seq,
+  core::require(index >= 0 && index < num_seqs_, "data", file_.path, ": sequence ", index,
                 " out of range (the file holds ", num_seqs_, " of ", n_, " tokens)");
   RankTokens r;
   r.pos = layout.positions(rank);
   const size_t l = r.pos.size();
   r.tokens.assign(l, 0);
   r.labels.assign(l, ignore_index);
-  const uint32_t* base = file_.tokens.data() + seq * n_;
+  const uint32_t* base = file_.tokens.data() + index * n_;
   for (size_t i = 0; i < l; ++i) {
     const int64_t p = r.pos[i];
     if (p < 0) continue;
@@ -141,12 +141,12 @@ RankTokens Loader::rank_tokens(int64_t seq, const attention::Layout& layout, int
   return r;
 }
 
-std::vector<int32_t> Loader::document_ids(int64_t seq) const {
+std::vector<int32_t> Loader::document_ids(int64_t index) const {
   if (file_.eot < 0) return {};
-  core::require(seq >= 0 && seq < num_seqs_, "data", file_.path, ": sequence ", seq,
+  core::require(index >= 0 && index < num_seqs_, "data", file_.path, ": sequence ", index,
                 " out of range (the file holds ", num_seqs_, ")");
   std::vector<int32_t> d(static_cast<size_t>(n_));
-  const uint32_t* base = file_.tokens.data() + seq * n_;
+  const uint32_t* base = file_.tokens.data() + index * n_;
   int32_t doc = 0;
   for (int64_t p = 0; p < n_; ++p) {
     d[p] = doc;

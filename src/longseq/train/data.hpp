@@ -62,11 +62,12 @@ class Loader {
   /// Index of the sequence that data-parallel replica `replica` of `replicas` trains on at `step`
   /// (round robin through the file, wrapping around: epochs).
   int64_t sequence_index(int64_t step, int replica, int replicas) const;
-  /// The tokens, labels and positions of `rank` under `layout` for sequence `seq`.
-  RankTokens rank_tokens(int64_t seq, const attention::Layout& layout, int rank,
+  /// The tokens, labels and positions of `rank` under `layout` for sequence number `index`
+  /// (sequence_index(); not a length, which `seq` names everywhere else).
+  RankTokens rank_tokens(int64_t index, const attention::Layout& layout, int rank,
                          int32_t ignore_index) const;
   /// Document ids of the whole sequence [N] (empty when the file marks no boundaries).
-  std::vector<int32_t> document_ids(int64_t seq) const;
+  std::vector<int32_t> document_ids(int64_t index) const;
 
  private:
   const TokenFile& file_;

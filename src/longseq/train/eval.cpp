@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <thread>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/comm/group.hpp"
@@ -11,6 +10,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/plot.hpp"
 #include "longseq/core/safetensors.hpp"
+#include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/lm_head.hpp"
@@ -228,11 +228,10 @@ EvalResult evaluate(const EvalConfig& cfg) {
   const Loader loader(data, cfg.seq);
   parse_algo_flag("eval", cfg.algo, cfg.world, mc.heads, mc.kv_heads);
   const attention::Layout seq_layout(parsed.balance, cfg.seq, cfg.world, parsed.block());
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   EvalPass e{cfg, parsed, dir, layout, loader, seq_layout, 0, {}};
   e.sequences =
       cfg.sequences > 0 ? std::min(cfg.sequences, loader.num_sequences()) : loader.num_sequences();
-  e.io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  e.io.threads = core::default_threads(cfg.threads, cfg.world);
   e.io.precision = parsed.precision;
   if (!cfg.out.empty()) {
     fs::create_directories(cfg.out, ec);

@@ -23,6 +23,7 @@
 #include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/flag_rows.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/inference.hpp"
 
@@ -55,14 +56,14 @@ struct EvalConfig {
   std::string checkpoint;  ///< directory (resolve_checkpoint)
   std::string data;        ///< token file, or .txt tokenized byte-level
   int64_t seq = 0;         ///< N
-  int world = 1;
-  std::string algo = "burst";
-  std::string balance = "zigzag";
-  std::string mask = "causal";  ///< the trainer's --mask grammar (model::TrainMask)
-  int64_t sequences = 0;        ///< evaluate the first K sequences (0: all of the file)
-  int64_t buckets = 16;         ///< position buckets (clamped to N - 1)
-  int threads = 0;              ///< per rank; 0: hardware threads / world
-  std::string precision = "fp32";
+  int world = core::rows::world.number;
+  std::string algo = core::rows::algo.text;
+  std::string balance = core::rows::balance.text;
+  std::string mask = core::rows::mask.text;  ///< the trainer's --mask grammar (model::TrainMask)
+  int64_t sequences = 0;  ///< evaluate the first K sequences (0: all of the file)
+  int64_t buckets = 16;   ///< position buckets (clamped to N - 1)
+  int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
+  std::string precision = core::rows::precision.text;
   std::string out;  ///< directory for eval.json and loss_by_position.svg (empty: none)
 
   /// The strings as typed values, parsed once (parse()).

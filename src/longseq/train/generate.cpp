@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
-#include <thread>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
@@ -16,6 +15,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/core/safetensors.hpp"
+#include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/model/inference.hpp"
 #include "longseq/train/checkpoint.hpp"
@@ -186,9 +186,8 @@ GenerateResult generate(const GenerateConfig& cfg) {
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
   mask->window = mc.sliding_window;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   GeneratePass e{cfg, dir, layout, parsed.algo, seq_layout, mask, {}};
-  e.io.threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  e.io.threads = core::default_threads(cfg.threads, cfg.world);
   e.io.precision = parsed.precision;
 
   GenerateResult result;

@@ -21,6 +21,7 @@
 #include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/flag_rows.hpp"
 
 namespace longseq::train {
 
@@ -28,14 +29,14 @@ struct GenerateConfig {
   std::string checkpoint;       ///< directory (eval.hpp resolve_checkpoint)
   std::vector<int32_t> prompt;  ///< token ids (>= 1)
   int64_t max_new_tokens = 32;
-  int world = 1;
-  std::string algo = "burst";
-  std::string balance = "zigzag";
+  int world = core::rows::world.number;
+  std::string algo = core::rows::algo.text;
+  std::string balance = core::rows::balance.text;
   double temperature = 0.0;
   double top_p = 1.0;
   uint64_t seed = 0;
-  int threads = 0;  ///< per rank; 0: hardware threads / world
-  std::string precision = "fp32";
+  int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
+  std::string precision = core::rows::precision.text;
   /// Stop after generating this id (-1: never; the CLI passes the tokenizer's end of text with
   /// --stop-at-eot).
   int32_t stop_token = -1;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/flag_rows.hpp"
 namespace longseq::train {
 
 /// The key of trial `trial` at (length, depth): `digits` decimal digits, deterministic in seed.
@@ -40,10 +41,10 @@ struct PasskeyConfig {
   int64_t trials = 4;  ///< keys per cell
   int digits = 5;
   uint64_t seed = 1;
-  int world = 1;
-  std::string algo = "burst";
-  std::string balance = "zigzag";
-  int threads = 0;
+  int world = core::rows::world.number;
+  std::string algo = core::rows::algo.text;
+  std::string balance = core::rows::balance.text;
+  int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
   std::string out;  ///< directory: passkey.json and passkey.svg (empty: none)
   void validate() const;
 };

@@ -98,10 +98,10 @@ StepResult run_step(RankRun& run, int64_t step) {
   core::Timer timer;
   r.step = step;
   const double zero0 = run.state.comm_seconds();
-  const int64_t seq = s.loader.sequence_index(step, run.replica, s.cfg.dp);
+  const int64_t index = s.loader.sequence_index(step, run.replica, s.cfg.dp);
   const RankTokens rt =
-      s.loader.rank_tokens(seq, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex);
-  if (s.parsed.mask.document) r.docs = s.loader.document_ids(seq);
+      s.loader.rank_tokens(index, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex);
+  if (s.parsed.mask.document) r.docs = s.loader.document_ids(index);
   model::AttentionOp& attn = step_attention(run, r.docs);
   const model::AttentionTimes at0 = attn.times();
   const model::StepResult res = forward_backward(run, r, rt, attn);

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/checksum.hpp"
@@ -16,6 +15,7 @@
 #include "longseq/core/data_path.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
+#include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/gemm.hpp"
 #include "longseq/train/checkpoint.hpp"
@@ -44,8 +44,7 @@ TokenFile load_training_data(const std::string& requested) {
 // ---- measurements ------------------------------------------------------------------------------
 
 double measure_peak_gflops(core::DType precision) {
-  const double hw = std::max(1u, std::thread::hardware_concurrency());
-  return kernels::single_thread_gemm_flops(precision) * 1e-9 * hw;
+  return kernels::single_thread_gemm_flops(precision) * 1e-9 * core::hardware_threads();
 }
 
 // ---- setup -------------------------------------------------------------------------------------
@@ -65,8 +64,7 @@ TokenFile checked_data(const TrainConfig& cfg) {
 }
 
 int threads_per_rank(const TrainConfig& cfg) {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.world);
+  return core::default_threads(cfg.threads, cfg.world);
 }
 
 model::ModelOptions model_options(const TrainConfig& cfg, const ParsedConfig& p, int threads) {
