@@ -140,10 +140,17 @@ struct RingView {
   }
 };
 
-// The route tree of one bundle: visit step, parent and gradient chain of every member.
+// The route tree of one bundle: visit step, parent and gradient chain of every member, with what
+// plan_ring asks of every member precomputed (kept children; neighbours in the gradient chain), so
+// that planning one member against every bundle is linear in what it does, not in the ring size.
 struct Tree {
   std::vector<int> step, parent, chain;
   std::vector<uint8_t> needs, kept;
+  std::vector<int> kids_begin, kids;  // kept children of r: kids[kids_begin[r] .. kids_begin[r+1])
+  // Gradient chains (the computing members, origin excluded, by chain id then step): the member
+  // before r (-1: r is first) and after r (the origin when r is last); -1 when r is in no chain.
+  std::vector<int> chain_prev, chain_next;
+  std::vector<int> chain_last;  // the last member of every chain, by chain id
 };
 
 Tree route_tree(int origin, const RingView& v, bool bundle_is_q) {
@@ -172,15 +179,45 @@ Tree route_tree(int origin, const RingView& v, bool bundle_is_q) {
     }
     t.needs[r] = bundle_is_q ? v.needs[origin * world + r] : v.needs[r * world + origin];
   }
+  // Steps are a permutation of 0..world-1 (one member per step on either route), so the members
+  // by step need no sort.
+  std::vector<int> by_step(world, -1);
+  for (int r = 0; r < world; ++r) {
+    LONGSEQ_CHECK(t.step[r] >= 0 && t.step[r] < world && by_step[t.step[r]] < 0);
+    by_step[t.step[r]] = r;
+  }
   // Keep a member when it or anything below it needs the bundle (children have larger steps).
-  std::vector<int> order(world);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return t.step[a] > t.step[b]; });
-  for (int r : order) {
+  for (int s = world - 1; s >= 0; --s) {
+    const int r = by_step[s];
     if (t.needs[r]) t.kept[r] = 1;
     if (t.kept[r] && t.parent[r] >= 0) t.kept[t.parent[r]] = 1;
   }
   t.kept[origin] = 1;
+  t.kids_begin.assign(world + 1, 0);
+  for (int r = 0; r < world; ++r)
+    if (t.parent[r] >= 0 && t.kept[r]) ++t.kids_begin[t.parent[r] + 1];
+  for (int r = 0; r < world; ++r) t.kids_begin[r + 1] += t.kids_begin[r];
+  t.kids.resize(t.kids_begin[world]);
+  std::vector<int> fill(t.kids_begin.begin(), t.kids_begin.end() - 1);
+  for (int r = 0; r < world; ++r)  // ascending r within every parent
+    if (t.parent[r] >= 0 && t.kept[r]) t.kids[fill[t.parent[r]]++] = r;
+  t.chain_prev.assign(world, -1);
+  t.chain_next.assign(world, -1);
+  std::map<int, int> tail;  // chain id -> its last member so far (members visited by step)
+  for (int s = 0; s < world; ++s) {
+    const int r = by_step[s];
+    if (r == origin || !t.needs[r]) continue;
+    auto [it, fresh] = tail.try_emplace(t.chain[r], r);
+    if (!fresh) {
+      t.chain_prev[r] = it->second;
+      t.chain_next[it->second] = r;
+      it->second = r;
+    }
+  }
+  for (const auto& [id, last] : tail) {
+    t.chain_next[last] = origin;
+    t.chain_last.push_back(last);
+  }
   return t;
 }
 
@@ -211,8 +248,8 @@ struct Interval {
 };
 
 // The ring part of `rs` (member rs.member of `v`): transfers, work, accumulates, slots.
-void plan_ring(RankSchedule& rs, const RingView& v, const PairTable& pairs, bool bq,
-               bool backward) {
+void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& trees,
+               const PairTable& pairs, bool bq, bool backward) {
   const int world = v.size(), rank = rs.member;
   const int chunks = pairs.chunks_per_rank();
   std::vector<Interval> intervals;
@@ -228,17 +265,16 @@ void plan_ring(RankSchedule& rs, const RingView& v, const PairTable& pairs, bool
   int last_step = 0;
 
   for (int j = 0; j < world; ++j) {
-    const Tree t = route_tree(j, v, bq);
+    const Tree& t = trees[j];
     if (!t.kept[rank]) continue;
     const int my = t.step[rank];
 
     // ---- data part: receive from the parent, forward to kept children, compute if needed.
     int start = j == rank ? 0 : t.step[t.parent[rank]];
     int free = my + 1;
-    std::vector<int> children;
-    for (int r = 0; r < world; ++r)
-      if (t.parent[r] == rank && t.kept[r]) children.push_back(r);
-    for (int c : children) free = std::max(free, t.step[c]);
+    const int* kid0 = t.kids.data() + t.kids_begin[rank];
+    const int* kid1 = t.kids.data() + t.kids_begin[rank + 1];
+    for (const int* c = kid0; c != kid1; ++c) free = std::max(free, t.step[*c]);
     intervals.push_back({start, free, 0, j, 0});
     const size_t data_iv = intervals.size() - 1;
     if (j == rank) {
@@ -247,10 +283,10 @@ void plan_ring(RankSchedule& rs, const RingView& v, const PairTable& pairs, bool
       rs.xfers.push_back({false, t.parent[rank], j, Part::data, -1, start, my});
       slot_of_xfer.push_back({rs.xfers.size() - 1, data_iv});
     }
-    for (int c : children) {
-      rs.xfers.push_back({true, c, j, Part::data, -1, my, t.step[c]});
+    for (const int* c = kid0; c != kid1; ++c) {
+      rs.xfers.push_back({true, *c, j, Part::data, -1, my, t.step[*c]});
       slot_of_xfer.push_back({rs.xfers.size() - 1, data_iv});
-      last_step = std::max(last_step, t.step[c]);
+      last_step = std::max(last_step, t.step[*c]);
     }
 
     // ---- compute.
@@ -276,41 +312,41 @@ void plan_ring(RankSchedule& rs, const RingView& v, const PairTable& pairs, bool
 
     if (!backward) continue;
 
-    // ---- gradient part: chains of computing ranks (origin excluded) in visit order.
-    std::map<int, std::vector<int>> chains;  // chain id -> ranks by step
-    for (int r = 0; r < world; ++r)
-      if (r != j && t.needs[r]) chains[t.chain[r]].push_back(r);
-    for (auto& [id, members] : chains) {
-      std::sort(members.begin(), members.end(),
-                [&](int a, int b) { return t.step[a] < t.step[b]; });
-      for (size_t m = 0; m < members.size(); ++m) {
-        const int a = members[m];
-        const bool last = m + 1 == members.size();
-        const int next = last ? j : members[m + 1];
-        const int send_post = t.step[a] + 1;
-        const int recv_wait = last ? t.step[a] + 2 : t.step[next] + 1;
-        if (a == rank) {
-          // Our contribution slot lives from our compute until the forward of the sum completes.
-          intervals.push_back({my, recv_wait, 1, j, 0});
-          contrib_iv = static_cast<long>(intervals.size() - 1);
-          rs.xfers.push_back({true, next, j, Part::grad, -1, send_post, recv_wait});
-          slot_of_xfer.push_back({rs.xfers.size() - 1, static_cast<size_t>(contrib_iv)});
-          last_step = std::max(last_step, recv_wait);
-        }
-        if (next == rank) {
-          // A partial arrives into a receive slot and is added at recv_wait.
-          intervals.push_back({send_post, recv_wait, 2, j, 0});
-          const size_t recv_iv = intervals.size() - 1;
-          rs.xfers.push_back({false, a, j, Part::grad, -1, send_post, recv_wait});
-          slot_of_xfer.push_back({rs.xfers.size() - 1, recv_iv});
-          accs.push_back({recv_wait, recv_iv, -2});  // into: resolved below
-          last_step = std::max(last_step, recv_wait);
-        }
-      }
+    // ---- gradient part: chains of computing ranks (origin excluded) in visit order. Member a
+    // sends its partial sum to the next member (the origin after the last one) at step(a) + 1;
+    // the receiver adds it at step(next) + 1 (the origin: step(a) + 2). Ours, in chain order: the
+    // partial from our predecessor, then our own; the origin receives every chain's last partial.
+    const size_t first_acc = accs.size();
+    auto receive = [&](int a) {
+      const bool last = t.chain_next[a] == j;
+      const int send_post = t.step[a] + 1;
+      const int recv_wait = last ? t.step[a] + 2 : t.step[rank] + 1;
+      // A partial arrives into a receive slot and is added at recv_wait.
+      intervals.push_back({send_post, recv_wait, 2, j, 0});
+      const size_t recv_iv = intervals.size() - 1;
+      rs.xfers.push_back({false, a, j, Part::grad, -1, send_post, recv_wait});
+      slot_of_xfer.push_back({rs.xfers.size() - 1, recv_iv});
+      accs.push_back({recv_wait, recv_iv, -2});  // into: resolved below
+      last_step = std::max(last_step, recv_wait);
+    };
+    if (rank == j) {
+      for (int a : t.chain_last) receive(a);
+    } else if (t.chain_next[rank] >= 0) {
+      if (t.chain_prev[rank] >= 0) receive(t.chain_prev[rank]);
+      const int next = t.chain_next[rank];
+      const bool last = next == j;
+      const int send_post = my + 1;
+      const int recv_wait = last ? my + 2 : t.step[next] + 1;
+      // Our contribution slot lives from our compute until the forward of the sum completes.
+      intervals.push_back({my, recv_wait, 1, j, 0});
+      contrib_iv = static_cast<long>(intervals.size() - 1);
+      rs.xfers.push_back({true, next, j, Part::grad, -1, send_post, recv_wait});
+      slot_of_xfer.push_back({rs.xfers.size() - 1, static_cast<size_t>(contrib_iv)});
+      last_step = std::max(last_step, recv_wait);
     }
     // Receives for this bundle add into our contribution slot, or home when we are the origin.
-    for (auto& acc : accs)
-      if (acc.into_interval == -2) acc.into_interval = j == rank ? -1 : contrib_iv;
+    for (size_t i = first_acc; i < accs.size(); ++i)
+      accs[i].into_interval = j == rank ? -1 : contrib_iv;
     if (contrib_iv >= 0)
       grad_of_work.push_back({rs.work.size() - 1, static_cast<size_t>(contrib_iv)});
   }
@@ -360,15 +396,24 @@ std::vector<int> iota_vec(int begin, int n, int stride = 1) {
 
 }  // namespace
 
-RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
-                           const PairTable& pairs, Algorithm algo, Pass pass) {
+namespace {
+
+// What make_schedule decides before the ring: the rank's collective steps, ring and pieces (in
+// rs), and the ring's shape. Every member of one ring gets the same grid, route and pieces.
+struct RingSetup {
+  std::vector<std::vector<int>> qp, kp;
+  Grid grid;
+  Route route = Route::flat;
+};
+
+RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
+                         const Layout& layout, Algorithm algo, Pass pass) {
   using Op = Collective::Op;
   const int world = topo.size();
   require(layout.world() == world, "attention", "layout world ", layout.world(),
           " != topology world ", world);
   LONGSEQ_CHECK(rank >= 0 && rank < world);
   const bool fwd = pass == Pass::forward;
-  RankSchedule rs;
   rs.rank = rank;
   std::vector<std::vector<int>> qp, kp;
   Grid grid;
@@ -445,9 +490,53 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   }
   rs.q_pieces = qp;
   rs.kv_pieces = kp;
-  const RingView view(std::move(grid), route, std::move(qp), std::move(kp), pairs);
-  plan_ring(rs, view, pairs, bundle_is_query(algo, pass), !fwd);
+  return {std::move(qp), std::move(kp), std::move(grid), route};
+}
+
+std::vector<Tree> route_trees(const RingView& v, bool bq) {
+  std::vector<Tree> trees;
+  trees.reserve(v.size());
+  for (int j = 0; j < v.size(); ++j) trees.push_back(route_tree(j, v, bq));
+  return trees;
+}
+
+}  // namespace
+
+RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
+                           const PairTable& pairs, Algorithm algo, Pass pass) {
+  RankSchedule rs;
+  RingSetup su = setup_schedule(rs, rank, topo, layout, algo, pass);
+  const bool bq = bundle_is_query(algo, pass);
+  const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
+  plan_ring(rs, view, route_trees(view, bq), pairs, bq, pass == Pass::backward);
   return rs;
+}
+
+std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layout& layout,
+                                         const PairTable& pairs, Algorithm algo, Pass pass) {
+  const int world = topo.size();
+  const bool bq = bundle_is_query(algo, pass);
+  std::vector<RankSchedule> out(world);
+  // Ranks by ring (first member's order); one view and one set of route trees per ring.
+  std::map<std::vector<int>, std::vector<int>> rings;
+  std::vector<RingSetup> setups(world);
+  for (int r = 0; r < world; ++r) {
+    setups[r] = setup_schedule(out[r], r, topo, layout, algo, pass);
+    rings[out[r].ring].push_back(r);
+  }
+  for (auto& [ring, members] : rings) {
+    RingSetup& su = setups[members.front()];
+    for (int r : members) {
+      if (r == members.front()) continue;
+      LONGSEQ_CHECK_MSG(setups[r].qp == su.qp && setups[r].kp == su.kp, "rank ", r,
+                        " shares its ring with rank ", members.front(), " but not its pieces");
+      setups[r] = {};
+    }
+    const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
+    const std::vector<Tree> trees = route_trees(view, bq);
+    for (int r : members) plan_ring(out[r], view, trees, pairs, bq, pass == Pass::backward);
+  }
+  return out;
 }
 
 int64_t field_width(Field f, int64_t hq, int64_t hkv, int64_t d) {

@@ -199,6 +199,13 @@ struct RankSchedule {
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
                            const PairTable& pairs, Algorithm algo, Pass pass);
 
+/// The plans of every rank of `topo`: element r equals make_schedule(r, ...). One ring's route
+/// trees are built once for all its members, so the whole world costs about one rank's
+/// make_schedule plus the plans' own size (P calls would cost P times that: the planner replays
+/// all ranks).
+std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layout& layout,
+                                         const PairTable& pairs, Algorithm algo, Pass pass);
+
 /// Which side of a (q, kv) pair the bundle is, for `algo` and `pass` (StarTrail's backward is
 /// always burst-style).
 inline bool bundle_is_query(Algorithm algo, Pass pass) {

@@ -168,6 +168,23 @@ TileWork kernel_tile_work(const Chunk& q, const Chunk& k, int64_t n, const MaskS
 
 namespace {
 
+// The chunk-pair classification of a layout, cached: every pass of every algorithm the planner
+// costs asks for the same (layout, mask), and building it reads every token's position.
+const PairTable& pair_table(const Layout& layout, const MaskSpec& mask) {
+  using Key = std::tuple<int, int64_t, int, int64_t, std::string>;
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<PairTable>> cache;
+  const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(),
+                mask.block_size, mask.describe()};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() > 16) cache.clear();
+    it = cache.emplace(key, std::make_unique<PairTable>(layout, mask)).first;
+  }
+  return *it->second;
+}
+
 // Visible pairs of every (q rank, q chunk, k rank, k chunk) of a layout, cached: the planner asks
 // for the same layout under many algorithms and passes.
 class PairCounts {
@@ -177,7 +194,7 @@ class PairCounts {
     const int world = layout.world();
     chunks_ = static_cast<int>(layout.chunks(0).size());
     world_ = world;
-    const PairTable table(layout, mask);
+    const PairTable& table = pair_table(layout, mask);
     counts_.assign(static_cast<size_t>(world) * chunks_ * world * chunks_, 0);
     if (tile_q > 0) tiles_.assign(counts_.size(), TileWork{});
     for (int qr = 0; qr < world; ++qr)
@@ -189,8 +206,9 @@ class PairCounts {
             const Chunk& q = layout.chunks(qr)[qc];
             const Chunk& k = layout.chunks(kr)[kc];
             int64_t v;
-            if (kind == PairKind::full && q_limit < 0)
-              v = q.len * k.len;
+            if (kind == PairKind::full)  // every pair visible: no padding, every row counts
+              v = (q_limit < 0 ? q.len : std::clamp<int64_t>(q_limit - q.local_begin, 0, q.len)) *
+                  k.len;
             else
               v = visible_pairs(q, k, layout.global_len(), mask, q_limit);
             counts_[index(qr, qc, kr, kc)] = v;
@@ -252,12 +270,8 @@ ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass 
   Algorithm sized = algo;
   if (sized.route == Route::double_ring) sized.inner = inner_ring(algo, prob);
   const comm::Topology topo = attention::schedule_topology(sized, comm::Topology(world));
-  const PairTable pairs(layout, prob.mask);
-  ScheduleSet set{topo, layout, {}};
-  set.ranks.reserve(world);
-  for (int r = 0; r < world; ++r)
-    set.ranks.push_back(attention::make_schedule(r, topo, layout, pairs, algo, pass));
-  return set;
+  const PairTable& pairs = pair_table(layout, prob.mask);
+  return {topo, layout, attention::make_schedules(topo, layout, pairs, algo, pass)};
 }
 
 namespace {
@@ -265,9 +279,8 @@ namespace {
 // One pass of any algorithm: all ranks' make_schedule plans replayed by the simulator. Bundle,
 // gradient and collective message sizes are the schedule's (pieces x L rows, the rank's head
 // slice), counted in hw.dtype_bytes per element.
-PassCost replay_pass(const Algorithm& algo, const AttnProblem& p, Pass pass, const Hardware& hw,
-                     int64_t q_limit, bool keep, double* buffer_bytes) {
-  const ScheduleSet set = make_schedules(algo, p, pass);
+PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnProblem& p, Pass pass,
+                     const Hardware& hw, int64_t q_limit, bool keep, double* buffer_bytes) {
   const int64_t l = set.layout.local_len();
   const double e = hw.dtype_bytes;
   const RankSchedule& r0 = set.ranks[0];
@@ -292,16 +305,68 @@ PassCost replay_pass(const Algorithm& algo, const AttnProblem& p, Pass pass, con
     for (const auto& sp : w.pairs) f(rs.q_pieces[qm][sp.qp], sp.qc, rs.kv_pieces[km][sp.kp], sp.kc);
   };
 
+  // A work item is fixed by its (query member, key member) and the ranks' pieces, and ranks with
+  // equal pieces (every ring of a USP degree) repeat the same items: their FLOPs are summed once
+  // per class of ranks (same sum, same order, so the same double).
+  const int world = static_cast<int>(set.ranks.size());
+  std::vector<int> cls(world);
+  std::vector<int> rep;  // a rank of every class
+  {
+    std::map<uint64_t, std::vector<int>> by_hash;  // hash -> classes
+    for (int r = 0; r < world; ++r) {
+      const RankSchedule& rs = set.ranks[r];
+      uint64_t h = 1469598103934665603ull;
+      for (const auto* pieces : {&rs.q_pieces, &rs.kv_pieces})
+        for (const auto& v : *pieces) {
+          h = (h ^ v.size()) * 1099511628211ull;
+          for (int x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+        }
+      auto& cands = by_hash[h];
+      cls[r] = -1;
+      for (int c : cands)
+        if (set.ranks[rep[c]].q_pieces == rs.q_pieces &&
+            set.ranks[rep[c]].kv_pieces == rs.kv_pieces)
+          cls[r] = c;
+      if (cls[r] < 0) {
+        cls[r] = static_cast<int>(rep.size());
+        rep.push_back(r);
+        cands.push_back(cls[r]);
+      }
+    }
+  }
+  auto memo_table = [&] {
+    std::vector<std::vector<double>> t(rep.size());
+    if (static_cast<int>(rep.size()) < world)  // some class shares: worth remembering
+      for (size_t c = 0; c < rep.size(); ++c) {
+        const size_t n = set.ranks[rep[c]].q_pieces.size();
+        t[c].assign(n * n, -1.0);
+      }
+    return t;
+  };
+  auto memoized = [&](std::vector<std::vector<double>>& memo, int rank, const attention::Work& w,
+                      auto&& compute) {
+    std::vector<double>& t = memo[cls[rank]];
+    if (t.empty()) return compute();
+    const RankSchedule& rs = set.ranks[rank];
+    const size_t qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
+    double& v = t[qm * rs.q_pieces.size() + km];
+    if (v < 0) v = compute();
+    return v;
+  };
+  std::vector<std::vector<double>> flops_memo = memo_table(), cost_memo = memo_table();
+
   ReplayModel m;
   m.bytes = [&](const attention::Xfer& x) {
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
-    double f = 0;
-    for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
-      f += static_cast<double>(counts.at(qr, qc, kr, kc));
+    return memoized(flops_memo, rank, w, [&] {
+      double f = 0;
+      for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
+        f += static_cast<double>(counts.at(qr, qc, kr, kc));
+      });
+      return f * per_pair;
     });
-    return f * per_pair;
   };
   // gamma = peak x (labelled) kernel efficiency, x the core share when ranks oversubscribe a host.
   if (tq > 0) {
@@ -310,12 +375,14 @@ PassCost replay_pass(const Algorithm& algo, const AttnProblem& p, Pass pass, con
     const double partial_cost =
         fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
     m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
-      double f = 0;
-      for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
-        const TileWork& t = counts.tiles(qr, qc, kr, kc);
-        f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
+      return memoized(cost_memo, rank, w, [&] {
+        double f = 0;
+        for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
+          const TileWork& t = counts.tiles(qr, qc, kr, kc);
+          f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
+        });
+        return f * per_pair;
       });
-      return f * per_pair;
     };
   }
   m.message_bytes = [&](int, const attention::Collective& c, attention::Field f) {
@@ -335,6 +402,7 @@ PassCost replay_pass(const Algorithm& algo, const AttnProblem& p, Pass pass, con
   m.intra = hw.intra;
   m.inter = hw.inter;
   m.wait_copy = hw.wait_copy;
+  m.spans = keep;
   Timeline tl = replay(set.ranks, m);
 
   PassCost c;
@@ -374,21 +442,22 @@ AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Har
                              double frac, bool keep) {
   validate_algo(a, p);
   AttentionCost c;
-  c.forward = replay_pass(a, p, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
-  c.backward = replay_pass(a, p, Pass::backward, hw, -1, keep, &c.buffer_bytes_backward);
-  const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
-  const int64_t l = layout.local_len();
+  const ScheduleSet fwd = make_schedules(a, p, Pass::forward);
+  c.forward = replay_pass(fwd, a, p, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
+  c.backward = replay_pass(make_schedules(a, p, Pass::backward), a, p, Pass::backward, hw, -1, keep,
+                           &c.buffer_bytes_backward);
+  const int64_t l = fwd.layout.local_len();
+  const RankSchedule& r0 = fwd.ranks[0];
   if (frac > 0) {
     // The executor limits the query rows only where the query side is the rank's own tokens (no
     // collective steps); elsewhere the recomputation is the whole forward.
-    const bool own_rows = make_schedules(a, p, Pass::forward).ranks[0].pre.empty();
+    const bool own_rows = r0.pre.empty();
     c.partial_recompute = replay_pass(
-        a, p, Pass::forward, hw,
+        fwd, a, p, Pass::forward, hw,
         own_rows ? static_cast<int64_t>(frac * static_cast<double>(l)) : -1, false, nullptr);
     c.recompute_fraction = frac;
   }
   // Gathered sides beyond the rank's own q, k, v (StarTrail: 3(C-1)A, WallFacer eq. (10)).
-  const RankSchedule r0 = make_schedules(a, p, Pass::forward).ranks[0];
   const attention::Dims dm{l, p.hq, p.hkv, p.d, 4};
   const double q_side = static_cast<double>(l * r0.q_pieces[r0.member].size()) *
                         static_cast<double>(attention::side_hq(r0, dm));

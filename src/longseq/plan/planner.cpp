@@ -1,8 +1,11 @@
 #include "longseq/plan/planner.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <exception>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "longseq/core/error.hpp"
 
@@ -262,15 +265,35 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
   if (losses.empty()) losses = {LossMode::fused, LossMode::unfused};
   const AttnProblem prob = attention_problem(o);
 
+  // The algorithms' replays are independent: one per thread (results by index, so the ranking is
+  // the same for any thread count).
+  std::vector<AttentionCost> costs(algos.size());
+  std::vector<std::string> reasons(algos.size());
+  std::vector<std::exception_ptr> broken(algos.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < algos.size(); i = next++) try {
+        costs[i] = cost_attention(algos[i], prob, o.hw, o.seq_selective_fraction);
+      } catch (const core::Error& e) {
+        reasons[i] = e.what();
+      } catch (...) {
+        broken[i] = std::current_exception();
+      }
+  };
+  const size_t threads =
+      std::min<size_t>(algos.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (const auto& e : broken)
+    if (e) std::rethrow_exception(e);
+
   std::vector<Evaluation> out;
-  for (const Algorithm& a : algos) {
-    AttentionCost attn;
-    std::string reason;
-    try {
-      attn = cost_attention(a, prob, o.hw, o.seq_selective_fraction);
-    } catch (const core::Error& e) {
-      reason = e.what();
-    }
+  for (size_t ai = 0; ai < algos.size(); ++ai) {
+    const Algorithm& a = algos[ai];
+    const AttentionCost& attn = costs[ai];
+    const std::string& reason = reasons[ai];
     for (Checkpoint cp : cps)
       for (LossMode lm : losses) {
         const PlanConfig cfg{a, cp, lm};

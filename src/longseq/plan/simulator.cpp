@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <map>
+#include <numeric>
 #include <tuple>
 
 #include "longseq/core/error.hpp"
@@ -34,6 +34,67 @@ struct Pending {
   const Xfer* send = nullptr;
 };
 
+// The transfers of one replay by key, indexed by (receiver, tag) with a short list of senders per
+// index (an origin receives one gradient partial per chain): a rank's posts and waits then touch
+// its own row, where a map of all transfers spent most of a cluster-sized replay on cache misses.
+class PendingTable {
+ public:
+  PendingTable(int world, int tags, size_t expected)
+      : tags_(tags), head_(static_cast<size_t>(world) * tags, -1) {
+    entries_.reserve(expected);
+  }
+  Pending& operator[](const Key& k) {
+    const auto [a, b, tag] = k;
+    LONGSEQ_CHECK_MSG(tag >= 0 && tag < tags_, "transfer ", a, " -> ", b, " tag ", tag,
+                      " outside the replay's ", tags_, " tags");
+    int32_t* link = &head_[static_cast<size_t>(b) * tags_ + tag];
+    while (*link >= 0 && entries_[*link].sender != a) link = &entries_[*link].next;
+    int32_t at = *link;
+    if (at < 0) {
+      at = *link = static_cast<int32_t>(entries_.size());
+      entries_.push_back({a, b, tag, -1, {}});  // may move entries_: `link` is not read again
+    }
+    return entries_[at].p;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Entry& e : entries_) f(Key{e.sender, e.receiver, e.tag}, e.p);
+  }
+
+ private:
+  struct Entry {
+    int sender, receiver, tag;
+    int32_t next;
+    Pending p;
+  };
+  int tags_;
+  std::vector<int32_t> head_;
+  std::vector<Entry> entries_;
+};
+
+// Indices of `items` ordered by step, stable (the schedule's order within a step), read with a
+// cursor: a replay visits every transfer and work item once instead of scanning a rank's lists at
+// every step (which made a replay cubic in the ring size).
+struct StepCursor {
+  std::vector<uint32_t> order;
+  std::vector<int> step;  // by position in order
+  size_t at = 0;
+  template <class T, class F>
+  StepCursor(const std::vector<T>& items, F step_of) : order(items.size()) {
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return step_of(items[a]) < step_of(items[b]); });
+    step.reserve(order.size());
+    for (uint32_t i : order) step.push_back(step_of(items[i]));
+  }
+  /// Calls f(index) for the items of step s (steps are visited in increasing order).
+  template <class G>
+  void take(int s, G&& f) {
+    while (at < order.size() && step[at] < s) ++at;  // steps outside the replayed range
+    for (; at < order.size() && step[at] == s; ++at) f(order[at]);
+  }
+};
+
 }  // namespace
 
 Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m) {
@@ -43,9 +104,14 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   std::vector<double> now(world, 0.0);
   // Ports: [rank][class] where class 0 = intra, 1 = inter.
   std::vector<std::array<double, 2>> out_free(world, {0.0, 0.0}), in_free(world, {0.0, 0.0});
-  std::map<Key, Pending> xfers;
-  int steps = 0;
-  for (const auto& s : schedules) steps = std::max(steps, s.num_steps);
+  int steps = 0, tags = 1;
+  size_t sides = 0;
+  for (const auto& s : schedules) {
+    steps = std::max(steps, s.num_steps);
+    for (const Xfer& x : s.xfers) tags = std::max(tags, x.tag + 1);
+    sides += s.xfers.size();
+  }
+  PendingTable xfers(world, tags, sides / 2);  // every transfer is listed by both of its sides
 
   auto key_of = [](int rank, const Xfer& x) {
     return x.send ? Key{rank, x.peer, x.tag} : Key{x.peer, rank, x.tag};
@@ -60,8 +126,9 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
     p.done = begin + link.latency_s + bytes / link.bandwidth_Bps;
     out_free[a][cls] = in_free[b][cls] = p.done;
     RankTimeline& rt = tl.ranks[a];
-    rt.spans.push_back(
-        {begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send->post_step});
+    if (m.spans)
+      rt.spans.push_back(
+          {begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send->post_step});
     (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
     (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += bytes;
   };
@@ -107,7 +174,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
           }
         }
         for (int cls = 0; cls < 2; ++cls)
-          if (busy[cls] > 0)
+          if (busy[cls] > 0 && m.spans)
             rt.spans.push_back({start, start + busy[cls],
                                 cls == 0 ? Activity::intra : Activity::inter, pre ? -1 : steps});
         next[r] = start + std::max(busy[0], busy[1]);
@@ -118,51 +185,57 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   };
 
   collectives(true);
+  std::vector<StepCursor> waits, posts, works;
+  for (const RankSchedule& rs : schedules) {
+    waits.emplace_back(rs.xfers, [](const Xfer& x) { return x.wait_step; });
+    posts.emplace_back(rs.xfers, [](const Xfer& x) { return x.post_step; });
+    works.emplace_back(rs.work, [](const Work& w) { return w.step; });
+  }
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < world; ++r) {
       const RankSchedule& rs = schedules[r];
-      for (const Xfer& x : rs.xfers)
-        if (x.wait_step == s) {
-          const Pending& p = xfers[key_of(r, x)];
-          LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
-                            " for a transfer with peer ", x.peer,
-                            " that was not posted by both sides");
-          double arrive = now[r];
-          if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
-            const double copy =
-                m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
-            tl.ranks[r].wait_copy_s += copy;
-            arrive += copy;
-          }
-          now[r] = std::max(arrive, p.done);
+      waits[r].take(s, [&](uint32_t i) {
+        const Xfer& x = rs.xfers[i];
+        const Pending& p = xfers[key_of(r, x)];
+        LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
+                          " for a transfer with peer ", x.peer,
+                          " that was not posted by both sides");
+        double arrive = now[r];
+        if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
+          const double copy = m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
+          tl.ranks[r].wait_copy_s += copy;
+          arrive += copy;
         }
-      for (const Xfer& x : rs.xfers)
-        if (x.post_step == s) {
-          const Key k = key_of(r, x);
-          Pending& p = xfers[k];
-          if (x.send) {
-            p.post_send = now[r];
-            p.send = &x;
-          } else {
-            p.post_recv = now[r];
-          }
-          start_if_ready(k, p);
+        now[r] = std::max(arrive, p.done);
+      });
+      posts[r].take(s, [&](uint32_t i) {
+        const Xfer& x = rs.xfers[i];
+        const Key k = key_of(r, x);
+        Pending& p = xfers[k];
+        if (x.send) {
+          p.post_send = now[r];
+          p.send = &x;
+        } else {
+          p.post_recv = now[r];
         }
-      for (const Work& w : rs.work)
-        if (w.step == s) {
-          const double f = m.flops(r, w);
-          const double dt = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
-          tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, s});
-          tl.ranks[r].compute_s += dt;
-          tl.ranks[r].flops += f;
-          now[r] += dt;
-        }
+        start_if_ready(k, p);
+      });
+      works[r].take(s, [&](uint32_t i) {
+        const Work& w = rs.work[i];
+        const double f = m.flops(r, w);
+        const double dt = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
+        if (m.spans) tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, s});
+        tl.ranks[r].compute_s += dt;
+        tl.ranks[r].flops += f;
+        now[r] += dt;
+      });
     }
   }
   collectives(false);
-  for (const auto& [k, p] : xfers)
+  xfers.for_each([](const Key& k, const Pending& p) {
     LONGSEQ_CHECK_MSG(p.done >= 0, "transfer ", std::get<0>(k), " -> ", std::get<1>(k), " tag ",
                       std::get<2>(k), " has only one side");
+  });
   for (int r = 0; r < world; ++r) {
     tl.ranks[r].finish = now[r];
     tl.makespan = std::max(tl.makespan, now[r]);

@@ -44,7 +44,8 @@ struct Span {
 };
 
 struct RankTimeline {
-  std::vector<Span> spans;  ///< compute spans, and the sends of this rank (by link class)
+  std::vector<Span> spans;  ///< compute spans, and the sends of this rank (by link class); empty
+                            ///< unless ReplayModel::spans
   double finish = 0;        ///< when the rank's last step is done
   double compute_s = 0;     ///< sum of compute spans
   double flops = 0;
@@ -81,6 +82,9 @@ struct ReplayModel {
   /// send_recv: the whole side). Unset: the schedules have no collective steps.
   std::function<double(int rank, const attention::Collective& c, attention::Field f)> message_bytes;
   double collective_efficiency = 1;
+  /// Record RankTimeline::spans (the drawing's input); off, a cluster-sized replay keeps only the
+  /// per-rank totals.
+  bool spans = true;
 };
 
 /// Replays `schedules` (one per rank, all of the same pass). Throws nothing; a send without its
