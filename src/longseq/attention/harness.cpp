@@ -159,26 +159,7 @@ nlohmann::json RankRecord::to_json(bool with_backward) const {
 }
 
 AttentionWork attention_work(const MaskSpec& mask, int64_t n, int64_t hq, int64_t d) {
-  uint64_t pairs = 0;
-  if (mask.doc_ids.empty() && mask.block_mask.empty()) {
-    // Row q sees keys (q - w, q] clipped at 0 (window), [0, q] (causal) or all n.
-    for (int64_t q = 0; q < n; ++q) {
-      int64_t row = n;
-      if (mask.causal || mask.window > 0) row = q + 1;
-      if (mask.window > 0) row = std::min(row, mask.window);
-      pairs += static_cast<uint64_t>(row);
-    }
-  } else {
-    const kernels::Mask km = mask.kernel_mask();
-    for (int64_t q = 0; q < n; ++q) {
-      const int32_t qd = mask.doc_ids.empty() ? 0 : mask.doc_ids[static_cast<size_t>(q)];
-      const int64_t hi = (mask.causal || mask.window > 0) ? q + 1 : n;
-      for (int64_t k = 0; k < hi; ++k) {
-        const int32_t kd = mask.doc_ids.empty() ? 0 : mask.doc_ids[static_cast<size_t>(k)];
-        pairs += kernels::visible(km, q, k, qd, kd) ? 1 : 0;
-      }
-    }
-  }
+  const uint64_t pairs = count_visible(mask, n);
   const double per = static_cast<double>(hq) * static_cast<double>(d);
   return {pairs, 4.0 * per * static_cast<double>(pairs), 10.0 * per * static_cast<double>(pairs)};
 }

@@ -63,9 +63,9 @@ struct RankRecord {
   nlohmann::json to_json(bool backward) const;
 };
 
-/// Visible (query, key) pairs of `mask` over n tokens (closed form for full/causal/window,
-/// counted otherwise) and the FLOPs they cost: forward 4*Hq*D per pair (QK^T and PV), backward
-/// 10*Hq*D (QK^T recomputed, dV, dP, dQ, dK), as plan/attention_cost.hpp counts them.
+/// Visible (query, key) pairs of `mask` over n tokens (count_visible, mask_spec.hpp) and the FLOPs
+/// they cost: forward 4*Hq*D per pair (QK^T and PV), backward 10*Hq*D (QK^T recomputed, dV, dP, dQ,
+/// dK), as plan/attention_cost.hpp counts them.
 struct AttentionWork {
   uint64_t visible_pairs = 0;
   double forward_flops = 0, backward_flops = 0;

@@ -9,6 +9,7 @@
 //   partial  anything else (the kernel evaluates the predicate per tile / element)
 // Classification is conservative: "empty" and "full" are only claimed when certain.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,23 +52,47 @@ struct ChunkInfo {
   int32_t dmin = 0, dmax = 0;
 };
 
+/// The chunk's position and document-id ranges: closed form without documents, one pass over its
+/// valid tokens with them.
 ChunkInfo chunk_info(const Chunk& c, int64_t n, const MaskSpec& m);
 PairKind classify(const MaskSpec& m, const ChunkInfo& q, const ChunkInfo& k);
 
-/// Classification of every (q chunk, k chunk) pair of (q_rank, k_rank) under a layout,
-/// precomputed once per (layout, mask) since schedules query it P^2 times.
+/// Visible (query, key) pairs of `m` over n tokens: exactly the number of (q, k) in [0, n)^2 for
+/// which kernels::visible holds. Closed form per rectangle of positions: O(1) for full, causal and
+/// window masks; O(documents) for document ids (O(runs + run pairs within the window) when ids
+/// repeat or a window is set); with a block mask, one pass over the block rows' bytes inside the
+/// causal / window band plus O(1) per visible block (O(runs of the block) with documents). So it
+/// runs at any n, past 2^31 included, where the count is < 2^64.
+uint64_t count_visible(const MaskSpec& m, int64_t n);
+
+/// The non-empty classification of every (q chunk, k chunk) pair of a layout, precomputed once
+/// per (layout, mask) since schedules query it P^2 times. Memory and time are linear in the
+/// non-empty pairs: the block-striped layout under its block mask (every chunk inside one mask
+/// block) visits only the visible blocks of each block row inside the causal / window band; other
+/// layouts hold at most two chunks per rank and classify every pair. Classifications equal
+/// classify(chunk_info(q), chunk_info(k)) for every pair.
 class PairTable {
  public:
+  struct Entry {
+    int32_t k_rank = 0, kc = 0;
+    PairKind kind = PairKind::empty;
+  };
   PairTable(const Layout& layout, const MaskSpec& mask);
   PairKind kind(int q_rank, int qc, int k_rank, int kc) const;
+  /// The non-empty pairs of query chunk (q_rank, qc) with the chunks of k_rank, kc ascending.
+  std::span<const Entry> row(int q_rank, int qc, int k_rank) const;
   /// True when some chunk pair of (q_rank, k_rank) is not empty.
   bool needs(int q_rank, int k_rank) const { return any_[q_rank * world_ + k_rank] != 0; }
   int chunks_per_rank() const { return chunks_; }
+  /// Non-empty chunk pairs held.
+  size_t size() const { return entries_.size(); }
 
  private:
+  std::span<const Entry> chunk_row(int q_rank, int qc) const;
   int world_, chunks_;
-  std::vector<PairKind> kinds_;  // [q_rank][qc][k_rank][kc]
-  std::vector<uint8_t> any_;     // [q_rank][k_rank]
+  std::vector<int64_t> offsets_;  // [q_rank * chunks + qc] -> first entry; one more at the end
+  std::vector<Entry> entries_;    // per query chunk, by (k_rank, kc)
+  std::vector<uint8_t> any_;      // [q_rank][k_rank]
 };
 
 }  // namespace longseq::attention

@@ -300,11 +300,8 @@ void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& tre
       for (size_t a = 0; a < qs.size(); ++a)
         for (int qc = 0; qc < chunks; ++qc)
           for (size_t b = 0; b < ks.size(); ++b)
-            for (int kc = 0; kc < chunks; ++kc) {
-              const PairKind k = pairs.kind(qs[a], qc, ks[b], kc);
-              if (k != PairKind::empty)
-                w.pairs.push_back({qc, kc, k, static_cast<int>(a), static_cast<int>(b)});
-            }
+            for (const PairTable::Entry& e : pairs.row(qs[a], qc, ks[b]))
+              w.pairs.push_back({qc, e.kc, e.kind, static_cast<int>(a), static_cast<int>(b)});
       rs.work.push_back(std::move(w));
       slot_of_work.push_back({rs.work.size() - 1, data_iv});
       last_step = std::max(last_step, my);

@@ -127,37 +127,7 @@ std::shared_ptr<const attention::MaskSpec> TrainMask::with_documents(
 }
 
 double visible_pairs(const attention::MaskSpec& m, int64_t n) {
-  // Row i sees keys [lo, hi]: hi = i (causal) or n - 1, lo = its window's start and its
-  // document's start (documents are runs of equal ids: a token's document starts where the run
-  // does, and ends where it ends when the mask is not causal).
-  const bool docs = !m.doc_ids.empty();
-  std::vector<int64_t> doc_end;
-  if (docs && !m.causal) {
-    doc_end.resize(static_cast<size_t>(n));
-    for (int64_t i = n - 1; i >= 0; --i)
-      doc_end[i] = (i + 1 < n && m.doc_ids[i + 1] == m.doc_ids[i]) ? doc_end[i + 1] : i;
-  }
-  double total = 0;
-  int64_t doc_start = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (docs && i > 0 && m.doc_ids[i] != m.doc_ids[i - 1]) doc_start = i;
-    int64_t lo = docs ? doc_start : 0;
-    int64_t hi = m.causal || m.window > 0 ? i : (docs ? doc_end[i] : n - 1);
-    if (m.window > 0) lo = std::max(lo, i - m.window + 1);
-    if (hi < lo) continue;
-    if (m.block_mask.empty()) {
-      total += static_cast<double>(hi - lo + 1);
-      continue;
-    }
-    const int64_t qb = i / m.block_size;
-    for (int64_t kb = lo / m.block_size; kb <= hi / m.block_size; ++kb) {
-      if (!m.block_mask[qb * m.num_blocks + kb]) continue;
-      const int64_t a = std::max(lo, kb * m.block_size),
-                    b = std::min(hi, (kb + 1) * m.block_size - 1);
-      total += static_cast<double>(b - a + 1);
-    }
-  }
-  return total;
+  return static_cast<double>(attention::count_visible(m, n));
 }
 
 }  // namespace longseq::model

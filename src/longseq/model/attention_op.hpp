@@ -72,8 +72,7 @@ struct TrainMask {
 
 /// The (query, key) pairs `mask` lets through over a sequence of n tokens (the attention FLOPs of
 /// the MFU formula are 12 * layers * Hq * D times this). Exact for causal, window, documents and
-/// block masks; O(n) without a block mask. A double: the count reaches n^2 / 2 ~ 5.5e11 at
-/// n = 2^20, past int32 and exact in a double up to 2^53.
+/// block masks (attention::count_visible, rounded to a double: exact up to 2^53).
 double visible_pairs(const attention::MaskSpec& mask, int64_t n);
 
 /// Distributed attention over `group` with any --algo (attention/algorithm.hpp; every rank of the

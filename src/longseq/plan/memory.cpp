@@ -107,7 +107,7 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   attention::MaskSpec causal;
   causal.causal = true;
   const attention::MaskSpec& mask = in.mask ? *in.mask : causal;
-  const attention::Layout layout(attention::parse_balance(in.balance), in.seq, cp);
+  const attention::Layout layout(attention::parse_balance(in.balance), in.seq, cp, mask.block_size);
   const double l = static_cast<double>(layout.local_len()), n = static_cast<double>(in.seq);
   const double c = m.hidden, hq = m.heads, hkv = m.kv_heads, d = m.head_dim, f = m.intermediate,
                v = m.vocab, layers = m.layers;
