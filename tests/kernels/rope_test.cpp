@@ -2,9 +2,8 @@
 // (kernels/ref/rope) on global positions up to 1e6 and padding rows, on every backend, is the rope
 // cases of kernel_cases.hpp; the twin's own gradient is checked by finite differences in
 // ref_ops_test.cpp and against PyTorch in kernels.ref_torch.
-// Tolerance below: 1e-5 + 1e-5 rel (angles up to 1e6 rad computed in fp64, cos/sin rounded to fp32,
-// O(1) inputs). Scaled frequencies (yarn, llama3, ...) are model-level and tested in
-// tests/model/rope_scaling_test.cpp.
+// Tolerance below: the rope cases', scaled by the attention factor. Scaled frequencies (yarn,
+// llama3, ...) are model-level and tested in tests/model/rope_scaling_test.cpp.
 #include "longseq/kernels/cpu/rope.hpp"
 
 #include <gtest/gtest.h>
