@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sanitizer pass in CI (docs/reliability.md):
 #   1. ASan + UBSan (clang, build-asan, shared with scripts/ci_fuzz.sh): the test labels in
-#      SANITIZE_LABELS (default: core, kernels, comm, attention, fuzz replays; the mpirun registrations
-#      excluded) - only their executables are built.
+#      SANITIZE_LABELS (default: core, kernels, comm, attention, train, fuzz replays; the mpirun
+#      registrations excluded) - only their executables are built, and the longseq binary (ASan +
+#      UBSan too) where a label's tests run it (attention, train: the CLI tests).
 #   2. TSan (clang, build-tsan): the comm tests of the local backend (ranks are threads there, so
 #      every cross-rank hand-off is a cross-thread one TSan sees).
 # Any report fails the test it happens in (UBSan: -fno-sanitize-recover; ASan, TSan: halt).
@@ -12,14 +13,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PASSES=("$@")
 [ ${#PASSES[@]} -gt 0 ] || PASSES=(asan tsan)
-LABELS=${SANITIZE_LABELS:-core|kernels|comm|attention|fuzz}
+LABELS=${SANITIZE_LABELS:-core|kernels|comm|attention|train|fuzz}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Not here: the tests that run the longseq binary (cli: it is not built in these trees), the one
-# whose bound is a speed (a transfer progressing within 50 ms of compute: sanitizers slow every
-# memory access several times; the release build checks it), and the kernels label's non-gtest
-# registrations (kernels.*: the torch oracle's ref_dump, the nm/objdump inspections of the
-# release objects and binary).
-EXCLUDE=${SANITIZE_EXCLUDE:-cli|TransfersProgressWhileTheRankComputes|^kernels\.}
+# Not here: the one test whose bound is a speed (a transfer progressing within 50 ms of compute:
+# sanitizers slow every memory access several times; the release build checks it), the kernels
+# label's non-gtest registrations (kernels.*: the torch oracle's ref_dump, the nm/objdump
+# inspections of the release objects and binary), the train tests that start mpirun (OpenMPI
+# itself is not instrumented, as for the mpi label), and the train label's four slowest sweeps,
+# which repeat over every algorithm, layout, policy or world the step that the train tests left
+# in run take once each (the attention label runs every algorithm and layout under ASan), and a
+# brute-force count past 2^31 (plain integer loops; the release build checks it). Cost and
+# choice: docs/reliability.md "Sanitizers in CI".
+SLOW_SWEEPS='DistributedStepEqualsWorldOneForEveryAlgorithmAndLayout|EqualsSingleRankForEveryLayoutPolicyAndLoss'
+SLOW_SWEEPS+='|RopeScalingTrain\.StepEqualsAcrossWorldsAndLayouts|PastTwoToThe31ScoreElementsEqualsBruteForce'
+EXCLUDE=${SANITIZE_EXCLUDE:-TransfersProgressWhileTheRankComputes|^kernels\.|UnderMpirun|MpirunEquals|$SLOW_SWEEPS}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 
@@ -32,8 +39,9 @@ targets_for() {
     else
       t+=("test_$l")
     fi
+    case "$l" in attention | train) t+=(longseq) ;; esac
   done
-  echo "${t[@]}"
+  echo "${t[@]}" | tr ' ' '\n' | sort -u | tr '\n' ' '
 }
 
 for pass in "${PASSES[@]}"; do

@@ -13,6 +13,8 @@ PACKAGES=(
   python3 python3-numpy python3-torch
   bible-kjv
   iproute2 util-linux
+  # strace: the checkpoint directory's fsync is read from the binary's system calls (tests/train).
+  strace
   # Fuzzing and sanitizer builds (scripts/ci_fuzz.sh, ci_sanitize.sh): Debian's clang; its
   # libFuzzer (-fsanitize=fuzzer) and sanitizer runtimes are libclang-rt-dev (Debian's
   # libfuzzer-NN-dev is the stand-alone libFuzzer.a, not needed here); libomp-dev: OpenMP for clang.

@@ -1,8 +1,9 @@
-// The fast RoPE (kernels/cpu/rope) against its fp64 twin (kernels/ref/rope), whose own gradient is
-// checked by finite differences in ref_ops_test.cpp and against PyTorch in kernels.ref_torch.
-// Tolerances: 1e-5 + 1e-5 rel (angles up to 1e6 rad computed in fp64, cos/sin rounded to fp32,
-// O(1) inputs). Scaled frequencies (yarn, llama3, ...) are model-level and tested in
-// tests/model/rope_scaling_test.cpp.
+// The fast RoPE (kernels/cpu/rope): what is particular to it. Its agreement with the fp64 twin
+// (kernels/ref/rope) on global positions up to 1e6 and padding rows, on every backend, is the rope
+// cases of kernel_cases.hpp; the twin's own gradient is checked by finite differences in
+// ref_ops_test.cpp and against PyTorch in kernels.ref_torch.
+// Tolerance below: the rope cases', scaled by the attention factor. Scaled frequencies (yarn,
+// llama3, ...) are model-level and tested in tests/model/rope_scaling_test.cpp.
 #include "longseq/kernels/cpu/rope.hpp"
 
 #include <gtest/gtest.h>
@@ -20,25 +21,6 @@ namespace {
 namespace kc = longseq::kernels::cpu;
 namespace kr = longseq::kernels::ref;
 namespace lt = longseq::test;
-
-TEST(CpuRope, MatchesReferenceOnGlobalPositionsAndSkipsPadding) {
-  const int64_t t = 6, h = 3, d = 8;
-  std::vector<int64_t> pos = {0, 1, -1, 4097, 1000000, 77};
-  auto x = lt::normal_f(t * h * d, 9);
-  std::vector<float> y = x;
-  kc::RopeTable table(pos.data(), t, d, 10000.0);
-  table.forward(y.data(), h, 2);
-  auto xd = lt::widen(x);
-  std::vector<double> ry(t * h * d);
-  kr::rope_forward(xd.data(), pos.data(), t, h, d, 10000.0, ry.data());
-  lt::expect_close(y, ry, 1e-5, 1e-5, "rope forward");
-  for (int64_t i = 2 * h * d; i < 3 * h * d; ++i) EXPECT_EQ(y[i], x[i]) << "padding row rotated";
-  std::vector<float> g = x;
-  table.backward(g.data(), h, 1);
-  std::vector<double> rg(t * h * d);
-  kr::rope_backward(xd.data(), pos.data(), t, h, d, 10000.0, rg.data());
-  lt::expect_close(g, rg, 1e-5, 1e-5, "rope backward");
-}
 
 // Explicit frequencies with an attention factor: cos and sin scale by it, so the rotated vector
 // does (the twin's output times the factor, for the same frequencies as theta).

@@ -177,4 +177,20 @@ TEST(TrainCli, MpirunEqualsTheLocalBackend) {
 #endif
 }
 
+// On a terminal (a pseudo-terminal from util-linux's `script`) the progress line moves within a
+// step: each step draws its first layer's line at once (later ones at most every 0.25 s); through
+// a pipe nothing of it is printed. train_cmd's --quiet is dropped for this one.
+TEST(TrainCli, OnATerminalTheLineNamesThePassAndLayerWithinAStep) {
+  std::string log;
+  if (run("script -qec true /dev/null", log) != 0) GTEST_SKIP() << "no `script` here: " << log;
+  std::string cmd = train_cmd("--steps 2 --seq 64 --threads 1");
+  cmd.erase(cmd.find(" --quiet"), 8);
+  ASSERT_EQ(run("script -qec '" + cmd + "' /dev/null", log), 0) << log;
+  EXPECT_NE(log.find("\033[K[step 1/2] forward layer 1/2  ETA "), std::string::npos) << log;
+  EXPECT_NE(log.find("\033[K[step 2/2] forward layer 1/2  ETA "), std::string::npos) << log;
+  ASSERT_EQ(run(cmd, log), 0) << log;
+  EXPECT_EQ(log.find(" layer "), std::string::npos) << log;
+  EXPECT_EQ(log.find("\033[K"), std::string::npos) << log;
+}
+
 }  // namespace

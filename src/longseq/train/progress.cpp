@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "longseq/core/error.hpp"
@@ -24,6 +25,18 @@ std::string format_eta(double s) {
   return buf;
 }
 
+double step_fraction(StepPass pass, int layers_done, int layers) {
+  if (layers <= 0) return pass == StepPass::forward ? 0.0 : 1.0 / 3.0;
+  const double share = static_cast<double>(std::clamp(layers_done, 0, layers)) / layers;
+  return pass == StepPass::forward ? share / 3.0 : 1.0 / 3.0 + 2.0 * share / 3.0;
+}
+
+double in_step_eta(double elapsed, double fraction, double step_s, int64_t later) {
+  // Before any step has finished, the step's own pace (unknown before any of it is done).
+  const double step = step_s > 0 ? step_s : fraction > 0 ? elapsed / fraction : NAN;
+  return step * (1.0 - std::clamp(fraction, 0.0, 1.0)) + step * static_cast<double>(later);
+}
+
 Progress::Progress(int64_t end, bool enabled, std::FILE* out)
     : end_(end), enabled_(enabled), out_(out) {}
 
@@ -44,6 +57,23 @@ void Progress::update(int64_t step, double seconds, double tokens_per_sec) {
                     static_cast<int64_t>(std::llround(tokens_per_sec)), " tok/s  ETA ",
                     format_eta(eta));
   if (!enabled_) return;
+  std::fputs("\r\033[K", out_);
+  std::fputs(line_.c_str(), out_);
+  std::fflush(out_);
+}
+
+void Progress::within_step(int64_t step, StepPass pass, int layer, int layers, double elapsed) {
+  if (!enabled_) return;
+  if (step == drawn_step_ && elapsed < drawn_at_ + kRedrawS) return;
+  drawn_step_ = step;
+  drawn_at_ = elapsed;
+  const double mean = done_ > 0 ? total_s_ / static_cast<double>(done_) : 0.0;
+  // Forward walks the layers up, backward down: the layers already done differ.
+  const int done = pass == StepPass::forward ? layer : layers - 1 - layer;
+  const double eta = in_step_eta(elapsed, step_fraction(pass, done, layers), mean, end_ - step - 1);
+  line_ = core::cat("[step ", step + 1, "/", end_, "] ",
+                    pass == StepPass::forward ? "forward" : "backward", " layer ", layer + 1, "/",
+                    layers, "  ETA ", format_eta(eta));
   std::fputs("\r\033[K", out_);
   std::fputs(line_.c_str(), out_);
   std::fflush(out_);

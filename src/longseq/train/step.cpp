@@ -40,6 +40,44 @@ std::vector<float> gather_all(RankRun& run, bool grads) {
 
 namespace {
 
+// The in-step progress line's hook (a terminal only: Progress enabled): the model asks its
+// ParamSource for each layer's parameters in the forward pass and for each layer's gradient
+// buffer in the backward pass, so forwarding those requests tells where the step is without a
+// hook in the model. Every other rank, and every run off a terminal, calls the shards directly.
+class ProgressSource final : public model::ParamSource {
+ public:
+  ProgressSource(model::ParamSource& inner, const model::ParamLayout& layout, Progress& progress,
+                 int64_t step)
+      : inner_(inner), layout_(layout), progress_(progress), step_(step) {}
+  const float* acquire(int unit) override {
+    if (!backward_) note(StepPass::forward, unit);
+    return inner_.acquire(unit);
+  }
+  void prefetch(int unit) override { inner_.prefetch(unit); }
+  void release(int unit) override { inner_.release(unit); }
+  float* acquire_grad(int unit) override {
+    backward_ = true;
+    note(StepPass::backward, unit);
+    return inner_.acquire_grad(unit);
+  }
+  void release_grad(int unit) override { inner_.release_grad(unit); }
+
+ private:
+  void note(StepPass pass, int unit) {
+    const int64_t layers = layout_.config().layers;
+    const int64_t l = unit - layout_.layer_unit(0);
+    if (l >= 0 && l < layers)
+      progress_.within_step(step_, pass, static_cast<int>(l), static_cast<int>(layers),
+                            timer_.elapsed());
+  }
+  model::ParamSource& inner_;
+  const model::ParamLayout& layout_;
+  Progress& progress_;
+  int64_t step_;
+  bool backward_ = false;
+  core::Timer timer_;
+};
+
 // Forward and backward over this rank's tokens of the step's sequence; the loss is scaled by the
 // global count of non-ignored tokens (all-reduced first), so gradients are those of the mean.
 model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens& rt,
@@ -60,7 +98,13 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   b.len = static_cast<int64_t>(rt.pos.size());
   b.seq_len = s.cfg.seq;
   const double scale = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
-  model::StepResult res = model::forward_backward(s.layout, run.state, attn, b, scale, s.options);
+  model::StepResult res;
+  if (run.progress.enabled()) {
+    ProgressSource source(run.state, s.layout, run.progress, r.step);
+    res = model::forward_backward(s.layout, source, attn, b, scale, s.options);
+  } else {
+    res = model::forward_backward(s.layout, run.state, attn, b, scale, s.options);
+  }
   double loss = res.loss_sum;
   {
     core::ScopedTimer t(&r.wait_s);
