@@ -21,8 +21,8 @@ TEST(CpuSwiglu, MatchesReference) {
   const int64_t n = 64;
   auto g = lt::normal_f(n, 10, 3.0), u = lt::normal_f(n, 11), dout = lt::normal_f(n, 12);
   std::vector<float> out(n), dg(n), du(n);
-  kc::swiglu_forward(g.data(), u.data(), n, out.data());
-  kc::swiglu_backward(dout.data(), g.data(), u.data(), n, dg.data(), du.data());
+  kc::swiglu_forward(g.data(), u.data(), n, out.data(), 1);
+  kc::swiglu_backward(dout.data(), g.data(), u.data(), n, dg.data(), du.data(), 1);
   auto gd = lt::widen(g), ud = lt::widen(u), dd = lt::widen(dout);
   std::vector<double> ro(n), rdg(n), rdu(n);
   kr::swiglu_forward(gd.data(), ud.data(), n, ro.data());
