@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     core::fill_randint(labels.data(), labels.size(), 3, static_cast<int32_t>(s.v));
     const kernels::cpu::LmHeadDims d{s.t, s.c, s.v};
     kernels::cpu::LmHeadOptions o;
-    o.threads = threads;
+    o.exec = core::Exec::cpu(threads);
     double loss[2] = {0, 0};
     const double unfused_gib = static_cast<double>(s.t) * s.v * 4.0 / (1024.0 * 1024.0 * 1024.0);
     for (int fused = 1; fused >= 0; --fused) {

@@ -126,11 +126,11 @@ class CpuBackend final : public KernelBackend {
     kernels::cpu::rmsnorm_backward(dout, x, w, rstd, t, c, dx, dw, false, kThreads);
   }
   void swiglu_forward(const float* g, const float* u, int64_t n, float* out) override {
-    kernels::cpu::swiglu_forward(g, u, n, out);
+    kernels::cpu::swiglu_forward(g, u, n, out, kThreads);
   }
   void swiglu_backward(const float* dout, const float* g, const float* u, int64_t n, float* dg,
                        float* du) override {
-    kernels::cpu::swiglu_backward(dout, g, u, n, dg, du);
+    kernels::cpu::swiglu_backward(dout, g, u, n, dg, du, kThreads);
   }
   void rope_forward(const float* x, const int64_t* pos, int64_t t, int64_t h, int64_t d,
                     double theta, float* y) override {

@@ -64,7 +64,7 @@ TEST(LmHead, FusedMatchesReferenceForEveryTiling) {
       lm::LmHeadOptions o;
       o.token_tile = bs;
       o.vocab_tile = bv;
-      o.threads = 2;
+      o.exec = longseq::core::Exec::cpu(2);
       check_against_ref(p, true, o, 29.0);
     }
 }
@@ -96,8 +96,8 @@ TEST(LmHead, FusedAndUnfusedAgreeAndThreadsDoNotChangeBits) {
   std::vector<float> a(p.t * p.c), b(p.t * p.c), wa(p.v * p.c, 0.0f), wb(p.v * p.c, 0.0f);
   lm::LmHeadOptions o1, o2;
   o1.token_tile = o2.token_tile = 16;
-  o1.threads = 1;
-  o2.threads = 2;
+  o1.exec = longseq::core::Exec::cpu(1);
+  o2.exec = longseq::core::Exec::cpu(2);
   auto r1 = lm::lm_head_ce_fused(p.hidden.data(), p.weight.data(), p.labels.data(), d, 0.01,
                                  a.data(), wa.data(), o1);
   auto r2 = lm::lm_head_ce_fused(p.hidden.data(), p.weight.data(), p.labels.data(), d, 0.01,

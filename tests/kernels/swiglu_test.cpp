@@ -20,9 +20,9 @@ TEST(CpuSwiglu, BackwardMayOverwriteItsInputs) {
   const int64_t n = 64;
   auto g = lt::normal_f(n, 10, 3.0), u = lt::normal_f(n, 11), dout = lt::normal_f(n, 12);
   std::vector<float> dg(n), du(n);
-  kc::swiglu_backward(dout.data(), g.data(), u.data(), n, dg.data(), du.data());
+  kc::swiglu_backward(dout.data(), g.data(), u.data(), n, dg.data(), du.data(), 1);
   std::vector<float> ga = g, ua = u;
-  kc::swiglu_backward(dout.data(), ga.data(), ua.data(), n, ga.data(), ua.data());
+  kc::swiglu_backward(dout.data(), ga.data(), ua.data(), n, ga.data(), ua.data(), 1);
   EXPECT_EQ(ga, dg);
   EXPECT_EQ(ua, du);
 }

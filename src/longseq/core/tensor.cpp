@@ -54,6 +54,25 @@ void* aligned_alloc_bytes(size_t bytes, bool zero) {
   if (zero) std::memset(p, 0, rounded ? rounded : kAlignment);
   return p;
 }
+
+void* alloc_bytes(Device device, size_t bytes, bool zero, const char* name) {
+  if (device.is_cpu()) return aligned_alloc_bytes(bytes, zero);
+  const DeviceMemory& ops = device_memory(device);
+  // As on the host, an empty buffer still owns a line so data() is never null.
+  void* p = ops.allocate(device, bytes ? bytes : kAlignment, name);
+  if (zero) ops.zero(device, p, bytes ? bytes : kAlignment);
+  return p;
+}
+
+void BufferFree::operator()(void* p) const noexcept {
+  if (!p) return;
+  if (device.is_cpu()) {
+    std::free(p);
+    return;
+  }
+  // A buffer on a device exists only after its backend registered; the lookup cannot fail here.
+  device_memory(device).release(device, p);
+}
 }  // namespace detail
 
 }  // namespace longseq::core

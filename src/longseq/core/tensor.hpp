@@ -5,6 +5,7 @@
 // (design.md §2: a rank holds tokens as [T, H, D]); strides exist so a kernel can be handed a
 // head slice or a token range without a copy. Views never own memory and are cheap to copy.
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/error.hpp"
 
@@ -101,11 +103,16 @@ class View {
 };
 
 namespace detail {
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
 /// zero = false leaves the bytes as the allocator returned them.
 void* aligned_alloc_bytes(size_t bytes, bool zero = true);
+/// Host memory as aligned_alloc_bytes; elsewhere the device's registered allocator (device.hpp),
+/// whose out-of-memory error names `name`.
+void* alloc_bytes(Device device, size_t bytes, bool zero, const char* name);
+/// Frees what alloc_bytes returned on `device`.
+struct BufferFree {
+  Device device;
+  void operator()(void* p) const noexcept;
+};
 }  // namespace detail
 
 inline constexpr size_t kAlignment = 64;
@@ -115,7 +122,11 @@ inline constexpr size_t kAlignment = 64;
 /// of by one thread's memset (at world 1, L = 32K, the zeroing passes took ~1 s of a step).
 struct Uninit {};
 
-/// Owning, 64-byte aligned, zero-initialised array of trivially copyable T.
+/// Owning, 64-byte aligned (on the host), zero-initialised array of trivially copyable T on one
+/// device. Host buffers are what every CPU path uses; a buffer on a GPU hands out its device
+/// pointer through data() and is read or written from the host only through copies (copy_from,
+/// to): element access and iteration are for host buffers (checked by begin/end; operator[] is
+/// on the hot path and checked only in debug builds).
 template <class T>
 class Buffer {
   static_assert(std::is_trivially_copyable_v<T>);
@@ -123,23 +134,60 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t n)
-      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T)))), size_(n) {}
+      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T))), detail::BufferFree{}),
+        size_(n) {}
   /// Contents indeterminate (see Uninit).
   Buffer(size_t n, Uninit)
-      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T), false))), size_(n) {}
+      : ptr_(static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T), false)),
+             detail::BufferFree{}),
+        size_(n) {}
+  /// `n` zeroed elements on `device`; `name` labels the tensor in an out-of-memory error.
+  Buffer(size_t n, Device device, const char* name = "buffer")
+      : ptr_(static_cast<T*>(detail::alloc_bytes(device, n * sizeof(T), true, name)),
+             detail::BufferFree{device}),
+        size_(n) {}
+  /// `n` elements on `device`, contents indeterminate (see Uninit).
+  Buffer(size_t n, Device device, Uninit, const char* name = "buffer")
+      : ptr_(static_cast<T*>(detail::alloc_bytes(device, n * sizeof(T), false, name)),
+             detail::BufferFree{device}),
+        size_(n) {}
+
   T* data() { return ptr_.get(); }
   const T* data() const { return ptr_.get(); }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(T); }
-  T& operator[](size_t i) { return ptr_.get()[i]; }
-  const T& operator[](size_t i) const { return ptr_.get()[i]; }
-  T* begin() { return data(); }
-  T* end() { return data() + size_; }
-  const T* begin() const { return data(); }
-  const T* end() const { return data() + size_; }
+  Device device() const { return ptr_.get_deleter().device; }
+  T& operator[](size_t i) {
+    assert(device().is_cpu());
+    return ptr_.get()[i];
+  }
+  const T& operator[](size_t i) const {
+    assert(device().is_cpu());
+    return ptr_.get()[i];
+  }
+  T* begin() { return host_data(); }
+  T* end() { return host_data() + size_; }
+  const T* begin() const { return host_data(); }
+  const T* end() const { return host_data() + size_; }
+
+  /// Copies all of `src` (same size, any device) into this buffer; blocking.
+  void copy_from(const Buffer& src) {
+    LONGSEQ_CHECK_MSG(src.size_ == size_, "copy of ", src.size_, " elements into ", size_);
+    copy_bytes(data(), device(), src.data(), src.device(), bytes());
+  }
+  /// A copy of this buffer on `device`; blocking.
+  Buffer to(Device device, const char* name = "buffer") const {
+    Buffer out(size_, device, Uninit{}, name);
+    out.copy_from(*this);
+    return out;
+  }
 
  private:
-  std::unique_ptr<T, detail::AlignedFree> ptr_;
+  T* host_data() const {
+    LONGSEQ_CHECK_MSG(device().is_cpu(), "host access to a buffer on ", device().str());
+    return ptr_.get();
+  }
+  std::unique_ptr<T, detail::BufferFree> ptr_{nullptr, detail::BufferFree{}};
   size_t size_ = 0;
 };
 

@@ -438,15 +438,17 @@ void panel_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t
 }
 }  // namespace
 
-void gemm_f32_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc) {
+void gemm_f32_parallel(const core::Exec& exec, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                       float beta, float* c, int64_t ldc) {
+  const int threads = exec.cpu_threads("gemm_f32_parallel");
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_f32);
 }
 
-void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                        const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
-                        float beta, float* c, int64_t ldc) {
+void gemm_bf16_parallel(const core::Exec& exec, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int threads = exec.cpu_threads("gemm_bf16_parallel");
   if (!core::bf16_native(core::active_isa())) {
     // Emulated: widen both operands once (not once per panel, as gemm_bf16 per panel would).
     check_args(ta, tb, m, n, k, lda, ldb, ldc);
@@ -461,9 +463,10 @@ void gemm_bf16_parallel(int threads, bool ta, bool tb, int64_t m, int64_t n, int
   panel_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_bf16);
 }
 
-void gemm_parallel(core::DType compute, int threads, bool ta, bool tb, int64_t m, int64_t n,
-                   int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   float beta, float* c, int64_t ldc) {
+void gemm_parallel(core::DType compute, const core::Exec& exec, bool ta, bool tb, int64_t m,
+                   int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int threads = exec.cpu_threads("gemm_parallel");
   if (compute == core::DType::f32) {
     gemm_f32_parallel(threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 
 namespace longseq::kernels {
@@ -51,14 +52,14 @@ void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 
 /// As gemm_f32, rows of C split over `threads` threads (deterministic: each row of C is computed
 /// by exactly one thread with the same blocking whatever `threads` is). threads <= 0 means 1.
-void gemm_f32_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                       float beta, float* c, int64_t ldc);
+void gemm_f32_parallel(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float beta, float* c, int64_t ldc);
 
 /// As gemm_bf16, rows of C split over `threads` threads; bit-identical for every `threads`.
-void gemm_bf16_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
-                        int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_bf16_parallel(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                        int64_t k, float alpha, const core::bf16* a, int64_t lda,
+                        const core::bf16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 /// Mixed precision's matrix product: fp32 operands multiplied at `compute` precision.
 /// f32: gemm_f32_parallel. bf16: A and B are rounded to bf16 (round-to-nearest-even) into scratch
@@ -67,9 +68,9 @@ void gemm_bf16_parallel(int threads, bool trans_a, bool trans_b, int64_t m, int6
 /// stay in f32 and gemm_f32_parallel multiplies them). Operands that already hold bf16
 /// values (weights gathered in bf16) convert exactly. Other dtypes are a caller bug
 /// (LONGSEQ_CHECK).
-void gemm_parallel(core::DType compute, int threads, bool trans_a, bool trans_b, int64_t m,
-                   int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_parallel(core::DType compute, const core::Exec& exec, bool trans_a, bool trans_b,
+                   int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 /// Rows of C per panel in the *_parallel variants (fixed, so the bits never depend on threads).
 int64_t gemm_panel_rows();

@@ -61,7 +61,7 @@ void mlp_forward(const float* x, const float* wgate, const float* wup, const flo
     const int64_t n = std::min(cs, d.t - t0);
     linear_forward(x + t0 * d.c, wgate, n, d.c, d.f, g, false, threads, d.compute);
     linear_forward(x + t0 * d.c, wup, n, d.c, d.f, u, false, threads, d.compute);
-    swiglu_forward(g, u, n * d.f, g);
+    swiglu_forward(g, u, n * d.f, g, threads);
     linear_forward(g, wdown, n, d.f, d.c, out + t0 * d.c, accumulate, threads, d.compute);
   }
 }
@@ -79,10 +79,10 @@ void mlp_backward(const float* dout, const float* x, const float* wgate, const f
     const float* dc = dout + t0 * d.c;
     linear_forward(xc, wgate, n, d.c, d.f, g, false, threads, d.compute);
     linear_forward(xc, wup, n, d.c, d.f, u, false, threads, d.compute);
-    swiglu_forward(g, u, n * d.f, a);
+    swiglu_forward(g, u, n * d.f, a, threads);
     // down: da = dout wdown, dwdown += dout^T a
     linear_backward(dc, a, wdown, n, d.f, d.c, a, false, dwdown, threads, d.compute);
-    swiglu_backward(a, g, u, n * d.f, g, u);  // g <- dgate, u <- dup
+    swiglu_backward(a, g, u, n * d.f, g, u, threads);  // g <- dgate, u <- dup
     linear_backward(g, xc, wgate, n, d.c, d.f, dx + t0 * d.c, accumulate, dwgate, threads,
                     d.compute);
     linear_backward(u, xc, wup, n, d.c, d.f, dx + t0 * d.c, true, dwup, threads, d.compute);

@@ -319,7 +319,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
                     rstdf.data(), dm.threads);
     LmHeadOptions lmo = opt.lm;
-    lmo.threads = dm.threads;
+    lmo.exec = core::Exec::cpu(dm.threads);
     lmo.compute = dm.compute;
     const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
     const LossPart lp = opt.fused_loss ? lm_head_ce_fused(hf.data(), whead, b.labels, ld,

@@ -82,7 +82,8 @@ void backward(const T* q, const T* k, const T* v, const T* dout, const float* ls
 
 }  // namespace
 
-size_t attention_forward_workspace_floats(const AttnDims& dims, int threads) {
+size_t attention_forward_workspace_floats(const AttnDims& dims, const core::Exec& exec) {
+  const int threads = exec.cpu_threads("attention_forward_workspace_floats");
   // One size for both input types keeps the query type-free; every variant has the same layout.
   const KernelTable& t = active_kernels();
   const size_t slice =
@@ -92,13 +93,17 @@ size_t attention_forward_workspace_floats(const AttnDims& dims, int threads) {
 
 void attention_block_forward(const float* q, const float* k, const float* v, const Tokens& qt,
                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                             int threads, std::span<float> workspace, float* o, float* lse) {
+                             const core::Exec& exec, std::span<float> workspace, float* o,
+                             float* lse) {
+  const int threads = exec.cpu_threads("attention_block_forward");
   forward(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
 }
 
 void attention_block_forward(const bf16* q, const bf16* k, const bf16* v, const Tokens& qt,
                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                             int threads, std::span<float> workspace, float* o, float* lse) {
+                             const core::Exec& exec, std::span<float> workspace, float* o,
+                             float* lse) {
+  const int threads = exec.cpu_threads("attention_block_forward");
   forward(q, k, v, qt, kt, mask, scale, dims, threads, workspace, o, lse);
 }
 
@@ -108,7 +113,8 @@ int64_t attention_backward_chunks(const AttnDims& dims) {
   return std::clamp<int64_t>(want, 1, nkt);
 }
 
-size_t attention_backward_workspace_floats(const AttnDims& dims, int threads) {
+size_t attention_backward_workspace_floats(const AttnDims& dims, const core::Exec& exec) {
+  const int threads = exec.cpu_threads("attention_backward_workspace_floats");
   const KernelTable& t = active_kernels();
   const size_t slice =
       std::max(t.backward_slice_floats(dims.d, false), t.backward_slice_floats(dims.d, true));
@@ -121,16 +127,18 @@ size_t attention_backward_workspace_floats(const AttnDims& dims, int threads) {
 void attention_block_backward(const float* q, const float* k, const float* v, const float* dout,
                               const float* lse, const float* delta, const Tokens& qt,
                               const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                              int threads, std::span<float> workspace, float* dq, float* dk,
-                              float* dv) {
+                              const core::Exec& exec, std::span<float> workspace, float* dq,
+                              float* dk, float* dv) {
+  const int threads = exec.cpu_threads("attention_block_backward");
   backward(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk, dv);
 }
 
 void attention_block_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
                               const float* lse, const float* delta, const Tokens& qt,
                               const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                              int threads, std::span<float> workspace, float* dq, float* dk,
-                              float* dv) {
+                              const core::Exec& exec, std::span<float> workspace, float* dq,
+                              float* dk, float* dv) {
+  const int threads = exec.cpu_threads("attention_block_backward");
   backward(q, k, v, dout, lse, delta, qt, kt, mask, scale, dims, threads, workspace, dq, dk, dv);
 }
 

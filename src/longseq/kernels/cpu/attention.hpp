@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <span>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/kernels/mask.hpp"
 #include "longseq/kernels/ref/attention.hpp"
@@ -60,7 +61,7 @@ inline constexpr int64_t kBackwardTileQ = 256;
 inline constexpr int64_t kBackwardTileK = 256;
 
 /// Floats of workspace attention_block_forward needs for `dims` on `threads` threads.
-size_t attention_forward_workspace_floats(const AttnDims& dims, int threads);
+size_t attention_forward_workspace_floats(const AttnDims& dims, const core::Exec& exec);
 
 /// Partial attention of one query block against one key block:
 ///   o   [Tq, Hq, D] = softmax(scale * q k^T + mask) v      (normalised within this block)
@@ -70,14 +71,15 @@ size_t attention_forward_workspace_floats(const AttnDims& dims, int threads);
 /// mask.docs). Blocking; uses at most `threads` threads.
 void attention_block_forward(const float* q, const float* k, const float* v, const Tokens& qt,
                              const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                             int threads, std::span<float> workspace, float* o, float* lse);
+                             const core::Exec& exec, std::span<float> workspace, float* o,
+                             float* lse);
 /// bf16 inputs; fp32 accumulation, o and lse fp32. P is rounded to bf16 for the P·V GEMM (as a
 /// bf16 FlashAttention does); the error stays within 2x that of a naive bf16 attention
 /// (tests/kernels/cpu_attention_test.cpp, design.md §9).
 void attention_block_forward(const core::bf16* q, const core::bf16* k, const core::bf16* v,
                              const Tokens& qt, const Tokens& kt, const Mask& mask, float scale,
-                             const AttnDims& dims, int threads, std::span<float> workspace,
-                             float* o, float* lse);
+                             const AttnDims& dims, const core::Exec& exec,
+                             std::span<float> workspace, float* o, float* lse);
 
 /// Combines the partial (o_other, lse_other) into (o, lse) in place, for [T, H] rows of D:
 ///   lse' = logaddexp(lse, lse_other);  o' = exp(lse - lse') o + exp(lse_other - lse') o_other
@@ -91,17 +93,17 @@ void attention_block_forward(const core::bf16* q, const core::bf16* k, const cor
 /// and delta = rowsum(do * o_final) is exactly the gradient through all merges (the softmax
 /// probabilities of a block are exp(s - lse_global)). So a ring keeps only the final (o, lse).
 void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
-                    int64_t h, int64_t d, int threads);
+                    int64_t h, int64_t d, const core::Exec& exec);
 
 /// delta [T, H] = rowsum(do * o) over D, in fp32 (fp32 or bf16 inputs; o is the *final*, merged
 /// output). Computed once on the rank that owns o; BurstAttention circulates delta and lse
 /// instead of o. Bit-identical for every thread count.
 void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta);
+                     const core::Exec& exec, float* delta);
 void attention_delta(const core::bf16* dout, const core::bf16* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta);
+                     const core::Exec& exec, float* delta);
 void attention_delta(const core::bf16* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta);
+                     const core::Exec& exec, float* delta);
 
 /// Number of fixed key-tile chunks C the backward splits each kv head into (a function of dims
 /// only, never of threads). Work units are (kv head, chunk); chunk c owns key tiles c, c + C, ...
@@ -114,7 +116,7 @@ void attention_delta(const core::bf16* dout, const float* o, int64_t t, int64_t 
 int64_t attention_backward_chunks(const AttnDims& dims);
 
 /// Floats of workspace attention_block_backward needs for `dims` on `threads` threads.
-size_t attention_backward_workspace_floats(const AttnDims& dims, int threads);
+size_t attention_backward_workspace_floats(const AttnDims& dims, const core::Exec& exec);
 
 /// Gradients of one (query block, key block) pair, *accumulated*: dq += dL/dq, dk += dL/dk,
 /// dv += dL/dv, where the block's probabilities are P = exp(scale * q k^T + mask - lse) with the
@@ -125,14 +127,14 @@ size_t attention_backward_workspace_floats(const AttnDims& dims, int threads);
 void attention_block_backward(const float* q, const float* k, const float* v, const float* dout,
                               const float* lse, const float* delta, const Tokens& qt,
                               const Tokens& kt, const Mask& mask, float scale, const AttnDims& dims,
-                              int threads, std::span<float> workspace, float* dq, float* dk,
-                              float* dv);
+                              const core::Exec& exec, std::span<float> workspace, float* dq,
+                              float* dk, float* dv);
 /// bf16 inputs; fp32 accumulation and gradients. P and dS are rounded to bf16 for the gradient
 /// GEMMs (as a bf16 FlashAttention does).
 void attention_block_backward(const core::bf16* q, const core::bf16* k, const core::bf16* v,
                               const core::bf16* dout, const float* lse, const float* delta,
                               const Tokens& qt, const Tokens& kt, const Mask& mask, float scale,
-                              const AttnDims& dims, int threads, std::span<float> workspace,
-                              float* dq, float* dk, float* dv);
+                              const AttnDims& dims, const core::Exec& exec,
+                              std::span<float> workspace, float* dq, float* dk, float* dv);
 
 }  // namespace longseq::kernels::cpu

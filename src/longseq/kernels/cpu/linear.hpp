@@ -10,18 +10,19 @@
 // them; results never depend on the count (the deterministic *_parallel GEMMs).
 #include <cstdint>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 
 namespace longseq::kernels::cpu {
 
 /// out [T, N] = in [T, K] * weight[N, K]^T (+ out when accumulate).
 void linear_forward(const float* in, const float* weight, int64_t t, int64_t k, int64_t n,
-                    float* out, bool accumulate, int threads,
+                    float* out, bool accumulate, const core::Exec& exec,
                     core::DType compute = core::DType::f32);
 /// din [T, K] = dout [T, N] * weight (+ din when accumulate_din); dweight [N, K] += dout^T in.
 /// din may be null (no input gradient wanted); din may alias `in` (dweight is computed first).
 void linear_backward(const float* dout, const float* in, const float* weight, int64_t t, int64_t k,
-                     int64_t n, float* din, bool accumulate_din, float* dweight, int threads,
-                     core::DType compute = core::DType::f32);
+                     int64_t n, float* din, bool accumulate_din, float* dweight,
+                     const core::Exec& exec, core::DType compute = core::DType::f32);
 
 }  // namespace longseq::kernels::cpu

@@ -76,6 +76,7 @@ void lse_update(const float* tile, int64_t n, int64_t bv, int64_t v, double* m, 
 LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_t* labels,
                           const LmHeadDims& d, double grad_scale, float* dhidden, float* dweight,
                           const LmHeadOptions& o) {
+  const int threads = o.exec.cpu_threads("lm_head_ce_fused");
   LossPart out;
   out.count = count_targets(labels, d.t, d.v, o.ignore_index);
   const int64_t bs = lm_head_token_tile(d, o);
@@ -91,17 +92,17 @@ LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_
     for (int64_t v0 = 0; v0 < d.v; v0 += bv) {
       const int64_t nv = std::min(bv, d.v - v0);
       // logits[:, v0:v0+nv] = H_i W_j^T
-      kernels::gemm_parallel(o.compute, o.threads, false, true, n, nv, d.c, 1.0f, h, d.c,
+      kernels::gemm_parallel(o.compute, threads, false, true, n, nv, d.c, 1.0f, h, d.c,
                              weight + v0 * d.c, d.c, 0.0f, logits.data() + v0, d.v);
-      lse_update(logits.data() + v0, n, nv, d.v, m.data(), s.data(), o.threads);
+      lse_update(logits.data() + v0, n, nv, d.v, m.data(), s.data(), threads);
     }
     for (int64_t r = 0; r < n; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
     out.sum += softmax_grad_rows(logits.data(), lse.data(), labels + t0, n, d.v, grad_scale,
-                                 o.ignore_index, o.threads);
+                                 o.ignore_index, threads);
     // dH_i = dLogits W  [n, C];  dW += dLogits^T H_i  [V, C]
-    kernels::gemm_parallel(o.compute, o.threads, false, false, n, d.c, d.v, 1.0f, logits.data(),
-                           d.v, weight, d.c, 0.0f, dhidden + t0 * d.c, d.c);
-    kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, n, 1.0f, logits.data(), d.v,
+    kernels::gemm_parallel(o.compute, threads, false, false, n, d.c, d.v, 1.0f, logits.data(), d.v,
+                           weight, d.c, 0.0f, dhidden + t0 * d.c, d.c);
+    kernels::gemm_parallel(o.compute, threads, true, false, d.v, d.c, n, 1.0f, logits.data(), d.v,
                            h, d.c, 1.0f, dweight, d.c);
   }
   return out;
@@ -110,21 +111,22 @@ LossPart lm_head_ce_fused(const float* hidden, const float* weight, const int32_
 LossPart lm_head_ce_unfused(const float* hidden, const float* weight, const int32_t* labels,
                             const LmHeadDims& d, double grad_scale, float* dhidden, float* dweight,
                             const LmHeadOptions& o) {
+  const int threads = o.exec.cpu_threads("lm_head_ce_unfused");
   LossPart out;
   out.count = count_targets(labels, d.t, d.v, o.ignore_index);
   core::Buffer<float> logits(static_cast<size_t>(d.t * d.v));
-  kernels::gemm_parallel(o.compute, o.threads, false, true, d.t, d.v, d.c, 1.0f, hidden, d.c,
-                         weight, d.c, 0.0f, logits.data(), d.v);
+  kernels::gemm_parallel(o.compute, threads, false, true, d.t, d.v, d.c, 1.0f, hidden, d.c, weight,
+                         d.c, 0.0f, logits.data(), d.v);
   std::vector<double> m(static_cast<size_t>(d.t), -std::numeric_limits<double>::infinity());
   std::vector<double> s(static_cast<size_t>(d.t), 0.0);
-  lse_update(logits.data(), d.t, d.v, d.v, m.data(), s.data(), o.threads);
+  lse_update(logits.data(), d.t, d.v, d.v, m.data(), s.data(), threads);
   std::vector<float> lse(static_cast<size_t>(d.t));
   for (int64_t r = 0; r < d.t; ++r) lse[r] = static_cast<float>(m[r] + std::log(s[r]));
   out.sum = softmax_grad_rows(logits.data(), lse.data(), labels, d.t, d.v, grad_scale,
-                              o.ignore_index, o.threads);
-  kernels::gemm_parallel(o.compute, o.threads, false, false, d.t, d.c, d.v, 1.0f, logits.data(),
-                         d.v, weight, d.c, 0.0f, dhidden, d.c);
-  kernels::gemm_parallel(o.compute, o.threads, true, false, d.v, d.c, d.t, 1.0f, logits.data(), d.v,
+                              o.ignore_index, threads);
+  kernels::gemm_parallel(o.compute, threads, false, false, d.t, d.c, d.v, 1.0f, logits.data(), d.v,
+                         weight, d.c, 0.0f, dhidden, d.c);
+  kernels::gemm_parallel(o.compute, threads, true, false, d.v, d.c, d.t, 1.0f, logits.data(), d.v,
                          hidden, d.c, 1.0f, dweight, d.c);
   return out;
 }

@@ -26,6 +26,7 @@
 // framework does: O(T * V) memory). Same numbers up to summation order.
 #include <cstdint>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 
 namespace longseq::kernels::cpu {
@@ -40,7 +41,7 @@ struct LmHeadOptions {
   int64_t token_tile = 0;     ///< Bs; <= 0: auto, about 2^25 / V rows within [16, 1024]
   int64_t vocab_tile = 4096;  ///< Bv of the online logsumexp
   int32_t ignore_index = kIgnoreIndex;
-  int threads = 1;
+  core::Exec exec = core::Exec::cpu(1);  ///< where the head runs (a CPU thread budget here)
   /// Precision of the three matrix products (logits, dhidden, dweight); the logsumexp, softmax
   /// and loss are fp32/fp64 either way.
   core::DType compute = core::DType::f32;

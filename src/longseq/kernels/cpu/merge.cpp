@@ -14,23 +14,27 @@ void check(int64_t t, int64_t h, int64_t d, const char* what) {
 }  // namespace
 
 void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
-                    int64_t h, int64_t d, int threads) {
+                    int64_t h, int64_t d, const core::Exec& exec) {
+  const int threads = exec.cpu_threads("merge_partials");
   check(t, h, d, "merge_partials");
   active_pointwise().merge_partials(o, lse, o_other, lse_other, t, h, d, threads);
 }
 
 void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta) {
+                     const core::Exec& exec, float* delta) {
+  const int threads = exec.cpu_threads("attention_delta");
   check(t, h, d, "attention_delta");
   active_pointwise().attention_delta_f32(dout, o, t, h, d, threads, delta);
 }
 void attention_delta(const core::bf16* dout, const core::bf16* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta) {
+                     const core::Exec& exec, float* delta) {
+  const int threads = exec.cpu_threads("attention_delta");
   check(t, h, d, "attention_delta");
   active_pointwise().attention_delta_bf16(dout, o, t, h, d, threads, delta);
 }
 void attention_delta(const core::bf16* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     int threads, float* delta) {
+                     const core::Exec& exec, float* delta) {
+  const int threads = exec.cpu_threads("attention_delta");
   check(t, h, d, "attention_delta");
   active_pointwise().attention_delta_bf16_f32(dout, o, t, h, d, threads, delta);
 }

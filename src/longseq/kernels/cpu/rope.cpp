@@ -44,16 +44,17 @@ RopeTable::RopeTable(const int64_t* pos, int64_t t, std::span<const double> inv_
   }
 }
 
-void RopeTable::rotate(float* x, int64_t h, float sign, int threads) const {
+void RopeTable::rotate(float* x, int64_t h, float sign, const core::Exec& exec) const {
+  const int threads = exec.cpu_threads("RopeTable");
   active_pointwise().rope_rotate(x, t_, h, d_, cos_.data(), sin_.data(), pad_.data(), sign,
                                  threads);
 }
 
-void RopeTable::forward(float* x, int64_t h, int threads) const {
-  rotate(x, h, 1.0f, threads);
+void RopeTable::forward(float* x, int64_t h, const core::Exec& exec) const {
+  rotate(x, h, 1.0f, exec);
 }
-void RopeTable::backward(float* dx, int64_t h, int threads) const {
-  rotate(dx, h, -1.0f, threads);
+void RopeTable::backward(float* dx, int64_t h, const core::Exec& exec) const {
+  rotate(dx, h, -1.0f, exec);
 }
 
 }  // namespace longseq::kernels::cpu

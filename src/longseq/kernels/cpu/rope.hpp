@@ -17,6 +17,8 @@
 #include <span>
 #include <vector>
 
+#include "longseq/core/device.hpp"
+
 namespace longseq::kernels::cpu {
 
 class RopeTable {
@@ -29,13 +31,13 @@ class RopeTable {
   RopeTable(const int64_t* pos, int64_t t, std::span<const double> inv_freq,
             double attention_factor = 1.0);
   /// x [T, H, D] rotated in place by each token's angles; padding tokens (pos < 0) untouched.
-  void forward(float* x, int64_t h, int threads) const;
+  void forward(float* x, int64_t h, const core::Exec& exec) const;
   /// The transpose (rotation by the negated angles), in place: dx from dout.
-  void backward(float* dx, int64_t h, int threads) const;
+  void backward(float* dx, int64_t h, const core::Exec& exec) const;
   int64_t tokens() const { return t_; }
 
  private:
-  void rotate(float* x, int64_t h, float sign, int threads) const;
+  void rotate(float* x, int64_t h, float sign, const core::Exec& exec) const;
   int64_t t_ = 0, d_ = 0;
   std::vector<float> cos_, sin_;  // [T, D/2]
   std::vector<uint8_t> pad_;      // [T]

@@ -1,8 +1,6 @@
 // The CUDA device layer (contracts in device.hpp).
 #include <cuda_runtime.h>
 
-#include <utility>
-
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 
@@ -45,63 +43,58 @@ RuntimeInfo runtime_info() {
   return r;
 }
 
-template <class T>
-DeviceBuffer<T>::DeviceBuffer(size_t count, std::string name)
-    : count_(count), name_(std::move(name)) {
-  if (count_ == 0) return;
-  const size_t bytes = count_ * sizeof(T);
+namespace {
+
+void* allocate(core::Device device, size_t bytes, const char* name) {
+  LONGSEQ_CUDA_CALL(cudaSetDevice(device.index));
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    core::fail("cuda", "out of device memory for ", name_, ": ", bytes, " bytes requested, ",
-               free_b, " of ", total_b, " bytes free");
+    core::fail("cuda", "out of device memory for ", name, " on ", device.str(), ": ", bytes,
+               " bytes requested, ", free_b, " of ", total_b, " bytes free");
   }
   check(e, "cudaMalloc", __FILE__, __LINE__);
-  ptr_ = static_cast<T*>(p);
+  return p;
 }
 
-template <class T>
-DeviceBuffer<T>::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);  // not checked: a destructor must not throw
+void release(core::Device, void* p) noexcept {
+  cudaFree(p);  // not checked: a destructor must not throw
 }
 
-template <class T>
-DeviceBuffer<T>::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)),
-      count_(std::exchange(o.count_, 0)),
-      name_(std::move(o.name_)) {}
+// cudaMemcpyDefault: with unified virtual addressing (every 64-bit platform CUDA 13 supports) the
+// runtime reads the direction from the pointers, host or device, so one call serves every pair.
+void copy(void* dst, core::Device, const void* src, core::Device, size_t bytes) {
+  LONGSEQ_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
 
-template <class T>
-DeviceBuffer<T>& DeviceBuffer<T>::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
-    ptr_ = std::exchange(o.ptr_, nullptr);
-    count_ = std::exchange(o.count_, 0);
-    name_ = std::move(o.name_);
+void zero(core::Device device, void* p, size_t bytes) {
+  LONGSEQ_CUDA_CALL(cudaSetDevice(device.index));
+  LONGSEQ_CUDA_CALL(cudaMemset(p, 0, bytes));
+}
+
+}  // namespace
+
+core::Device activate(int index) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    core::fail("cuda", "no GPU ", index, ": ", cudaGetErrorString(e));
   }
-  return *this;
+  core::require(index >= 0 && index < n, "cuda", "no GPU ", index, ": this machine shows ", n,
+                " (indices 0..", n - 1, ")");
+  LONGSEQ_CUDA_CALL(cudaSetDevice(index));
+  core::DeviceMemory ops;
+  ops.allocate = allocate;
+  ops.release = release;
+  ops.copy = copy;
+  ops.zero = zero;
+  core::register_device_memory(core::DeviceKind::cuda, ops);
+  return core::Device::cuda(index);
 }
-
-template <class T>
-void DeviceBuffer<T>::copy_from_host(const T* src, size_t n) {
-  core::require(n <= count_, "cuda", "copy of ", n, " elements into ", name_, " of ", count_);
-  LONGSEQ_CUDA_CALL(cudaMemcpy(ptr_, src, n * sizeof(T), cudaMemcpyHostToDevice));
-}
-
-template <class T>
-void DeviceBuffer<T>::copy_to_host(T* dst, size_t n) const {
-  core::require(n <= count_, "cuda", "copy of ", n, " elements out of ", name_, " of ", count_);
-  LONGSEQ_CUDA_CALL(cudaMemcpy(dst, ptr_, n * sizeof(T), cudaMemcpyDeviceToHost));
-}
-
-template class DeviceBuffer<float>;
-template class DeviceBuffer<uint16_t>;  // bf16 storage
-template class DeviceBuffer<int32_t>;
-template class DeviceBuffer<int64_t>;
-template class DeviceBuffer<uint8_t>;
 
 Stream::Stream() {
   cudaStream_t s = nullptr;

@@ -8,13 +8,15 @@
 // (<code>) at file:line"); out of device memory names the tensor, its bytes and what the device
 // had free. Never an abort: a user's oversized run must read as a message.
 //
-// Threads: a DeviceBuffer, Stream or Event belongs to the device that was current when it was
+// Threads: a device buffer, Stream or Event belongs to the device that was current when it was
 // made; using it from another thread is fine once that thread made the same device current
 // (cudaSetDevice), as CUDA itself requires.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "longseq/core/device.hpp"
 
 namespace longseq::kernels::cuda {
 
@@ -48,34 +50,13 @@ void check(int status, const char* what, const char* file, int line);
 #define LONGSEQ_CUDA_CALL(call) \
   ::longseq::kernels::cuda::check(static_cast<int>(call), #call, __FILE__, __LINE__)
 
-/// Device memory for `count` elements of T, owned (freed on destruction), uninitialised.
-/// `name` labels the tensor in errors. Movable, not copyable.
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(size_t count, std::string name);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* data() { return ptr_; }
-  const T* data() const { return ptr_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-  const std::string& name() const { return name_; }
-
-  /// Blocking copies of `n` elements from/to host memory (n <= size()).
-  void copy_from_host(const T* src, size_t n);
-  void copy_to_host(T* dst, size_t n) const;
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-  std::string name_;
-};
+/// Makes GPU `index` current on the calling thread and, on the first call, registers CUDA's
+/// memory operations with core (core/device.hpp), so that core::Buffer<T>(n, device, name) owns
+/// device memory from then on. Returns the device. Throws core::Error naming the index and what
+/// the runtime sees when there is no such GPU. Memory of a buffer on a device: cudaMalloc'd,
+/// out of memory names the tensor, its bytes and what the device had free; copies use
+/// cudaMemcpy with unified addressing (host <-> device, device <-> device).
+core::Device activate(int index);
 
 /// A CUDA stream (non-blocking with respect to the legacy default stream), destroyed with it.
 class Stream {
