@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/error.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
 #include "longseq/kernels/cpu/swiglu.hpp"
@@ -186,8 +187,8 @@ namespace kernel_cases_detail {
 // hundred fp32 ulps of the outputs' size).
 inline KernelCase rmsnorm_case(int64_t t, int64_t c, uint64_t seed) {
   const double tc = static_cast<double>(t * c);
-  KernelCase k{"rmsnorm", "t" + std::to_string(t) + "_c" + std::to_string(c), 14 * tc,
-               4 * (5 * tc + 3 * c + 2 * t), nullptr};
+  KernelCase k{"rmsnorm", core::cat("t", t, "_c", c), 14 * tc, 4 * (5 * tc + 3 * c + 2 * t),
+               nullptr};
   k.run = [=](KernelBackend& b) {
     const float eps = 1e-5f;
     auto x = normal_f(t * c, seed), w = normal_f(c, seed + 1), dout = normal_f(t * c, seed + 2);
@@ -213,7 +214,7 @@ inline KernelCase rmsnorm_case(int64_t t, int64_t c, uint64_t seed) {
 // Tolerances: 1e-6 + 1e-6 rel (a few fp32 ulps: one exp and a handful of products per value).
 inline KernelCase swiglu_case(int64_t n, uint64_t seed) {
   const double nn = static_cast<double>(n);
-  KernelCase k{"swiglu", "n" + std::to_string(n), 15 * nn, 32 * nn, nullptr};
+  KernelCase k{"swiglu", core::cat("n", n), 15 * nn, 32 * nn, nullptr};
   k.run = [=](KernelBackend& b) {
     auto g = normal_f(n, seed, 3.0), u = normal_f(n, seed + 1), dout = normal_f(n, seed + 2);
     std::vector<float> out(n), dg(n), du(n);
@@ -237,9 +238,8 @@ inline KernelCase rope_case(int64_t h, int64_t d, std::vector<int64_t> pos, doub
                             uint64_t seed) {
   const int64_t t = static_cast<int64_t>(pos.size());
   const double thd = static_cast<double>(t * h * d);
-  KernelCase k{"rope",
-               "t" + std::to_string(t) + "_h" + std::to_string(h) + "_d" + std::to_string(d),
-               6 * thd, 16 * thd + 4.0 * static_cast<double>(t * d), nullptr};
+  KernelCase k{"rope", core::cat("t", t, "_h", h, "_d", d), 6 * thd,
+               16 * thd + 4.0 * static_cast<double>(t * d), nullptr};
   k.run = [=](KernelBackend& b) {
     auto x = normal_f(t * h * d, seed);
     std::vector<float> y(t * h * d), g(t * h * d);
