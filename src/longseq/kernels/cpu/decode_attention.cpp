@@ -12,7 +12,9 @@ namespace longseq::kernels::cpu {
 void decode_attention(const float* q, const float* k, const float* v, const int64_t* pos,
                       const DecodeDims& dims, int64_t qpos, int64_t window, double scale, float* o,
                       float* lse, int threads) {
-  const auto [n, hq, hkv, d] = dims;
+  // Plain copies, not a structured binding: clang before 16 refuses bindings inside OpenMP
+  // regions (and in lambdas), which the clang build of CI compiles.
+  const int64_t n = dims.n, hq = dims.hq, hkv = dims.hkv, d = dims.d;
   LONGSEQ_CHECK(n >= 0 && hq >= 0 && hkv > 0 && d >= 0 && hq % hkv == 0);
   LONGSEQ_CHECK(n == 0 || (k && v && pos));
   const int64_t row = hkv * d, group = hq / hkv;

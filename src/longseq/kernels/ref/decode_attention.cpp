@@ -13,7 +13,9 @@ namespace longseq::kernels::ref {
 void decode_attention(const double* q, const double* k, const double* v, const int64_t* pos,
                       const DecodeDims& dims, int64_t qpos, int64_t window, double scale, double* o,
                       double* lse) {
-  const auto [n, hq, hkv, d] = dims;
+  // Plain copies, not a structured binding: clang before 16 refuses bindings inside OpenMP
+  // regions (and in lambdas), which the clang build of CI compiles.
+  const int64_t n = dims.n, hq = dims.hq, hkv = dims.hkv, d = dims.d;
   core::require(n >= 0 && hq > 0 && hkv > 0 && d > 0, "kernels.ref",
                 "decode attention dims must be n >= 0 and Hq, Hkv, D > 0; got n ", n, ", Hq ", hq,
                 ", Hkv ", hkv, ", D ", d);
