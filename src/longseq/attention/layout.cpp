@@ -1,5 +1,7 @@
 #include "longseq/attention/layout.hpp"
 
+#include <limits>
+
 #include "longseq/core/error.hpp"
 
 namespace longseq::attention {
@@ -30,7 +32,10 @@ std::string_view balance_name(Balance b) {
   return "?";
 }
 
+// Refuses (user input) a length whose padded size does not fit in int64 instead of overflowing.
 static int64_t round_up(int64_t x, int64_t m) {
+  require(x <= std::numeric_limits<int64_t>::max() - m, "attention", "sequence length ", x,
+          " is too large to pad to a multiple of ", m);
   return (x + m - 1) / m * m;
 }
 
