@@ -62,8 +62,6 @@ inline constexpr FlagRow link{
 inline constexpr FlagRow checkpoint_dir{
     "--checkpoint-dir",
     "a training --out directory (its checkpoint/) or a Hugging Face LLaMA directory", ""};
-inline constexpr FlagRow backend{"--backend", "local | mpi | any (any: MPI when started by mpirun)",
-                                 "any"};
 
 }  // namespace rows
 }  // namespace longseq::core
