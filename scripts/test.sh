@@ -2,20 +2,28 @@
 # The whole test suite on a fresh machine: install dependencies, build, run every CTest test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh
+# Each phase prints its wall time, so CI's 30-minute budget (README) can be read off any log.
+T_START=$(date +%s)
+phase() {
+  local t0
+  t0=$(date +%s)
+  "$@"
+  echo "[test.sh] $* : $(($(date +%s) - t0)) s (total $(($(date +%s) - T_START)) s)"
+}
+phase bash scripts/setup.sh
+phase bash scripts/build.sh
 # OpenMPI refuses to start as root without these; the MPI tests also set them per test.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+phase ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 # The kernel variants below this CPU's best (design.md §10), so one machine tests the paths other
 # CPUs run: the kernel, attention and train labels again under LONGSEQ_ISA=avx2 and =avx512 (bf16
 # emulated: widened to fp32) where the CPU has more; the kernel label under the portable variant.
-bash scripts/isa_rerun.sh "${BUILD_DIR:-build}"
+phase bash scripts/isa_rerun.sh "${BUILD_DIR:-build}"
 # A 2-host x 2-rank MPI job across network namespaces (prints SKIPPED where they are refused).
-bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
-bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
+phase bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
+phase bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
 # Every fuzz harness for 20 s under ASan + UBSan (clang, build-asan; docs/reliability.md).
-bash scripts/ci_fuzz.sh
+phase bash scripts/ci_fuzz.sh
 # The test labels core, comm, attention and the fuzz replays under ASan + UBSan (same build), the
 # local comm tests under TSan (build-tsan: only test_comm).
-bash scripts/ci_sanitize.sh
+phase bash scripts/ci_sanitize.sh
