@@ -47,6 +47,13 @@ class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
   virtual std::string name() const = 0;
+  /// Whether the backend implements `op` (a KernelCase::op) yet: a device instantiates only the
+  /// cases of the ops it has (ggml's supports_op), so a missing kernel is a case not listed, not a
+  /// skipped or failed one. The host backends implement every op.
+  virtual bool supports(const std::string& op) const {
+    (void)op;
+    return true;
+  }
   /// out [T, C], rstd [T].
   virtual void rmsnorm_forward(const float* x, const float* w, int64_t t, int64_t c, float eps,
                                float* out, float* rstd) = 0;
