@@ -46,6 +46,24 @@ bool asks_help(int argc, char** argv) {
   return false;
 }
 
+// Each command as a subcommand of `app`, with its runner and which ranks run it.
+struct Registered {
+  std::map<std::string, std::function<int()>> runners;
+  std::map<std::string, longseq::cli::Ranks> ranks;
+};
+Registered add_commands(CLI::App& app, bool& sub_help) {
+  Registered r;
+  for (const auto& cmd : longseq::cli::commands()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    sub->set_help_flag();
+    sub->add_flag("-h,--help", sub_help, "print this command's flags with their defaults");
+    sub->option_defaults()->always_capture_default();
+    r.runners[cmd.name] = cmd.add(*sub);
+    r.ranks[cmd.name] = cmd.ranks;
+  }
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,17 +72,8 @@ int main(int argc, char** argv) {
   bool help = false;
   app.add_flag("-h,--help", help, "print every command and flag with its default");
   app.require_subcommand(0, 1);
-  std::map<std::string, std::function<int()>> runners;
-  std::map<std::string, longseq::cli::Ranks> ranks;
   bool sub_help = false;  // handled before parsing (below); the flag makes CLI11 accept it
-  for (const auto& cmd : longseq::cli::commands()) {
-    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
-    sub->set_help_flag();
-    sub->add_flag("-h,--help", sub_help, "print this command's flags with their defaults");
-    sub->option_defaults()->always_capture_default();
-    runners[cmd.name] = cmd.add(*sub);
-    ranks[cmd.name] = cmd.ranks;
-  }
+  const auto [runners, ranks] = add_commands(app, sub_help);
   namespace comm = longseq::comm;
   const bool first = comm::launcher_rank() == 0;  // the one process that prints usage under mpirun
   if (asks_help(argc, argv)) {
