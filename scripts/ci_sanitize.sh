@@ -30,6 +30,11 @@ SLOW_SWEEPS+='|RopeScalingTrain\.StepEqualsAcrossWorldsAndLayouts|PastTwoToThe31
 # algorithm, layout and world up to 128: 207 of its test-seconds under ASan); the executor runs
 # every algorithm's schedules under ASan in the label's other tests.
 SLOW_SWEEPS+='|Schedule\.AllPairsOnceEverySendMatchedNoSlotHazard|Schedule\.EveryAlgorithmTagsMatchAtLargeWorlds'
+# The local backend's 2.5 GiB transfer (comm_local_big: two minutes alone on both cores under each
+# sanitizer): the local backend has no size-dependent path (one memcpy per message; the 1 GiB
+# chunking is MPI's), so the comm label's small transfers run the same code under ASan and TSan;
+# the release build runs it.
+SLOW_SWEEPS+='|^comm_local_big$'
 EXCLUDE=${SANITIZE_EXCLUDE:-TransfersProgressWhileTheRankComputes|^kernels\.|UnderMpirun|MpirunEquals|$SLOW_SWEEPS}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
