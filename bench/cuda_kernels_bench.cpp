@@ -1,17 +1,23 @@
 // cuda_kernels_bench: every kernels/cuda kernel timed with CUDA events on model shapes (LLaMA-3-8B
 // sized: C = 4096, F = 14336, H = 32, D = 128, V = 128256; T = 32768 tokens, 8192 for the MLP
-// products), as GB/s (bandwidth-bound kernels, nominal bytes: each array read or written once) or
-// TFLOP/s (products: 2 M N K). Writes JSON (--out) with the GPU's name and a table on stdout.
-// Built only in CUDA builds; scripts/gpu_check.sh runs it. Without a visible GPU it says so,
-// writes {"skipped": reason} and exits 0.
+// products; the LM head + cross-entropy at issue "GPU I"'s T = 32768, V = 128256, C = 2048 with
+// bf16 products, and T = 4096 with exact fp32 ones), as GB/s (bandwidth-bound kernels, nominal
+// bytes: each array read or written once) or TFLOP/s (products: 2 M N K; the LM head 6 T C V).
+// Bandwidth-bound rows also give their floor: nominal bytes / the device's copy rate (a 1 GiB
+// device-to-device copy, 2 bytes moved per byte copied, measured first), and ms / floor. Writes
+// JSON (--out) with the GPU's name and a table on stdout; bench/cuda_kernels_torch.py times the
+// same operations in PyTorch and compares (scripts/gpu_check.sh runs both). Built only in CUDA
+// builds. Without a visible GPU it says so, writes {"skipped": reason} and exits 0.
 //
 // Timing: one stream; two warm-up calls (plans, the memory pool), then --reps calls between two
-// events; the mean per call. Inputs are random (normal) on the device, filled by copying one
-// host block of 4M values over the whole buffer (the values do not matter to memory-bound
-// kernels; products get non-zero operands, which keeps clocks honest). embedding_forward
-// synchronises with the host once per call (its bad-id check), so its time includes that round
-// trip; the RoPE table is built once outside the timed region.
+// events; the mean per call (the LM head: max(1, reps / 5) calls, each ~0.1 s). Inputs are random
+// (normal) on the device, filled by copying one host block of 4M values over the whole buffer (the
+// values do not matter to memory-bound kernels; products get non-zero operands, which keeps clocks
+// honest). embedding_forward and the LM head synchronise with the host once per call (the bad-id
+// check, the loss), so their times include that round trip; the RoPE table is built once outside
+// the timed region.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +35,8 @@
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/kernels/cuda/embedding.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"
+#include "longseq/kernels/cuda/lm_head.hpp"
+#include "longseq/kernels/cuda/merge.hpp"
 #include "longseq/kernels/cuda/rmsnorm.hpp"
 #include "longseq/kernels/cuda/rope.hpp"
 #include "longseq/kernels/cuda/swiglu.hpp"
@@ -44,6 +52,7 @@ using nlohmann::json;
 struct Row {
   std::string kernel, shape;
   double ms = 0, bytes = 0, flops = 0;
+  json extra;  // per-kernel fields (the LM head's workspace)
 };
 
 // A device buffer of n values, normal(0, scale), from one host block repeated.
@@ -75,6 +84,22 @@ double time_ms(kcu::Stream& stream, int reps, const std::function<void()>& fn) {
   end.record(stream);
   end.synchronize();
   return static_cast<double>(kcu::Event::elapsed_ms(start, end)) / reps;
+}
+
+// The device's copy rate in bytes moved per second (read + write): a 1 GiB device-to-device copy,
+// timed on the host around blocking copies (the copy is ~0.3 ms on an H100, far above the call's
+// overhead), best of 5 after one warm-up.
+double copy_rate(Device gpu) {
+  const size_t n = size_t{1} << 30;
+  Buffer<unsigned char> a(n, gpu, core::Uninit{}, "copy_a"), b(n, gpu, core::Uninit{}, "copy_b");
+  double best = 1e30;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    core::copy_bytes(b.data(), gpu, a.data(), gpu, n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::min(best, s);
+  }
+  return 2.0 * static_cast<double>(n) / best;
 }
 
 std::string dims(std::initializer_list<std::pair<const char*, int64_t>> d) {
@@ -144,16 +169,19 @@ int main(int argc, char** argv) {
   const Device gpu = kcu::activate(0);
   kcu::Stream stream;
   const core::Exec ex = core::Exec::gpu(gpu, stream.get());
+  const double rate = copy_rate(gpu);
+  j["copy_gbps"] = rate / 1e9;
+  std::printf("device copy rate %.1f GB/s (the bandwidth floor's rate)\n", rate / 1e9);
   std::vector<Row> rows;
   auto add = [&](const std::string& kernel, const std::string& shape, double ms, double bytes,
-                 double flops) {
-    rows.push_back({kernel, shape, ms, bytes, flops});
+                 double flops, json extra = json::object()) {
+    rows.push_back({kernel, shape, ms, bytes, flops, std::move(extra)});
     if (flops > 0)
       std::printf("%-22s %-34s %9.3f ms %8.1f TFLOP/s\n", kernel.c_str(), shape.c_str(), ms,
                   flops / (ms * 1e-3) / 1e12);
     else
-      std::printf("%-22s %-34s %9.3f ms %8.1f GB/s\n", kernel.c_str(), shape.c_str(), ms,
-                  bytes / (ms * 1e-3) / 1e9);
+      std::printf("%-22s %-34s %9.3f ms %8.1f GB/s  %5.2fx floor\n", kernel.c_str(), shape.c_str(),
+                  ms, bytes / (ms * 1e-3) / 1e9, ms / (bytes / rate * 1e3));
     std::fflush(stdout);
   };
   const int64_t c = 4096, f = 14336, h = 32, d = 128, v = 128256;
@@ -293,14 +321,64 @@ int main(int argc, char** argv) {
           0, flops);
   }
 
+  {  // Merging attention partials and the backward's delta over [T, H, D]
+    const size_t n = static_cast<size_t>(t * h * d), nr = static_cast<size_t>(t * h);
+    auto o = random_f32(n, 19, gpu), oo = random_f32(n, 20, gpu), dout = random_f32(n, 21, gpu);
+    auto la = random_f32(nr, 22, gpu, 3.0), lb = random_f32(nr, 23, gpu, 3.0);
+    Buffer<float> delta(nr, gpu, core::Uninit{}, "delta");
+    const std::string s = dims({{"T", t}, {"H", h}, {"D", d}});
+    // Merging in place again and again keeps every value finite (a convex combination).
+    add("merge_partials", s,
+        time_ms(
+            stream, reps,
+            [&] { kcu::merge_partials(o.data(), la.data(), oo.data(), lb.data(), t, h, d, ex); }),
+        fl * (3.0 * static_cast<double>(n) + 3.0 * static_cast<double>(nr)), 0);
+    add("attention_delta", s,
+        time_ms(stream, reps,
+                [&] { kcu::attention_delta(dout.data(), o.data(), t, h, d, ex, delta.data()); }),
+        fl * (2.0 * static_cast<double>(n) + static_cast<double>(nr)), 0);
+  }
+  {  // LM head + cross-entropy, fused: bf16 products at T, exact fp32 ones at T / 8
+    const int64_t ch = 2048;
+    auto w = random_f32(static_cast<size_t>(v * ch), 24, gpu, 0.02);
+    Buffer<float> dw(static_cast<size_t>(v * ch), gpu, "dweight");
+    for (core::DType p : {core::DType::bf16, core::DType::f32}) {
+      const int64_t tl = p == core::DType::bf16 ? t : std::max<int64_t>(t / 8, 1);
+      auto hid = random_f32(static_cast<size_t>(tl * ch), 25, gpu);
+      Buffer<float> dh(static_cast<size_t>(tl * ch), gpu, core::Uninit{}, "dhidden");
+      Buffer<int32_t> host_labels(tl);
+      for (int64_t i = 0; i < tl; ++i) host_labels[i] = static_cast<int32_t>((i * 7919 + 13) % v);
+      const Buffer<int32_t> labels = host_labels.to(gpu, "labels");
+      kcu::LmHeadOptions o;
+      o.compute = p;
+      o.exec = ex;
+      const kcu::LmHeadDims ld{tl, ch, v};
+      const double flops = 6.0 * static_cast<double>(tl) * ch * static_cast<double>(v);
+      add(std::string("lm_head_ce_") + std::string(core::dtype_name(p)),
+          dims({{"T", tl}, {"C", ch}, {"V", v}}),
+          time_ms(stream, std::max(1, reps / 5),
+                  [&] {
+                    kcu::lm_head_ce_fused(hid.data(), w.data(), labels.data(), ld,
+                                          1.0 / static_cast<double>(tl), dh.data(), dw.data(), o);
+                  }),
+          0, flops,
+          {{"token_tile", kcu::lm_head_token_tile(ld, o)},
+           {"workspace_bytes", kcu::lm_head_workspace_bytes(ld, o)}});
+    }
+  }
+
   const kcu::GemmStats gs = kcu::gemm_stats();
   j["gemm_stats"] = {{"cublaslt", gs.cublaslt}, {"simple", gs.simple}, {"plans", gs.plans}};
   for (const Row& r : rows) {
     json e = {{"kernel", r.kernel}, {"shape", r.shape}, {"ms", r.ms}};
-    if (r.flops > 0)
+    if (r.flops > 0) {
       e["tflops"] = r.flops / (r.ms * 1e-3) / 1e12;
-    else
+    } else {
       e["gbps"] = r.bytes / (r.ms * 1e-3) / 1e9;
+      e["floor_ms"] = r.bytes / rate * 1e3;
+      e["x_floor"] = r.ms / (r.bytes / rate * 1e3);
+    }
+    for (const auto& [k, val] : r.extra.items()) e[k] = val;
     j["results"].push_back(e);
   }
   std::ofstream fo(out);

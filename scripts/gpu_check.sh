@@ -3,10 +3,15 @@
 #   bash scripts/gpu_check.sh OUTDIR
 # builds with CUDA required (LONGSEQ_CUDA=ON; dependencies from LONGSEQ_DEPS=DIR where the
 # machine has no package registry: scripts/offline_deps.sh), runs the `cuda` test label and the
-# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench), and writes under OUTDIR: info.txt
-# (longseq info: CPU, variants, CUDA runtime/driver, GPUs), nvidia-smi.txt, ctest_cuda.xml (JUnit) and
-# ctest_cuda.txt, one JSON per benchmark, and summary.txt (one screen). Exits non-zero when a
-# cuda test failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
+# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench) with PyTorch timing the same operations
+# on the same GPU (bench/cuda_kernels_torch.py, with $TORCH_PYTHON, default python3; skipped with
+# a note where torch or its GPU is missing), and writes under OUTDIR: info.txt (longseq info: CPU,
+# variants, CUDA runtime/driver, GPUs), nvidia-smi.txt, ctest_cuda.xml (JUnit) and ctest_cuda.txt,
+# one JSON per benchmark, torch_kernels.json, compare.json / compare.txt (ours vs PyTorch and the
+# bandwidth floor, per kernel) and summary.txt (one screen). Exits non-zero when a cuda test or a
+# benchmark failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
+# Time on an H100 (estimated, not yet measured): build 3-4 min, tests < 1 min, benchmarks ~1 min,
+# PyTorch ~1 min; each phase has a timeout so the whole stays under 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bash scripts/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -28,16 +33,23 @@ t1=$(date +%s)
 "$BUILD_DIR/cli/longseq" info > "$out/info.txt" 2>&1 || true
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi not found" > "$out/nvidia-smi.txt"
 rc=0
-ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --output-junit "$out/ctest_cuda.xml" \
-  > "$out/ctest_cuda.txt" 2>&1 || rc=1
+ctest --test-dir "$BUILD_DIR" -L cuda --timeout 120 --output-on-failure \
+  --output-junit "$out/ctest_cuda.xml" > "$out/ctest_cuda.txt" 2>&1 || rc=1
 t2=$(date +%s)
 benches=()
 for b in "$BUILD_DIR"/bench/cuda_*_bench; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
-  "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
+  timeout 180 "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
   benches+=("$name")
 done
+# PyTorch on the same GPU, compared with cuda_kernels_bench (a missing torch is noted, not failed).
+TORCH_PYTHON=${TORCH_PYTHON:-python3}
+if [ -f "$out/cuda_kernels_bench.json" ]; then
+  timeout 240 "$TORCH_PYTHON" bench/cuda_kernels_torch.py --out "$out/torch_kernels.json" \
+    --ours "$out/cuda_kernels_bench.json" --compare "$out/compare.json" \
+    > "$out/torch_kernels.txt" 2>&1 || { echo "[gpu_check] PyTorch comparison failed" >&2; rc=1; }
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
@@ -45,6 +57,11 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
   grep -E 'tests passed|tests failed' "$out/ctest_cuda.txt" || true
   echo "skipped cuda tests: $skipped"
   echo "benchmarks: ${benches[*]:-none yet}"
+  if [ -f "$out/compare.txt" ]; then
+    cat "$out/compare.txt"
+  else
+    tail -3 "$out/torch_kernels.txt" 2>/dev/null || true
+  fi
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 if ! grep -q '    gpu 0:' "$out/info.txt"; then

@@ -4,12 +4,16 @@
 // (kernel_cases_test.cpp in this folder). Kept in its own file: the registry grows virtuals
 // (attention, linear, LM head) that this backend then implements here.
 //
-// Implements: rmsnorm, swiglu, rope and linear (forward and backward). Not yet (supports() says
-// so, and their cases are not instantiated): attention and lm_head_ce, issue "GPU II". Each call
-// copies its inputs to GPU 0, runs the kernel on the legacy default stream and copies the outputs
-// back (blocking copies on the same stream: ordered). The GPU is activated on first use, never at
-// construction, so a build without a GPU can still list the cases (they skip).
+// Implements: rmsnorm, swiglu, rope, linear and lm_head_ce (forward and backward), merge_partials
+// and attention_delta. Not yet (supports() says so, and its cases are not instantiated):
+// attention, issue "GPU II". Each call copies its inputs to GPU 0, runs the kernel on the legacy
+// default stream and copies the outputs back (blocking copies on the same stream: ordered).
+// Outputs the contract overwrites start as NaN on the device, so a value the kernel did not write
+// fails its case. The GPU is activated on first use, never at construction, so a build without a
+// GPU can still list the cases (they skip).
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,8 @@
 #include "kernels/kernel_cases.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"
+#include "longseq/kernels/cuda/lm_head.hpp"
+#include "longseq/kernels/cuda/merge.hpp"
 #include "longseq/kernels/cuda/rmsnorm.hpp"
 #include "longseq/kernels/cuda/rope.hpp"
 #include "longseq/kernels/cuda/swiglu.hpp"
@@ -26,9 +32,7 @@ namespace longseq::test {
 class CudaBackend final : public KernelBackend {
  public:
   std::string name() const override { return "cuda"; }
-  bool supports(const std::string& op) const override {
-    return op != "attention" && op != "lm_head_ce";
-  }
+  bool supports(const std::string& op) const override { return op != "attention"; }
 
   void rmsnorm_forward(const float* x, const float* w, int64_t t, int64_t c, float eps, float* out,
                        float* rstd) override {
@@ -99,7 +103,7 @@ class CudaBackend final : public KernelBackend {
     down(gx, dx, t * k);
     down(gw, dw, n * k);
   }
-  // No GPU kernels yet (supports() is false, so no case calls these).
+  // No GPU kernel yet (supports() is false, so no case calls these).
   void attention_forward(const float*, const float*, const float*, const kernels::Tokens&,
                          const kernels::Tokens&, const kernels::Mask&, float,
                          const kernels::ref::AttnDims&, float*, float*) override {
@@ -111,9 +115,45 @@ class CudaBackend final : public KernelBackend {
                           float*, float*) override {
     unsupported("attention_backward");
   }
-  void lm_head_ce(const float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int32_t,
-                  double, int64_t, int64_t, double*, int64_t*, float*, float*) override {
-    unsupported("lm_head_ce");
+  // vocab_tile is the CPU's online-logsumexp step; the GPU kernel takes a row in one block and
+  // has none (kernels/cuda/lm_head.hpp), so only token_tile reaches it.
+  void lm_head_ce(const float* hidden, const float* weight, const int32_t* labels, int64_t t,
+                  int64_t c, int64_t v, int32_t ignore_index, double grad_scale, int64_t token_tile,
+                  int64_t, double* loss_sum, int64_t* count, float* dhidden,
+                  float* dweight) override {
+    const core::Exec ex = gpu_exec();
+    auto dh_in = up(hidden, t * c), dw_in = up(weight, v * c);
+    auto dl = upload(std::vector<int32_t>(labels, labels + t), "labels");
+    auto dh = poisoned(t * c);
+    // dweight accumulates: it starts from zero (a new device buffer is zeroed).
+    core::Buffer<float> dw(n_or_1(v * c), ex.device);
+    kernels::cuda::LmHeadOptions o;
+    o.token_tile = token_tile;
+    o.ignore_index = ignore_index;
+    o.exec = ex;
+    const kernels::cuda::LossPart r = kernels::cuda::lm_head_ce_fused(
+        dh_in.data(), dw_in.data(), dl.data(), {t, c, v}, grad_scale, dh.data(), dw.data(), o);
+    *loss_sum = r.sum;
+    *count = r.count;
+    down(dh, dhidden, t * c);
+    down(dw, dweight, v * c);
+  }
+  void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
+                      int64_t h, int64_t d) override {
+    const core::Exec ex = gpu_exec();
+    auto a = up(o, t * h * d), la = up(lse, t * h), b = up(o_other, t * h * d),
+         lb = up(lse_other, t * h);
+    kernels::cuda::merge_partials(a.data(), la.data(), b.data(), lb.data(), t, h, d, ex);
+    down(a, o, t * h * d);
+    down(la, lse, t * h);
+  }
+  void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
+                       float* delta) override {
+    const core::Exec ex = gpu_exec();
+    auto a = up(dout, t * h * d), b = up(o, t * h * d);
+    auto r = poisoned(t * h);
+    kernels::cuda::attention_delta(a.data(), b.data(), t, h, d, ex, r.data());
+    down(r, delta, t * h);
   }
 
  private:
@@ -124,6 +164,10 @@ class CudaBackend final : public KernelBackend {
   static size_t n_or_1(int64_t n) { return n > 0 ? static_cast<size_t>(n) : 1; }
   static core::Buffer<float> up(const float* p, int64_t n) {
     return upload(std::vector<float>(p, p + n), "case");
+  }
+  // A device buffer of n NaNs (an output the kernel must overwrite).
+  static core::Buffer<float> poisoned(int64_t n) {
+    return upload(std::vector<float>(n_or_1(n), std::numeric_limits<float>::quiet_NaN()), "out");
   }
   static void down(const core::Buffer<float>& d, float* out, int64_t n) {
     const std::vector<float> h = download(d, static_cast<size_t>(n));

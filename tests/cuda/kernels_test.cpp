@@ -1,4 +1,5 @@
-// kernels/cuda row and elementwise kernels (rmsnorm, swiglu, rope, adamw, embedding) against their
+// kernels/cuda row and elementwise kernels (rmsnorm, swiglu, rope, adamw, embedding, the LM head's
+// bf16 path and label check) against their
 // fp64 specification: kernels/ref where it exists, a plain loop here where it does not (AdamW,
 // embedding). The registry's cases (kernel_cases_test.cpp in this folder) cover the shapes every
 // backend shares; this file covers what is particular to the GPU: shapes past one block of 256
@@ -23,6 +24,11 @@
 //    0.1 |g| ~ 0.5, 3 steps: ~3e-7, m may cancel to ~0 so the bound is absolute); v 1e-12 + 1e-6
 //    rel (positive terms, a few ulps per step); parameters 1e-6 + 1e-6 rel (the update is an O(1)
 //    ratio with a few ulps of error times lr <= 6e-3, then one rounding of p).
+//  * LM head at bf16 compute, against the fp64 twin on the bf16-rounded hidden and weight (so the
+//    logits' operands are the same): loss sum within the registry's fp32 bound (the logits'
+//    products of bf16 values are exact in fp32, only their fp32 sums round); dhidden and dweight
+//    within 2^-8 sum |terms| + the fp32 bound (dlogits rounded to bf16, relative 2^-9, before
+//    its products; 2x margin for the fp32 softmax before it).
 //  * Embedding: the gather is a copy (exact); the backward is compared bit for bit with the
 //    CPU's fp32 loop in token order (model::embedding_backward's), which the GPU kernel follows.
 #include <gtest/gtest.h>
@@ -36,15 +42,19 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.hpp"
+#include "kernels/kernel_cases.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
 #include "longseq/kernels/cuda/adamw.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/kernels/cuda/embedding.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"
+#include "longseq/kernels/cuda/lm_head.hpp"
+#include "longseq/kernels/cuda/merge.hpp"
 #include "longseq/kernels/cuda/rmsnorm.hpp"
 #include "longseq/kernels/cuda/rope.hpp"
 #include "longseq/kernels/cuda/swiglu.hpp"
+#include "longseq/kernels/ref/cross_entropy.hpp"
 #include "longseq/kernels/ref/rmsnorm.hpp"
 #include "longseq/kernels/ref/rope.hpp"
 #include "longseq/kernels/ref/swiglu.hpp"
@@ -96,6 +106,15 @@ TEST(CudaKernelExec, EveryEntryRefusesACpuContextNamingItself) {
       {"embedding_forward", [&] { kcu::embedding_forward(nullptr, nullptr, p, 1, 1, 1, p, cpu); }},
       {"embedding_backward",
        [&] { kcu::embedding_backward(nullptr, nullptr, p, 1, 1, 1, p, cpu); }},
+      {"round_to_bf16", [&] { kcu::round_to_bf16(p, 1, nullptr, cpu); }},
+      {"merge_partials", [&] { kcu::merge_partials(p, p, p, p, 1, 1, 1, cpu); }},
+      {"attention_delta", [&] { kcu::attention_delta(p, p, 1, 1, 1, cpu, p); }},
+      {"lm_head_ce_fused",
+       [&] {
+         kcu::LmHeadOptions o;
+         o.exec = cpu;
+         kcu::lm_head_ce_fused(p, p, nullptr, {1, 1, 1}, 1.0, p, p, o);
+       }},
   };
   for (const auto& [name, call] : calls) {
     try {
@@ -473,6 +492,141 @@ TEST(CudaEmbedding, ForwardRefusesAnIdOutsideTheVocabularyNamingIt) {
   auto dok = lt::upload(ok);
   EXPECT_NO_THROW(
       kcu::embedding_forward(dok.data(), dpos.data(), w.data(), t, c, v, out.data(), ex));
+}
+
+// ---- LM head + cross-entropy
+// ----------------------------------------------------------------------
+
+// Inputs of the LM head tests: hidden [T, C] standard normal, weight [V, C] normal(0, 0.5), labels
+// uniform with every 5th token from the 4th on ignored (the registry's lm_head_case).
+struct LmHeadInputs {
+  int64_t t, c, v;
+  std::vector<float> h, w;
+  std::vector<int32_t> labels;
+  int64_t count = 0;
+};
+LmHeadInputs lm_head_inputs(int64_t t, int64_t c, int64_t v, uint64_t seed) {
+  LmHeadInputs in{t, c, v, lt::normal_f(t * c, seed), lt::normal_f(v * c, seed + 1, 0.5), {}, 0};
+  in.labels.resize(t);
+  longseq::core::fill_randint(in.labels.data(), t, seed + 2, static_cast<int32_t>(v));
+  for (int64_t i = 0; i < t; ++i) {
+    if (i % 5 == 3) in.labels[i] = kr::kIgnoreIndex;
+    in.count += in.labels[i] != kr::kIgnoreIndex;
+  }
+  return in;
+}
+
+struct LmHeadOut {
+  kcu::LossPart loss;
+  std::vector<float> dh, dw;
+};
+LmHeadOut run_lm_head(const LmHeadInputs& in, longseq::core::DType compute, int64_t token_tile) {
+  const Exec ex = lt::gpu_exec();
+  auto h = lt::upload(in.h), w = lt::upload(in.w);
+  auto labels = lt::upload(in.labels);
+  Buffer<float> dh(in.t * in.c, ex.device), dw(in.v * in.c, ex.device);
+  kcu::LmHeadOptions o;
+  o.token_tile = token_tile;
+  o.compute = compute;
+  o.exec = ex;
+  LmHeadOut out;
+  out.loss = kcu::lm_head_ce_fused(h.data(), w.data(), labels.data(), {in.t, in.c, in.v},
+                                   1.0 / static_cast<double>(in.count), dh.data(), dw.data(), o);
+  out.dh = lt::download(dh, in.t * in.c);
+  out.dw = lt::download(dw, in.v * in.c);
+  return out;
+}
+
+// Several token tiles, the last one partial (300 = 2 x 128 + 44), V past one 1024-thread block.
+TEST(CudaLmHead, Bf16ComputeMatchesTheFp64TwinOnRoundedOperands) {
+  LONGSEQ_NEED_GPU();
+  const LmHeadInputs in = lm_head_inputs(300, 64, 1500, 400);
+  const LmHeadOut got = run_lm_head(in, longseq::core::DType::bf16, 128);
+  EXPECT_EQ(got.loss.count, in.count);
+  std::vector<double> h(in.h.size()), w(in.w.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = longseq::core::round_bf16(in.h[i]);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = longseq::core::round_bf16(in.w[i]);
+  const double gs = 1.0 / static_cast<double>(in.count);
+  const kr::LmHeadDims d{in.t, in.c, in.v};
+  const auto want = kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d);
+  std::vector<double> rdh(h.size()), rdw(w.size());
+  kr::lm_head_ce_backward(h.data(), w.data(), in.labels.data(), d, gs, rdh.data(), rdw.data());
+  const lt::kernel_cases_detail::LmHeadBounds fp32 = lt::kernel_cases_detail::lm_head_bounds(
+      h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, gs);
+  // sum |terms| of dhidden and dweight: |dlogits| times |w| or |h|, from the twin's dlogits.
+  std::vector<double> lse(in.t), g(in.t * in.v, 0.0), z(in.t * in.v);
+  kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d, nullptr, lse.data());
+  lt::kernel_cases_detail::linear_ref_forward(h.data(), w.data(), in.t, in.c, in.v, z.data());
+  for (int64_t i = 0; i < in.t; ++i) {
+    if (in.labels[i] == kr::kIgnoreIndex) continue;
+    for (int64_t j = 0; j < in.v; ++j)
+      g[i * in.v + j] = gs * (std::exp(z[i * in.v + j] - lse[i]) - (j == in.labels[i] ? 1.0 : 0.0));
+  }
+  std::vector<double> a(rdh.size()), b(rdw.size()), dh_abs(rdh.size()), dw_abs(rdw.size());
+  lt::kernel_cases_detail::linear_ref_backward(g.data(), h.data(), w.data(), in.t, in.c, in.v,
+                                               a.data(), b.data(), dh_abs.data(), dw_abs.data());
+  const double r16 = 0x1p-8;
+  EXPECT_NEAR(got.loss.sum, want.sum, fp32.loss);
+  lt::expect_close(got.dh, rdh, r16 * lt::kernel_cases_detail::max_of(dh_abs) + fp32.dhidden, 0,
+                   "lm_head bf16 dhidden");
+  lt::expect_close(got.dw, rdw, r16 * lt::kernel_cases_detail::max_of(dw_abs) + fp32.dweight, 0,
+                   "lm_head bf16 dweight");
+}
+
+// The same call twice gives the same bits (fixed reductions, plans fixed per shape), and another
+// token tile the same results up to rounding (the registry's fp32 bounds).
+TEST(CudaLmHead, BitwiseReproducibleAndTileIndependentUpToRounding) {
+  LONGSEQ_NEED_GPU();
+  const LmHeadInputs in = lm_head_inputs(200, 40, 700, 410);
+  const LmHeadOut a = run_lm_head(in, longseq::core::DType::f32, 64);
+  const LmHeadOut b = run_lm_head(in, longseq::core::DType::f32, 64);
+  EXPECT_EQ(a.loss.sum, b.loss.sum);
+  EXPECT_EQ(a.dh, b.dh);
+  EXPECT_EQ(a.dw, b.dw);
+  const LmHeadOut c = run_lm_head(in, longseq::core::DType::f32, 0);
+  std::vector<double> h(in.h.begin(), in.h.end()), w(in.w.begin(), in.w.end());
+  const lt::kernel_cases_detail::LmHeadBounds tol = lt::kernel_cases_detail::lm_head_bounds(
+      h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, 1.0 / static_cast<double>(in.count));
+  EXPECT_NEAR(a.loss.sum, c.loss.sum, 2 * tol.loss);
+  lt::expect_close(a.dh, std::vector<double>(c.dh.begin(), c.dh.end()), 2 * tol.dhidden, 0,
+                   "dhidden, tile 64 vs auto");
+  lt::expect_close(a.dw, std::vector<double>(c.dw.begin(), c.dw.end()), 2 * tol.dweight, 0,
+                   "dweight, tile 64 vs auto");
+}
+
+// A label outside [0, V) that is not the ignore index is named after the work ran (labels live on
+// the device), with the CPU's message; the first bad row is the one named.
+TEST(CudaLmHead, RefusesALabelOutsideTheVocabularyNamingIt) {
+  LONGSEQ_NEED_GPU();
+  LmHeadInputs in = lm_head_inputs(9, 8, 50, 420);
+  in.labels[4] = 52;
+  in.labels[6] = -7;
+  try {
+    run_lm_head(in, longseq::core::DType::f32, 4);
+    ADD_FAILURE() << "accepted label 52";
+  } catch (const longseq::core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[model] label 52 at row 4 outside the vocabulary [0, 50) "
+                                         "and not the ignore index -100"),
+              std::string::npos)
+        << e.what();
+  }
+  in.labels[4] = 1;
+  in.labels[6] = 2;
+  EXPECT_NO_THROW(run_lm_head(in, longseq::core::DType::f32, 4));  // the device stays usable
+}
+
+TEST(CudaLmHead, RefusesAnEmptyVocabularyNamingTheDims) {
+  LONGSEQ_NEED_GPU();
+  kcu::LmHeadOptions o;
+  o.exec = lt::gpu_exec();
+  // Checked before any pointer is touched.
+  try {
+    kcu::lm_head_ce_fused(nullptr, nullptr, nullptr, {4, 8, 0}, 1.0, nullptr, nullptr, o);
+    ADD_FAILURE() << "accepted V = 0";
+  } catch (const longseq::core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[kernels] lm_head_ce t=4 c=8 v=0"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

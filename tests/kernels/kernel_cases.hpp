@@ -102,6 +102,14 @@ class KernelBackend {
                           int64_t t, int64_t c, int64_t v, int32_t ignore_index, double grad_scale,
                           int64_t token_tile, int64_t vocab_tile, double* loss_sum, int64_t* count,
                           float* dhidden, float* dweight) = 0;
+  /// Merges the attention partial (o_other, lse_other) into (o, lse) in place
+  /// (kernels/ref/attention.hpp's merge_partials): o, o_other [T, H, D], lse, lse_other [T, H]. A
+  /// side with lse = -inf is not read (its o may hold NaN).
+  virtual void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other,
+                              int64_t t, int64_t h, int64_t d) = 0;
+  /// delta [T, H] = rowsum(dout * o) over D (kernels/ref/attention.hpp's attention_d), overwritten.
+  virtual void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
+                               float* delta) = 0;
 };
 
 namespace kernel_cases_detail {
@@ -241,6 +249,21 @@ class RefBackend final : public KernelBackend {
     copy(a, dhidden);
     copy(b, dweight);
   }
+  void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
+                      int64_t h, int64_t d) override {
+    auto a = wide(o, t * h * d), la = wide(lse, t * h);
+    kernels::ref::merge_partials(a.data(), la.data(), wide(o_other, t * h * d).data(),
+                                 wide(lse_other, t * h).data(), t, h, d);
+    copy(a, o);
+    copy(la, lse);
+  }
+  void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
+                       float* delta) override {
+    std::vector<double> r(t * h);
+    kernels::ref::attention_d(wide(o, t * h * d).data(), wide(dout, t * h * d).data(), t, h, d,
+                              r.data());
+    copy(r, delta);
+  }
 
  private:
   static std::vector<double> wide(const float* p, int64_t n) { return {p, p + n}; }
@@ -325,6 +348,14 @@ class CpuBackend final : public KernelBackend {
                                                   dhidden, dweight, o);
     *loss_sum = r.sum;
     *count = r.count;
+  }
+  void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
+                      int64_t h, int64_t d) override {
+    kernels::cpu::merge_partials(o, lse, o_other, lse_other, t, h, d, kThreads);
+  }
+  void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
+                       float* delta) override {
+    kernels::cpu::attention_delta(dout, o, t, h, d, kThreads, delta);
   }
 
  private:
@@ -675,6 +706,105 @@ inline KernelCase lm_head_case(int64_t t, int64_t c, int64_t v, int64_t token_ti
   return k;
 }
 
+// Merging two attention partials (O, LSE) of [T, H] rows of D, o and o_other standard normal,
+// lse and lse_other normal(0, 3), with every 7 rows one of each regime: this side empty (lse =
+// -inf, its o NaN: the contract says it is not read), the other side empty (o_other NaN), both
+// empty (o NaN, must become 0), both near 1000 (the stable form's reason: exp(1000) overflows),
+// one side dominating by 30 (log1p's reason), and two ordinary rows. FLOPs 3THD + 8TH (two
+// products and a sum per value; max, two exps, a division, two products, log1p per row); bytes
+// 4 (3THD + 3TH). Tolerances, from first-order rounding (u = 2^-24): each weight w = exp(a - m) /
+// (exp(a - m) + exp(b - m)) carries |dw| <= w (u |a - b| + 6u) <= 7u (w |a - b| <= 1/e), so o' =
+// wa x + wb y is within 10u max(|x| + |y|), rtol 0; lse' = m + log1p(exp(-|a - b|)) within 4u
+// |lse'| + 1e-6 (four roundings of at most |lse'|, the small term's few ulps). Rows with no side
+// get lse exactly -inf (a 0/1 flag compared exactly). A swapped weight or a dropped log1p term
+// moves o by O(1) and lse by up to log 2.
+inline KernelCase merge_case(int64_t t, int64_t h, int64_t d, uint64_t seed) {
+  const double rows = static_cast<double>(t * h), n = rows * static_cast<double>(d);
+  KernelCase k{"merge_partials", core::cat("t", t, "_h", h, "_d", d), 3 * n + 8 * rows,
+               4 * (3 * n + 3 * rows), nullptr};
+  k.run = [=](KernelBackend& b) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+    auto o = normal_f(t * h * d, seed), oo = normal_f(t * h * d, seed + 1);
+    auto la = normal_f(t * h, seed + 2, 3.0), lb = normal_f(t * h, seed + 3, 3.0);
+    double scale = 0;  // max |x| + |y| over the rows both sides fill
+    for (int64_t r = 0; r < t * h; ++r) {
+      float* x = o.data() + r * d;
+      float* y = oo.data() + r * d;
+      switch (r % 7) {
+        case 1:
+          la[r] = -kInf;
+          std::fill(x, x + d, kNaN);
+          break;
+        case 2:
+          lb[r] = -kInf;
+          std::fill(y, y + d, kNaN);
+          break;
+        case 3:
+          la[r] = lb[r] = -kInf;
+          std::fill(x, x + d, kNaN);
+          std::fill(y, y + d, kNaN);
+          break;
+        case 4:
+          la[r] += 1000.0f;
+          lb[r] = la[r] + 0.25f * lb[r];
+          break;
+        case 5:
+          lb[r] = la[r] - 30.0f;
+          break;
+        default:
+          break;
+      }
+      if (r % 7 == 0 || r % 7 >= 4)
+        for (int64_t j = 0; j < d; ++j)
+          scale = std::max(scale, std::fabs(static_cast<double>(x[j])) + std::fabs(y[j]));
+    }
+    auto ro = widen(o), rl = widen(la);
+    kernels::ref::merge_partials(ro.data(), rl.data(), widen(oo).data(), widen(lb).data(), t, h, d);
+    b.merge_partials(o.data(), la.data(), oo.data(), lb.data(), t, h, d);
+    std::vector<float> lse_got, empty_got;
+    std::vector<double> lse_want, empty_want;
+    double lmax = 0;
+    for (size_t r = 0; r < rl.size(); ++r) {
+      const bool want_empty = std::isinf(rl[r]) && rl[r] < 0;
+      empty_got.push_back(std::isinf(la[r]) && la[r] < 0 ? 1.0f : 0.0f);
+      empty_want.push_back(want_empty ? 1.0 : 0.0);
+      if (!want_empty) {
+        lse_got.push_back(la[r]);
+        lse_want.push_back(rl[r]);
+        lmax = std::max(lmax, std::fabs(rl[r]));
+      }
+    }
+    const double u = 0x1p-24;
+    return std::vector<CaseOutput>{
+        {"o", o, ro, 10 * u * scale, 0},
+        {"lse", lse_got, lse_want, 4 * u * lmax + 1e-6, 0},
+        {"lse -inf exactly where neither side saw a key", empty_got, empty_want, 0, 0}};
+  };
+  return k;
+}
+
+// The backward's delta = rowsum(dout * o) over [T, H] rows of D, both standard normal, the output
+// poisoned with NaN (overwritten, every row). FLOPs 2THD; bytes 4 (2THD + TH). Tolerance: a sum
+// of D fp32 products, product_sum_bound(D, sum |terms|), rtol 0 (as the linear case).
+inline KernelCase delta_case(int64_t t, int64_t h, int64_t d, uint64_t seed) {
+  const double rows = static_cast<double>(t * h), n = rows * static_cast<double>(d);
+  KernelCase k{"attention_delta", core::cat("t", t, "_h", h, "_d", d), 2 * n, 4 * (2 * n + rows),
+               nullptr};
+  k.run = [=](KernelBackend& b) {
+    auto o = normal_f(t * h * d, seed), dout = normal_f(t * h * d, seed + 1);
+    std::vector<float> delta(t * h, std::numeric_limits<float>::quiet_NaN());
+    b.attention_delta(dout.data(), o.data(), t, h, d, delta.data());
+    std::vector<double> want(t * h), abs_sums(t * h, 0.0);
+    kernels::ref::attention_d(widen(o).data(), widen(dout).data(), t, h, d, want.data());
+    for (int64_t r = 0; r < t * h; ++r)
+      for (int64_t j = 0; j < d; ++j)
+        abs_sums[r] += std::fabs(static_cast<double>(o[r * d + j]) * dout[r * d + j]);
+    return std::vector<CaseOutput>{{"delta", delta, want, product_sum_bound(d, abs_sums), 0}};
+  };
+  return k;
+}
+
 }  // namespace kernel_cases_detail
 
 /// Every case. The first rmsnorm, swiglu and rope case is the one its per-op test file held
@@ -715,6 +845,13 @@ inline const std::vector<KernelCase>& kernel_cases() {
       lm_head_case(9, 7, 37, 0, 16, -1, 120),
       lm_head_case(1, 3, 5, 0, 2, kernels::ref::kIgnoreIndex, 130),
       lm_head_case(130, 24, 300, 0, 0, kernels::ref::kIgnoreIndex, 140),
+      merge_case(13, 4, 24, 150),
+      merge_case(1, 1, 1, 154),
+      merge_case(37, 3, 130, 158),
+      merge_case(700, 2, 64, 162),
+      delta_case(13, 4, 24, 170),
+      delta_case(1, 1, 1, 172),
+      delta_case(37, 3, 130, 174),
   };
   return cases;
 }

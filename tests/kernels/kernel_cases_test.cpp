@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -36,6 +38,38 @@ TEST_P(KernelCases, MatchesTheFp64Reference) {
 std::string case_name(const ::testing::TestParamInfo<Param>& info) {
   const auto& [backend, c] = info.param;
   return backend->name() + "_" + c.op + "_" + c.shape;
+}
+
+// Whether every value of `o` is within its tolerance (expect_close's test, without reporting).
+bool within(const lt::CaseOutput& o) {
+  for (size_t i = 0; i < o.got.size(); ++i)
+    if (!(std::fabs(o.got[i] - o.want[i]) <= o.atol + o.rtol * std::fabs(o.want[i]))) return false;
+  return true;
+}
+
+// The tolerances can fail: for every case and output, the ref backend's result (which passes)
+// with one value moved by 1e-3 of the output's largest magnitude (1e-3 where all are 0; the value
+// of that largest magnitude, where relative tolerances are loosest) is rejected. A kernel off by
+// a part in a thousand, far less than a wrong index, sign or lost tile moves it, fails its case.
+TEST(KernelCaseTolerances, RejectAPerturbationOfOnePartInAThousand) {
+  const auto ref = lt::host_backends().front();
+  ASSERT_EQ(ref->name(), "ref");
+  for (const lt::KernelCase& c : lt::kernel_cases()) {
+    const std::vector<lt::CaseOutput> outs = c.run(*ref);
+    for (const lt::CaseOutput& o : outs) {
+      const std::string what = c.op + " " + c.shape + " " + o.name;
+      ASSERT_TRUE(within(o)) << what;
+      if (o.want.empty()) continue;
+      size_t at = 0;
+      for (size_t i = 0; i < o.want.size(); ++i)
+        if (std::fabs(o.want[i]) > std::fabs(o.want[at])) at = i;
+      const double delta = std::max(1e-3 * std::fabs(o.want[at]), 1e-3);
+      lt::CaseOutput bad = o;
+      bad.got[at] += delta;
+      EXPECT_FALSE(within(bad)) << what << ": +" << delta << " at " << at << " passes (atol "
+                                << o.atol << ", rtol " << o.rtol << ")";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Host, KernelCases,

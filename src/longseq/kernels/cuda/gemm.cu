@@ -337,6 +337,15 @@ void gemm(core::DType compute, const core::Exec& exec, bool ta, bool tb, int64_t
   LONGSEQ_CUDA_CALL(cudaFreeAsync(scratch, s));
 }
 
+void round_to_bf16(const float* src, int64_t n, core::bf16* dst, const core::Exec& exec) {
+  const cudaStream_t s = detail::stream(exec, "round_to_bf16");
+  LONGSEQ_CHECK_MSG(n >= 0, "round_to_bf16 n=", n);
+  if (n == 0) return;
+  round_bf16_kernel<<<detail::grid_for(n), kBlock, 0, s>>>(src, 1, n, n,
+                                                           reinterpret_cast<__nv_bfloat16*>(dst));
+  LONGSEQ_CUDA_LAUNCHED();
+}
+
 GemmStats gemm_stats() {
   State& st = state();
   GemmStats g;

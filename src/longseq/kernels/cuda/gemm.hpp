@@ -46,6 +46,11 @@ void gemm(core::DType compute, const core::Exec& exec, bool trans_a, bool trans_
           int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
           int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// dst [n] (bf16) = src [n] (fp32) rounded to nearest even, queued on the context's stream: for a
+/// caller that multiplies the same fp32 operand at bf16 precision many times (the LM head's
+/// weight) and so rounds it once instead of in every `gemm` call.
+void round_to_bf16(const float* src, int64_t n, core::bf16* dst, const core::Exec& exec);
+
 /// The plain-kernel path of gemm_f32 / gemm_bf16 (what a shape without a cuBLASLt algorithm runs
 /// on), callable directly so that its own test covers it.
 void gemm_f32_simple(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int64_t n,

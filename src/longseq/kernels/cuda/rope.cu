@@ -1,10 +1,8 @@
-// RoPE on a GPU (contracts in rope.hpp). The table is kernels/cpu/rope.cpp's, built the same way
-// on the host (angles in fp64, cos and sin rounded to fp32), so both backends rotate by the same
-// fp32 values; the rotation is the CPU kernel's expression.
+// RoPE on a GPU (contracts in rope.hpp). The table is built on the host by the loop kernels/cpu
+// uses too (kernels/rope_table.hpp: angles in fp64, cos and sin rounded to fp32), so both backends
+// rotate by the same fp32 values; the rotation is the CPU kernel's expression.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -12,22 +10,13 @@
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cuda/launch.cuh"
 #include "longseq/kernels/cuda/rope.hpp"
+#include "longseq/kernels/rope_table.hpp"
 
 namespace longseq::kernels::cuda {
 
 namespace {
 
 using detail::kBlock;
-
-std::vector<double> plain_inv_freq(int64_t d, double theta) {
-  core::require(d > 0 && d % 2 == 0, "kernels", "rope head dim ", d, " must be even and positive");
-  core::require(theta > 0, "kernels", "rope theta must be > 0, got ", theta);
-  // The expression of kernels/cpu/rope.cpp (and model/rope_scaling.cpp): equal bits.
-  std::vector<double> inv(static_cast<size_t>(d / 2));
-  for (int64_t i = 0; i < d / 2; ++i)
-    inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-  return inv;
-}
 
 // One (token, head, pair i) per iteration: v[i], v[i + half] rotated by the token's angle i.
 __global__ void rope_rotate_kernel(float* x, int64_t t, int64_t h, int64_t half,
@@ -53,7 +42,7 @@ __global__ void rope_rotate_kernel(float* x, int64_t t, int64_t h, int64_t half,
 
 RopeTable::RopeTable(const int64_t* pos, int64_t t, int64_t d, double theta,
                      const core::Exec& exec) {
-  const std::vector<double> inv = plain_inv_freq(d, theta);
+  const std::vector<double> inv = rope_plain_inv_freq(d, theta);
   *this = RopeTable(pos, t, inv.data(), d / 2, 1.0, exec);
 }
 
@@ -64,28 +53,13 @@ RopeTable::RopeTable(const int64_t* pos, int64_t t, const double* inv_freq, int6
   core::require(half > 0, "kernels", "rope head dim ", 2 * half, " must be even and positive");
   LONGSEQ_CHECK_MSG(t >= 0, "RopeTable t=", t);
   if (t == 0) return;
-  // Host image of the table: cos [T, half], sin [T, half], pad [T] bytes.
+  // Host image of the table: cos [T, half], sin [T, half], then pad [T] bytes, filled by the
+  // loop the CPU table uses.
   const size_t n = static_cast<size_t>(t * half);
   const size_t bytes = 2 * n * sizeof(float) + static_cast<size_t>(t);
-  std::vector<unsigned char> host(bytes);
-  std::vector<float> cs(n, 1.0f), sn(n, 0.0f);
-  std::vector<uint8_t> pad(static_cast<size_t>(t), 0);
-  for (int64_t r = 0; r < t; ++r) {
-    if (pos[r] < 0) {
-      pad[r] = 1;
-      continue;
-    }
-    for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(pos[r]) * inv_freq[i];
-      cs[r * half + i] = static_cast<float>(std::cos(a) * attention_factor);
-      sn[r * half + i] = static_cast<float>(std::sin(a) * attention_factor);
-    }
-  }
-  std::copy(reinterpret_cast<const unsigned char*>(cs.data()),
-            reinterpret_cast<const unsigned char*>(cs.data() + n), host.data());
-  std::copy(reinterpret_cast<const unsigned char*>(sn.data()),
-            reinterpret_cast<const unsigned char*>(sn.data() + n), host.data() + n * sizeof(float));
-  std::copy(pad.begin(), pad.end(), host.data() + 2 * n * sizeof(float));
+  std::vector<float> host(2 * n + (static_cast<size_t>(t) + sizeof(float) - 1) / sizeof(float));
+  rope_fill_table(pos, t, inv_freq, half, attention_factor, host.data(), host.data() + n,
+                  reinterpret_cast<uint8_t*>(host.data() + 2 * n));
   void* dev = nullptr;
   LONGSEQ_CUDA_CALL(cudaMalloc(&dev, bytes));
   table_ = static_cast<float*>(dev);

@@ -3,6 +3,7 @@
 // recomputes the probabilities from the forward's LSE exactly as FlashAttention's backward does.
 #include "longseq/kernels/ref/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -145,6 +146,30 @@ void attention_backward(const double* q, const double* k, const double* v, const
 void attention_d(const double* o, const double* dout, int64_t t, int64_t h, int64_t d,
                  double* delta) {
   for (int64_t r = 0; r < t * h; ++r) delta[r] = dot(o + r * d, dout + r * d, d);
+}
+
+void merge_partials(double* o, double* lse, const double* o_other, const double* lse_other,
+                    int64_t t, int64_t h, int64_t d) {
+  core::require(t >= 0 && h >= 0 && d >= 0, "kernels.ref", "merge_partials t=", t, " h=", h,
+                " d=", d, ": dims must be >= 0");
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < t * h; ++r) {
+    const double a = lse[r], b = lse_other[r];
+    double* x = o + r * d;
+    const double* y = o_other + r * d;
+    if (a == kNegInf && b == kNegInf) {
+      for (int64_t j = 0; j < d; ++j) x[j] = 0.0;
+      continue;
+    }
+    const double m = std::max(a, b);
+    const double l = m + std::log(std::exp(a - m) + std::exp(b - m));
+    // A side that saw nothing is skipped, not weighted by exp(-inf) = 0: 0 * NaN in its unread o
+    // would leak, which the contract excludes.
+    const bool use_a = a != kNegInf, use_b = b != kNegInf;
+    const double wa = std::exp(a - l), wb = std::exp(b - l);
+    for (int64_t j = 0; j < d; ++j) x[j] = (use_a ? wa * x[j] : 0.0) + (use_b ? wb * y[j] : 0.0);
+    lse[r] = l;
+  }
 }
 
 }  // namespace longseq::kernels::ref

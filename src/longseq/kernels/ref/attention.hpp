@@ -36,4 +36,15 @@ void attention_backward(const double* q, const double* k, const double* v, const
 void attention_d(const double* o, const double* dout, int64_t t, int64_t h, int64_t d,
                  double* delta);
 
+/// The merge of two attention partials over disjoint key sets, [T, H] rows of D, in place: with
+/// a = lse[r], b = lse_other[r], m = max(a, b),
+///   lse'[r] = m + log(exp(a - m) + exp(b - m))
+///   o'[r]   = exp(a - lse'[r]) o[r] + exp(b - lse'[r]) o_other[r]
+/// which is the attention over the union of the two key sets (the softmax denominators add). A
+/// side with lse = -inf saw no key: it contributes nothing and its o is not read; both -inf give
+/// o = 0, lse = -inf. The fast kernels' merge_partials (kernels/cpu/attention.hpp) is checked
+/// against this.
+void merge_partials(double* o, double* lse, const double* o_other, const double* lse_other,
+                    int64_t t, int64_t h, int64_t d);
+
 }  // namespace longseq::kernels::ref
