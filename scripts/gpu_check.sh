@@ -3,7 +3,9 @@
 #   bash scripts/gpu_check.sh OUTDIR
 # builds with CUDA required (LONGSEQ_CUDA=ON; dependencies from LONGSEQ_DEPS=DIR where the
 # machine has no package registry: scripts/offline_deps.sh), runs the `cuda` test label and the
-# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench), and writes under OUTDIR: info.txt
+# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench, cuda_attention_bench) and the PyTorch
+# SDPA baselines of the attention bench (bench/cuda_attention_torch.py: flash and cuDNN backends,
+# same shapes, same run, Debian's or the machine's /usr/bin/python3 with torch), and writes under OUTDIR: info.txt
 # (longseq info: CPU, variants, CUDA runtime/driver, GPUs), nvidia-smi.txt, ctest_cuda.xml (JUnit) and
 # ctest_cuda.txt, one JSON per benchmark, and summary.txt (one screen). Exits non-zero when a
 # cuda test failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
@@ -16,7 +18,7 @@ out=$(cd "$out" && pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 # Only what this script runs (the CLI for `info`, the cuda tests, the GPU benchmarks): the GPU
 # machine's minutes are few, and CI compiles everything else. BUILD_TARGETS= (empty) builds all.
-BUILD_TARGETS=${BUILD_TARGETS-longseq test_cuda cuda_kernels_bench}
+BUILD_TARGETS=${BUILD_TARGETS-longseq test_cuda cuda_kernels_bench cuda_attention_bench}
 export BUILD_DIR BUILD_TARGETS
 t0=$(date +%s)
 bash scripts/build.sh -DLONGSEQ_CUDA=ON -DLONGSEQ_BUILD_BENCH=ON > "$out/build.txt" 2>&1 || {
@@ -32,12 +34,21 @@ ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --output-junit "$out/c
   > "$out/ctest_cuda.txt" 2>&1 || rc=1
 t2=$(date +%s)
 benches=()
+# Each benchmark is capped (timeout) so that the whole check stays inside the GPU machine's
+# minutes; a capped run keeps the JSON rows it wrote so far (the attention bench writes after
+# every row). GPU_CHECK_BENCH_S overrides the cap (seconds).
+cap=${GPU_CHECK_BENCH_S:-240}
 for b in "$BUILD_DIR"/bench/cuda_*_bench; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
-  "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
+  timeout "$cap" "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
   benches+=("$name")
 done
+if /usr/bin/python3 -c "import torch" > /dev/null 2>&1; then
+  timeout "$cap" /usr/bin/python3 bench/cuda_attention_torch.py --out "$out/cuda_attention_torch.json" \
+    > "$out/cuda_attention_torch.txt" 2>&1 || echo "[gpu_check] torch baseline failed or was cut (see $out/cuda_attention_torch.txt)" >&2
+  benches+=("cuda_attention_torch")
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
