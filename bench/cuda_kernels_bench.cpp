@@ -32,6 +32,7 @@
 #include "longseq/core/rng.hpp"
 #include "longseq/core/tensor.hpp"
 #include "longseq/kernels/cuda/adamw.hpp"
+#include "longseq/kernels/cuda/attention.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/kernels/cuda/embedding.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"

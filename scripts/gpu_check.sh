@@ -3,15 +3,18 @@
 #   bash scripts/gpu_check.sh OUTDIR
 # builds with CUDA required (LONGSEQ_CUDA=ON; dependencies from LONGSEQ_DEPS=DIR where the
 # machine has no package registry: scripts/offline_deps.sh), runs the `cuda` test label and the
-# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench) with PyTorch timing the same operations
-# on the same GPU (bench/cuda_kernels_torch.py, with $TORCH_PYTHON, default python3; skipped with
-# a note where torch or its GPU is missing), and writes under OUTDIR: info.txt (longseq info: CPU,
-# variants, CUDA runtime/driver, GPUs), nvidia-smi.txt, ctest_cuda.xml (JUnit) and ctest_cuda.txt,
-# one JSON per benchmark, torch_kernels.json, compare.json / compare.txt (ours vs PyTorch and the
-# bandwidth floor, per kernel) and summary.txt (one screen). Exits non-zero when a cuda test or a
-# benchmark failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
-# Time on an H100 (estimated, not yet measured): build 3-4 min, tests < 1 min, benchmarks ~1 min,
-# PyTorch ~1 min; each phase has a timeout so the whole stays under 8 minutes.
+# GPU benchmarks (bench/cuda_*_bench: cuda_kernels_bench, cuda_attention_bench) with PyTorch
+# timing the same operations on the same GPU (bench/cuda_kernels_torch.py: the kernels;
+# bench/cuda_attention_torch.py: SDPA's flash and cuDNN backends on the attention bench's shapes;
+# both with $TORCH_PYTHON, default python3; skipped with a note where torch or its GPU is missing),
+# and writes under OUTDIR: info.txt (longseq info: CPU, variants, CUDA runtime/driver, GPUs),
+# nvidia-smi.txt, ctest_cuda.xml (JUnit) and ctest_cuda.txt, one JSON per benchmark,
+# torch_kernels.json, cuda_attention_torch.json, compare.json / compare.txt (ours vs PyTorch and
+# the bandwidth floor, per kernel) and summary.txt (one screen). Exits non-zero when a cuda test or
+# a benchmark failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
+# Time on an H100 (estimated, not yet measured): build 3-4 min, tests < 1 min, then each benchmark
+# and PyTorch script capped (GPU_CHECK_BENCH_S, default 90 s each), so the whole stays near 9
+# minutes at worst, inside one device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bash scripts/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -21,7 +24,7 @@ out=$(cd "$out" && pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 # Only what this script runs (the CLI for `info`, the cuda tests, the GPU benchmarks): the GPU
 # machine's minutes are few, and CI compiles everything else. BUILD_TARGETS= (empty) builds all.
-BUILD_TARGETS=${BUILD_TARGETS-longseq test_cuda cuda_kernels_bench}
+BUILD_TARGETS=${BUILD_TARGETS-longseq test_cuda cuda_kernels_bench cuda_attention_bench}
 export BUILD_DIR BUILD_TARGETS
 t0=$(date +%s)
 bash scripts/build.sh -DLONGSEQ_CUDA=ON -DLONGSEQ_BUILD_BENCH=ON > "$out/build.txt" 2>&1 || {
@@ -37,18 +40,29 @@ ctest --test-dir "$BUILD_DIR" -L cuda --timeout 120 --output-on-failure \
   --output-junit "$out/ctest_cuda.xml" > "$out/ctest_cuda.txt" 2>&1 || rc=1
 t2=$(date +%s)
 benches=()
+# Each benchmark is capped (timeout) so that the whole check stays inside the GPU machine's
+# minutes; a capped run keeps the JSON rows it wrote so far (the attention bench writes after
+# every row). GPU_CHECK_BENCH_S overrides the cap (seconds).
+cap=${GPU_CHECK_BENCH_S:-90}
 for b in "$BUILD_DIR"/bench/cuda_*_bench; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
-  timeout 180 "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
+  timeout "$cap" "$b" --out "$out/$name.json" > "$out/$name.txt" 2>&1 || rc=1
   benches+=("$name")
 done
-# PyTorch on the same GPU, compared with cuda_kernels_bench (a missing torch is noted, not failed).
+# PyTorch on the same GPU: the kernels compared with cuda_kernels_bench, and the attention
+# bench's shapes through SDPA's flash and cuDNN backends (a missing torch is noted, not failed).
 TORCH_PYTHON=${TORCH_PYTHON:-python3}
 if [ -f "$out/cuda_kernels_bench.json" ]; then
-  timeout 240 "$TORCH_PYTHON" bench/cuda_kernels_torch.py --out "$out/torch_kernels.json" \
+  timeout "$cap" "$TORCH_PYTHON" bench/cuda_kernels_torch.py --out "$out/torch_kernels.json" \
     --ours "$out/cuda_kernels_bench.json" --compare "$out/compare.json" \
     > "$out/torch_kernels.txt" 2>&1 || { echo "[gpu_check] PyTorch comparison failed" >&2; rc=1; }
+fi
+if "$TORCH_PYTHON" -c "import torch" > /dev/null 2>&1; then
+  timeout "$cap" "$TORCH_PYTHON" bench/cuda_attention_torch.py --out "$out/cuda_attention_torch.json" \
+    > "$out/cuda_attention_torch.txt" 2>&1 ||
+    echo "[gpu_check] torch attention baseline failed or was cut (see $out/cuda_attention_torch.txt)" >&2
+  benches+=("cuda_attention_torch")
 fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {

@@ -4,13 +4,14 @@
 // (kernel_cases_test.cpp in this folder). Kept in its own file: the registry grows virtuals
 // (attention, linear, LM head) that this backend then implements here.
 //
-// Implements: rmsnorm, swiglu, rope, linear and lm_head_ce (forward and backward), merge_partials
-// and attention_delta. Not yet (supports() says so, and its cases are not instantiated):
-// attention, issue "GPU II". Each call copies its inputs to GPU 0, runs the kernel on the legacy
-// default stream and copies the outputs back (blocking copies on the same stream: ordered).
-// Outputs the contract overwrites start as NaN on the device, so a value the kernel did not write
-// fails its case. The GPU is activated on first use, never at construction, so a build without a
-// GPU can still list the cases (they skip).
+// Implements every op of the registry: rmsnorm, swiglu, rope, linear, attention (forward and
+// backward; the registry's attention cases are fp32, so they run the generic kernels of
+// kernels/cuda/attention.hpp), lm_head_ce (forward and backward), merge_partials and
+// attention_delta. Each call copies its inputs to GPU 0, runs the kernel on the legacy default
+// stream and copies the outputs back (blocking copies on the same stream: ordered). Outputs the
+// contract overwrites start as NaN on the device, so a value the kernel did not write fails its
+// case. The GPU is activated on first use, never at construction, so a build without a GPU can
+// still list the cases (they skip).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "cuda/cuda_test_util.hpp"
 #include "kernels/kernel_cases.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/kernels/cuda/attention.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"
 #include "longseq/kernels/cuda/lm_head.hpp"
 #include "longseq/kernels/cuda/merge.hpp"
@@ -32,7 +34,7 @@ namespace longseq::test {
 class CudaBackend final : public KernelBackend {
  public:
   std::string name() const override { return "cuda"; }
-  bool supports(const std::string& op) const override { return op != "attention"; }
+  bool supports(const std::string&) const override { return true; }
 
   void rmsnorm_forward(const float* x, const float* w, int64_t t, int64_t c, float eps, float* out,
                        float* rstd) override {
@@ -103,17 +105,48 @@ class CudaBackend final : public KernelBackend {
     down(gx, dx, t * k);
     down(gw, dw, n * k);
   }
-  // No GPU kernel yet (supports() is false, so no case calls these).
-  void attention_forward(const float*, const float*, const float*, const kernels::Tokens&,
-                         const kernels::Tokens&, const kernels::Mask&, float,
-                         const kernels::ref::AttnDims&, float*, float*) override {
-    unsupported("attention_forward");
+  // Token positions, doc ids and the block mask go to the device (the GPU kernels read them
+  // there); dq, dk, dv start from zero because the block backward accumulates.
+  void attention_forward(const float* q, const float* k, const float* v, const kernels::Tokens& qt,
+                         const kernels::Tokens& kt, const kernels::Mask& mask, float scale,
+                         const kernels::ref::AttnDims& dm, float* o, float* lse) override {
+    const core::Exec ex = gpu_exec();
+    auto dq = up(q, dm.tq * dm.hq * dm.d), dk = up(k, dm.tk * dm.hkv * dm.d),
+         dv = up(v, dm.tk * dm.hkv * dm.d);
+    DeviceTokens dqt(qt, dm.tq), dkt(kt, dm.tk);
+    DeviceMask dmask(mask);
+    auto dout = poisoned(dm.tq * dm.hq * dm.d), dlse = poisoned(dm.tq * dm.hq);
+    const size_t wsb = kernels::cuda::attention_workspace_bytes(dm);
+    core::Buffer<float> ws(n_or_1(static_cast<int64_t>(wsb / 4 + 1)), ex.device);
+    kernels::cuda::attention_block_forward(dq.data(), dk.data(), dv.data(), dqt.tokens(),
+                                           dkt.tokens(), dmask.mask, scale, dm, ex, ws.data(),
+                                           ws.size() * 4, dout.data(), dlse.data());
+    down(dout, o, dm.tq * dm.hq * dm.d);
+    down(dlse, lse, dm.tq * dm.hq);
   }
-  void attention_backward(const float*, const float*, const float*, const float*, const float*,
-                          const float*, const kernels::Tokens&, const kernels::Tokens&,
-                          const kernels::Mask&, float, const kernels::ref::AttnDims&, float*,
-                          float*, float*) override {
-    unsupported("attention_backward");
+  void attention_backward(const float* q, const float* k, const float* v, const float* o,
+                          const float* lse, const float* dout, const kernels::Tokens& qt,
+                          const kernels::Tokens& kt, const kernels::Mask& mask, float scale,
+                          const kernels::ref::AttnDims& dm, float* dq, float* dk,
+                          float* dv) override {
+    const core::Exec ex = gpu_exec();
+    const int64_t nq = dm.tq * dm.hq * dm.d, nk = dm.tk * dm.hkv * dm.d, rows = dm.tq * dm.hq;
+    auto gq = up(q, nq), gk = up(k, nk), gv = up(v, nk), go = up(o, nq), gl = up(lse, rows),
+         gd = up(dout, nq);
+    DeviceTokens dqt(qt, dm.tq), dkt(kt, dm.tk);
+    DeviceMask dmask(mask);
+    core::Buffer<float> delta(n_or_1(rows), ex.device), rq(n_or_1(nq), ex.device),
+        rk(n_or_1(nk), ex.device), rv(n_or_1(nk), ex.device);
+    kernels::cuda::attention_delta(gd.data(), go.data(), dm.tq, dm.hq, dm.d, ex, delta.data());
+    const size_t wsb = kernels::cuda::attention_workspace_bytes(dm);
+    core::Buffer<float> ws(n_or_1(static_cast<int64_t>(wsb / 4 + 1)), ex.device);
+    kernels::cuda::attention_block_backward(gq.data(), gk.data(), gv.data(), gd.data(), gl.data(),
+                                            delta.data(), dqt.tokens(), dkt.tokens(), dmask.mask,
+                                            scale, dm, ex, ws.data(), ws.size() * 4, rq.data(),
+                                            rk.data(), rv.data());
+    down(rq, dq, nq);
+    down(rk, dk, nk);
+    down(rv, dv, nk);
   }
   // vocab_tile is the CPU's online-logsumexp step; the GPU kernel takes a row in one block and
   // has none (kernels/cuda/lm_head.hpp), so only token_tile reaches it.
@@ -157,11 +190,32 @@ class CudaBackend final : public KernelBackend {
   }
 
  private:
-  [[noreturn]] static void unsupported(const char* op) {
-    core::check_failed(__FILE__, __LINE__, "supports(op)",
-                       core::cat("cuda backend: ", op, " has no GPU kernel yet"));
-  }
   static size_t n_or_1(int64_t n) { return n > 0 ? static_cast<size_t>(n) : 1; }
+  // Host tokens copied to the device (positions, and doc ids when present).
+  struct DeviceTokens {
+    core::Buffer<int64_t> pos;
+    core::Buffer<int32_t> doc;
+    bool has_doc;
+    DeviceTokens(const kernels::Tokens& t, int64_t n)
+        : pos(upload(std::vector<int64_t>(t.pos, t.pos + n), "pos")),
+          doc(upload(t.doc ? std::vector<int32_t>(t.doc, t.doc + n) : std::vector<int32_t>{},
+                     "doc")),
+          has_doc(t.doc != nullptr) {}
+    kernels::Tokens tokens() const { return {pos.data(), has_doc ? doc.data() : nullptr}; }
+  };
+  // The mask with its block mask (if any) on the device.
+  struct DeviceMask {
+    core::Buffer<uint8_t> blocks;
+    kernels::Mask mask;
+    explicit DeviceMask(const kernels::Mask& m)
+        : blocks(upload(m.block_mask ? std::vector<uint8_t>(
+                                           m.block_mask, m.block_mask + m.num_blocks * m.num_blocks)
+                                     : std::vector<uint8_t>{},
+                        "block_mask")),
+          mask(m) {
+      if (m.block_mask) mask.block_mask = blocks.data();
+    }
+  };
   static core::Buffer<float> up(const float* p, int64_t n) {
     return upload(std::vector<float>(p, p + n), "case");
   }

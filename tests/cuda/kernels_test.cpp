@@ -46,6 +46,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
 #include "longseq/kernels/cuda/adamw.hpp"
+#include "longseq/kernels/cuda/attention.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/kernels/cuda/embedding.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"

@@ -1,4 +1,4 @@
-// merge_partials and attention_delta on a GPU (contracts in merge.hpp). One warp per (token, head)
+// merge_partials on a GPU (contract in merge.hpp; attention_delta is in attention.cu). One warp per (token, head)
 // row, kBlock / 32 rows per block, a grid-stride loop over rows: a row's lse is read by every lane
 // before lane 0 overwrites it (a __syncwarp between), and its D values are split over the lanes.
 #include <cuda_runtime.h>
@@ -58,21 +58,6 @@ __global__ void merge_kernel(float* o, float* lse, const float* o_other, const f
   }
 }
 
-// delta[r] = sum_j dout[r, j] o[r, j]: each lane sums its strided values in order, then the
-// warp's butterfly (fixed order).
-__global__ void delta_kernel(const float* dout, const float* o, int64_t rows, int64_t d,
-                             float* delta) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  for (int64_t r = warp; r < rows; r += warps) {
-    float s = 0.0f;
-    for (int64_t j = lane; j < d; j += 32) s += dout[r * d + j] * o[r * d + j];
-    s = detail::warp_sum(s);
-    if (lane == 0) delta[r] = s;
-  }
-}
-
 void check_dims(int64_t t, int64_t h, int64_t d, const char* what) {
   LONGSEQ_CHECK_MSG(t >= 0 && h > 0 && d > 0, what, " t=", t, " h=", h, " d=", d);
 }
@@ -85,15 +70,6 @@ void merge_partials(float* o, float* lse, const float* o_other, const float* lse
   check_dims(t, h, d, "merge_partials");
   if (t == 0) return;
   merge_kernel<<<row_grid(t * h), kBlock, 0, s>>>(o, lse, o_other, lse_other, t * h, d);
-  LONGSEQ_CUDA_LAUNCHED();
-}
-
-void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     const core::Exec& exec, float* delta) {
-  const cudaStream_t s = detail::stream(exec, "attention_delta");
-  check_dims(t, h, d, "attention_delta");
-  if (t == 0) return;
-  delta_kernel<<<row_grid(t * h), kBlock, 0, s>>>(dout, o, t * h, d, delta);
   LONGSEQ_CUDA_LAUNCHED();
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// Merging attention partials (O, LSE) and the backward's delta on a GPU: the twins of
-// kernels/cpu/attention.hpp's merge_partials and attention_delta (fp32), same contracts on device
-// pointers; the specifications are kernels/ref/attention.hpp's merge_partials and attention_d
-// (the kernel registry, tests/kernels/kernel_cases.hpp, checks one against the other).
+// Merging attention partials (O, LSE) on a GPU: the twin of kernels/cpu/attention.hpp's
+// merge_partials (fp32), same contract on device pointers; the specification is
+// kernels/ref/attention.hpp's merge_partials (the kernel registry, tests/kernels/kernel_cases.hpp,
+// checks one against the other).
 //
 // Legend: T tokens, H heads, D head dim. Row-major: o, o_other, dout [T, H, D]; lse, lse_other,
 // delta [T, H]. Every pointer is device memory of the context's GPU.
@@ -24,8 +24,7 @@ namespace longseq::kernels::cuda {
 void merge_partials(float* o, float* lse, const float* o_other, const float* lse_other, int64_t t,
                     int64_t h, int64_t d, const core::Exec& exec);
 
-/// delta [T, H] = rowsum(dout * o) over D (o the final, merged output), summed in fp32.
-void attention_delta(const float* dout, const float* o, int64_t t, int64_t h, int64_t d,
-                     const core::Exec& exec, float* delta);
+// attention_delta (the backward's rowsum(dout * o)) is declared with the attention block kernels
+// in kernels/cuda/attention.hpp, beside the backward that reads it.
 
 }  // namespace longseq::kernels::cuda

@@ -1,0 +1,564 @@
+// The tensor-core attention kernels (contracts in attention.hpp): bf16 inputs, D = 64 or 128,
+// mma.sync.m16n8k16 (bf16 x bf16 -> fp32; sm_80 and later), FlashAttention-2's schedule.
+//
+// Layout of the work: 4 warps per thread block, 64-token tiles, each warp owns 16 rows of the
+// block's own tile (queries in the forward and dq passes, keys in the dk/dv pass), so softmax
+// statistics and accumulators stay in the warp's registers. Tiles are staged in shared memory
+// (row stride D + 8 elements: the padding spreads a column's rows over the banks); fragments are
+// read from it with plain 32-bit loads (or two 16-bit loads where the operand is transposed).
+// This is the correctness-first version: no cp.async pipelining, no ldmatrix, no wgmma.
+//
+// Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane / 4 and c = lane % 4:
+//   A (16 x 16, row-major), 4 registers of 2 bf16: {A[g][2c..2c+1]}, {A[g+8][2c..]},
+//     {A[g][2c+8..]}, {A[g+8][2c+8..]}
+//   B (16 x 8, "col"), 2 registers: {B[2c..2c+1][g]}, {B[2c+8..2c+9][g]}
+//   C (16 x 8 fp32), 4 floats: C[g][2c], C[g][2c+1], C[g+8][2c], C[g+8][2c+1]
+// So a warp's C fragments of S (16 rows x 8 keys, two of them side by side) are, rounded to bf16,
+// exactly its A fragment of P for P V (FlashAttention-2's register reuse), and likewise for the
+// transposed products of the backward.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "longseq/kernels/cuda/attention_common.cuh"
+#include "longseq/kernels/cuda/launch.cuh"
+
+namespace longseq::kernels::cuda::detail {
+
+namespace {
+
+using bf16_t = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two floats rounded to bf16 (round to nearest even), `lo` in the low half: the lower-indexed
+// element of a fragment register.
+__device__ __forceinline__ uint32_t pack_f(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_h(bf16_t lo, bf16_t hi) {
+  const uint32_t l = *reinterpret_cast<const uint16_t*>(&lo);
+  const uint32_t h = *reinterpret_cast<const uint16_t*>(&hi);
+  return l | (h << 16);
+}
+
+// Two adjacent bf16 (even index) as one register.
+__device__ __forceinline__ uint32_t ld2(const bf16_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// A fragment of rows [r0, r0 + 16) and columns [k0, k0 + 16) of a row-major shared tile.
+template <int LD>
+__device__ __forceinline__ void load_a(const bf16_t* s, int r0, int k0, int g, int c,
+                                       uint32_t (&a)[4]) {
+  a[0] = ld2(s + (r0 + g) * LD + k0 + 2 * c);
+  a[1] = ld2(s + (r0 + g + 8) * LD + k0 + 2 * c);
+  a[2] = ld2(s + (r0 + g) * LD + k0 + 2 * c + 8);
+  a[3] = ld2(s + (r0 + g + 8) * LD + k0 + 2 * c + 8);
+}
+
+// B fragment where B[kk][n] = tile[n0 + n][k0 + kk] (the product with a tile's transpose: S = Q K^T
+// reads K this way): adjacent kk are adjacent in the row.
+template <int LD>
+__device__ __forceinline__ void load_b_t(const bf16_t* s, int n0, int k0, int g, int c,
+                                         uint32_t (&b)[2]) {
+  b[0] = ld2(s + (n0 + g) * LD + k0 + 2 * c);
+  b[1] = ld2(s + (n0 + g) * LD + k0 + 2 * c + 8);
+}
+
+// B fragment where B[kk][n] = tile[k0 + kk][n0 + n] (the product with the tile itself: P V reads
+// V this way): adjacent kk are a row apart.
+template <int LD>
+__device__ __forceinline__ void load_b(const bf16_t* s, int k0, int n0, int g, int c,
+                                       uint32_t (&b)[2]) {
+  const bf16_t* p = s + (k0 + 2 * c) * LD + n0 + g;
+  b[0] = pack_h(p[0], p[LD]);
+  b[1] = pack_h(p[8 * LD], p[9 * LD]);
+}
+
+// Copies rows [0, n) of a [*, stride] bf16 matrix (row i at base + i * stride, D values) into a
+// shared tile with row stride LD, zero-filling rows [n, kTile). 16-byte vectors: the caller
+// checked the alignment.
+template <int D, int LD>
+__device__ __forceinline__ void load_tile(bf16_t* dst, const bf16_t* base, int64_t stride, int n) {
+  constexpr int kVec = D / 8;  // uint4 per row
+  for (int i = static_cast<int>(threadIdx.x); i < kTile * kVec; i += kThreads) {
+    const int r = i / kVec, cv = i % kVec;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < n) val = *reinterpret_cast<const uint4*>(base + r * stride + cv * 8);
+    *reinterpret_cast<uint4*>(dst + r * LD + cv * 8) = val;
+  }
+}
+
+// Positions (and doc ids) of tokens [t0, t0 + n) into shared memory; rows past n get -1
+// (invisible).
+__device__ __forceinline__ void load_meta(const int64_t* pos, const int32_t* doc, int docs,
+                                          int64_t t0, int n, int64_t* pos_s, int32_t* doc_s) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
+    pos_s[i] = i < n ? pos[t0 + i] : -1;
+    doc_s[i] = (docs && i < n) ? doc[t0 + i] : 0;
+  }
+}
+
+__device__ __forceinline__ void classify_chunk(const AttnParams& p, const TileSummary& mine,
+                                               bool mine_is_q, const TileSummary* others, int base,
+                                               int count, uint8_t* kinds) {
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads)
+    kinds[i] = mine_is_q ? classify_dev(p, mine, others[base + i])
+                         : classify_dev(p, others[base + i], mine);
+  __syncthreads();
+}
+
+template <int D>
+__host__ __device__ constexpr int ld_of() {
+  return D + 8;
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) mma_forward_kernel(const AttnParams p) {
+  constexpr int LD = ld_of<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* ks = qs + kTile * LD;
+  bf16_t* vs = ks + kTile * LD;
+  __shared__ int64_t qpos_s[kTile], kpos_s[kTile];
+  __shared__ int32_t qdoc_s[kTile], kdoc_s[kTile];
+  __shared__ uint8_t kinds[kClassChunk];
+  const bf16_t* q = static_cast<const bf16_t*>(p.q);
+  const bf16_t* k = static_cast<const bf16_t*>(p.k);
+  const bf16_t* v = static_cast<const bf16_t*>(p.v);
+  const int qt = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
+  const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+  const int qn = detail::tile_len(p.tq - q0);
+  const float sl2 = p.scale * kLog2e;
+
+  load_tile<D, LD>(qs, q + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
+  load_meta(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
+  __syncthreads();
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a<LD>(qs, r0, kk * 16, g, c, qa[kk]);
+
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // log2 domain; l thread-partial
+  const int rows[2] = {r0 + g, r0 + g + 8};
+
+  const TileSummary mine = p.qtiles[qt];
+  for (int base = 0; base < p.nkt; base += kClassChunk) {
+    const int count = min(kClassChunk, p.nkt - base);
+    classify_chunk(p, mine, true, p.ktiles, base, count, kinds);
+    for (int t = 0; t < count; ++t) {
+      const uint8_t kind = kinds[t];
+      if (kind == kEmpty) continue;
+      const int64_t k0 = static_cast<int64_t>(base + t) * kTile;
+      const int kn = detail::tile_len(p.tk - k0);
+      __syncthreads();  // the previous tile's ks / vs are no longer read
+      load_tile<D, LD>(ks, k + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+      load_tile<D, LD>(vs, v + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+      load_meta(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s, kdoc_s);
+      __syncthreads();
+
+      float s[kTile / 8][4];
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j) {
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t b[2];
+          load_b_t<LD>(ks, j * 8, kk * 16, g, c, b);
+          mma16816(s[j], qa[kk], b);
+        }
+      }
+      // Scale into the log2 domain; mask. Full tiles skip the predicate, but a ragged last key
+      // tile still cuts its columns past kn.
+      const bool per_element = kind != kFull;
+      const bool ragged = kn < kTile;
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+          float x = s[j][e] * sl2;
+          if ((ragged && col >= kn) ||
+              (per_element && !visible_dev(p, qpos_s[row], kpos_s[col], qdoc_s[row], kdoc_s[col])))
+            x = -INFINITY;
+          s[j][e] = x;
+        }
+        // Online softmax, one rescale per tile. A row's 64 scores sit in the 4 lanes of its quad.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kTile / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        // A row that has seen nothing yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0),
+        // never -inf - -inf = NaN.
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = exp2f(m[r] - m_use);
+        m[r] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kTile / 8; ++j) {
+          s[j][2 * r] = exp2f(s[j][2 * r] - m_use);
+          s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - m_use);
+          sum += s[j][2 * r] + s[j][2 * r + 1];
+        }
+        l[r] = l[r] * alpha + sum;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          oacc[i][2 * r] *= alpha;
+          oacc[i][2 * r + 1] *= alpha;
+        }
+      }
+      // O += P V, P's C fragments reused as A fragments (rounded to bf16).
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        const uint32_t a[4] = {
+            pack_f(s[2 * kc][0], s[2 * kc][1]), pack_f(s[2 * kc][2], s[2 * kc][3]),
+            pack_f(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_f(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          uint32_t b[2];
+          load_b<LD>(vs, kc * 16, i * 8, g, c, b);
+          mma16816(oacc[i], a, b);
+        }
+      }
+    }
+  }
+  // Finish: the quad's partial sums, then o = acc / l, lse = (m + log2 l) ln 2.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int64_t qi = q0 + rows[r];
+    if (rows[r] >= qn) continue;
+    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+    float* o = p.o + (qi * p.hq + h) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<float2*>(o + i * 8 + 2 * c) =
+          make_float2(oacc[i][2 * r] * inv, oacc[i][2 * r + 1] * inv);
+    if (c == 0)
+      p.lse[qi * p.hq + h] = lt > 0.0f ? (m[r] + log2f(lt)) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+// ---- backward: dk, dv ---------------------------------------------------------------------
+
+// Block (key tile, kv head); each warp owns 16 keys and computes the transposed products
+// S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments of
+// dV += P^T dO and dK += dS^T Q. Query tiles in order, then the heads of the group in order.
+template <int D>
+__global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) {
+  constexpr int LD = ld_of<D>();
+  constexpr int kHalf = kTile / 2;  // queries per inner step (keeps S^T and dP^T at 16 floats)
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* ks = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* vs = ks + kTile * LD;
+  bf16_t* qs = vs + kTile * LD;
+  bf16_t* dos = qs + kTile * LD;
+  __shared__ int64_t qpos_s[kTile], kpos_s[kTile];
+  __shared__ int32_t qdoc_s[kTile], kdoc_s[kTile];
+  __shared__ float lse_s[kTile], delta_s[kTile];
+  __shared__ uint8_t kinds[kClassChunk];
+  const bf16_t* q = static_cast<const bf16_t*>(p.q);
+  const bf16_t* k = static_cast<const bf16_t*>(p.k);
+  const bf16_t* v = static_cast<const bf16_t*>(p.v);
+  const bf16_t* dout = static_cast<const bf16_t*>(p.dout);
+  const int kt = static_cast<int>(blockIdx.x), hk = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
+  const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+  const int kn = detail::tile_len(p.tk - k0);
+  const float sl2 = p.scale * kLog2e;
+  const int rows[2] = {r0 + g, r0 + g + 8};  // key rows of this thread
+
+  load_tile<D, LD>(ks, k + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+  load_tile<D, LD>(vs, v + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+  load_meta(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s, kdoc_s);
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+
+  const TileSummary mine = p.ktiles[kt];
+  for (int base = 0; base < p.nqt; base += kClassChunk) {
+    const int count = min(kClassChunk, p.nqt - base);
+    classify_chunk(p, mine, false, p.qtiles, base, count, kinds);
+    for (int t = 0; t < count; ++t) {
+      const uint8_t kind = kinds[t];
+      if (kind == kEmpty) continue;
+      const int64_t q0 = static_cast<int64_t>(base + t) * kTile;
+      const int qn = detail::tile_len(p.tq - q0);
+      for (int gi = 0; gi < p.group; ++gi) {
+        const int h = hk * p.group + gi;
+        __syncthreads();  // the previous step's qs / dos / lse_s are no longer read
+        load_tile<D, LD>(qs, q + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
+        load_tile<D, LD>(dos, dout + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
+        load_meta(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
+        for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
+          // lse = -inf (saw nothing) and rows past qn: P = 0 below.
+          lse_s[i] = i < qn ? p.lse_in[(q0 + i) * p.hq + h] * kLog2e : -INFINITY;
+          delta_s[i] = i < qn ? p.delta[(q0 + i) * p.hq + h] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float st[kHalf / 8][4], dpt[kHalf / 8][4];
+#pragma unroll
+          for (int j = 0; j < kHalf / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t ka[4], va[4];
+            load_a<LD>(ks, r0, kk * 16, g, c, ka);
+            load_a<LD>(vs, r0, kk * 16, g, c, va);
+#pragma unroll
+            for (int j = 0; j < kHalf / 8; ++j) {
+              uint32_t b[2];
+              load_b_t<LD>(qs, half * kHalf + j * 8, kk * 16, g, c, b);
+              mma16816(st[j], ka, b);
+              load_b_t<LD>(dos, half * kHalf + j * 8, kk * 16, g, c, b);
+              mma16816(dpt[j], va, b);
+            }
+          }
+          // P^T and dS^T = P^T (dP^T - delta), element (key rows[e/2], query col).
+#pragma unroll
+          for (int j = 0; j < kHalf / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = half * kHalf + j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+              const float lse2 = lse_s[col];
+              bool vis = lse2 != -INFINITY && row < kn;
+              if (vis && kind != kFull)
+                vis = visible_dev(p, qpos_s[col], kpos_s[row], qdoc_s[col], kdoc_s[row]);
+              const float pr = vis ? exp2f(st[j][e] * sl2 - lse2) : 0.0f;
+              st[j][e] = pr;
+              dpt[j][e] = pr * (dpt[j][e] - delta_s[col]);
+            }
+            // dV += P^T dO, dK += dS^T Q (k dimension: this half's 32 queries).
+#pragma unroll
+          for (int kc = 0; kc < kHalf / 16; ++kc) {
+            const uint32_t pa[4] = {pack_f(st[2 * kc][0], st[2 * kc][1]),
+                                    pack_f(st[2 * kc][2], st[2 * kc][3]),
+                                    pack_f(st[2 * kc + 1][0], st[2 * kc + 1][1]),
+                                    pack_f(st[2 * kc + 1][2], st[2 * kc + 1][3])};
+            const uint32_t da[4] = {pack_f(dpt[2 * kc][0], dpt[2 * kc][1]),
+                                    pack_f(dpt[2 * kc][2], dpt[2 * kc][3]),
+                                    pack_f(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
+                                    pack_f(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+              uint32_t b[2];
+              load_b<LD>(dos, half * kHalf + kc * 16, i * 8, g, c, b);
+              mma16816(dv[i], pa, b);
+              load_b<LD>(qs, half * kHalf + kc * 16, i * 8, g, c, b);
+              mma16816(dk[i], da, b);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Accumulate into dk, dv: each element has exactly this one writer.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= kn) continue;
+    const int64_t off = ((k0 + rows[r]) * p.hkv + hk) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      float2* pk = reinterpret_cast<float2*>(p.dk + off + i * 8 + 2 * c);
+      float2* pv = reinterpret_cast<float2*>(p.dv + off + i * 8 + 2 * c);
+      float2 a = *pk, b = *pv;
+      a.x += dk[i][2 * r] * p.scale;
+      a.y += dk[i][2 * r + 1] * p.scale;
+      b.x += dv[i][2 * r];
+      b.y += dv[i][2 * r + 1];
+      *pk = a;
+      *pv = b;
+    }
+  }
+}
+
+// ---- backward: dq -------------------------------------------------------------------------
+
+// Block (query tile, query head); each warp owns 16 queries: S = Q K^T and dP = dO V^T as in
+// the forward, dS = P (dP - delta) reused as the A fragment of dQ += dS K. Key tiles in order.
+template <int D>
+__global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
+  constexpr int LD = ld_of<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* dos = qs + kTile * LD;
+  bf16_t* ks = dos + kTile * LD;
+  bf16_t* vs = ks + kTile * LD;
+  __shared__ int64_t qpos_s[kTile], kpos_s[kTile];
+  __shared__ int32_t qdoc_s[kTile], kdoc_s[kTile];
+  __shared__ uint8_t kinds[kClassChunk];
+  const bf16_t* q = static_cast<const bf16_t*>(p.q);
+  const bf16_t* k = static_cast<const bf16_t*>(p.k);
+  const bf16_t* v = static_cast<const bf16_t*>(p.v);
+  const bf16_t* dout = static_cast<const bf16_t*>(p.dout);
+  const int qt = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
+  const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+  const int qn = detail::tile_len(p.tq - q0);
+  const float sl2 = p.scale * kLog2e;
+  const int rows[2] = {r0 + g, r0 + g + 8};
+
+  load_tile<D, LD>(qs, q + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
+  load_tile<D, LD>(dos, dout + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
+  load_meta(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool in = rows[r] < qn;
+    lse2[r] = in ? p.lse_in[(q0 + rows[r]) * p.hq + h] * kLog2e : -INFINITY;
+    delta[r] = in ? p.delta[(q0 + rows[r]) * p.hq + h] : 0.0f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+  const TileSummary mine = p.qtiles[qt];
+  for (int base = 0; base < p.nkt; base += kClassChunk) {
+    const int count = min(kClassChunk, p.nkt - base);
+    classify_chunk(p, mine, true, p.ktiles, base, count, kinds);
+    for (int t = 0; t < count; ++t) {
+      const uint8_t kind = kinds[t];
+      if (kind == kEmpty) continue;
+      const int64_t k0 = static_cast<int64_t>(base + t) * kTile;
+      const int kn = detail::tile_len(p.tk - k0);
+      __syncthreads();
+      load_tile<D, LD>(ks, k + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+      load_tile<D, LD>(vs, v + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
+      load_meta(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s, kdoc_s);
+      __syncthreads();
+      float s[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[4], da[4];
+        load_a<LD>(qs, r0, kk * 16, g, c, qa);
+        load_a<LD>(dos, r0, kk * 16, g, c, da);
+#pragma unroll
+        for (int j = 0; j < kTile / 8; ++j) {
+          uint32_t b[2];
+          load_b_t<LD>(ks, j * 8, kk * 16, g, c, b);
+          mma16816(s[j], qa, b);
+          load_b_t<LD>(vs, j * 8, kk * 16, g, c, b);
+          mma16816(dp[j], da, b);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j * 8 + 2 * c + (e & 1), r = e >> 1, row = rows[r];
+          bool vis = lse2[r] != -INFINITY && col < kn;
+          if (vis && kind != kFull)
+            vis = visible_dev(p, qpos_s[row], kpos_s[col], qdoc_s[row], kdoc_s[col]);
+          const float pr = vis ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+          dp[j][e] = pr * (dp[j][e] - delta[r]);
+        }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        const uint32_t a[4] = {pack_f(dp[2 * kc][0], dp[2 * kc][1]),
+                               pack_f(dp[2 * kc][2], dp[2 * kc][3]),
+                               pack_f(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                               pack_f(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          uint32_t b[2];
+          load_b<LD>(ks, kc * 16, i * 8, g, c, b);
+          mma16816(dq[i], a, b);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= qn) continue;
+    const int64_t off = ((q0 + rows[r]) * p.hq + h) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      float2* pq = reinterpret_cast<float2*>(p.dq + off + i * 8 + 2 * c);
+      float2 a = *pq;
+      a.x += dq[i][2 * r] * p.scale;
+      a.y += dq[i][2 * r + 1] * p.scale;
+      *pq = a;
+    }
+  }
+}
+
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, size_t smem, const AttnParams& p, cudaStream_t s) {
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (per kernel, cheap to repeat).
+  LONGSEQ_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  LONGSEQ_CUDA_LAUNCHED();
+}
+
+template <int D>
+size_t tiles_bytes(int n) {
+  return static_cast<size_t>(n) * kTile * ld_of<D>() * sizeof(bf16_t);
+}
+
+}  // namespace
+
+void mma_forward(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(p.nqt), static_cast<unsigned>(p.hq));
+  if (p.d == 64)
+    launch(mma_forward_kernel<64>, grid, tiles_bytes<64>(3), p, s);
+  else
+    launch(mma_forward_kernel<128>, grid, tiles_bytes<128>(3), p, s);
+}
+
+void mma_backward(const AttnParams& p, cudaStream_t s) {
+  // dk/dv first, then dq: both only read q, k, v, dout, lse and delta, and write disjoint
+  // outputs, so the order is free; fixed for the bits.
+  const dim3 gk(static_cast<unsigned>(p.nkt), static_cast<unsigned>(p.hkv));
+  const dim3 gq(static_cast<unsigned>(p.nqt), static_cast<unsigned>(p.hq));
+  if (p.d == 64) {
+    launch(mma_dkdv_kernel<64>, gk, tiles_bytes<64>(4), p, s);
+    launch(mma_dq_kernel<64>, gq, tiles_bytes<64>(4), p, s);
+  } else {
+    launch(mma_dkdv_kernel<128>, gk, tiles_bytes<128>(4), p, s);
+    launch(mma_dq_kernel<128>, gq, tiles_bytes<128>(4), p, s);
+  }
+}
+
+}  // namespace longseq::kernels::cuda::detail
