@@ -34,42 +34,62 @@ struct Pending {
   const Xfer* send = nullptr;
 };
 
-// The transfers of one replay by key, indexed by (receiver, tag) with a short list of senders per
-// index (an origin receives one gradient partial per chain): a rank's posts and waits then touch
-// its own row, where a map of all transfers spent most of a cluster-sized replay on cache misses.
-class PendingTable {
+// Every transfer of one replay numbered before the replay starts: each side (an Xfer in its rank's
+// list) learns the number of its transfer, so a post and a wait index an array. Keys are found
+// through one open-addressing table over (sender, receiver, tag) packed into 64 bits. (A table by
+// (receiver, tag) with a list of senders per entry walked that list at every post and wait; an
+// origin of the double ring receives one gradient partial per inner ring under one tag, so the
+// lists held P/I senders and the backward replay grew as P^3.)
+class TransferIndex {
  public:
-  PendingTable(int world, int tags, size_t expected)
-      : tags_(tags), head_(static_cast<size_t>(world) * tags, -1) {
-    entries_.reserve(expected);
-  }
-  Pending& operator[](const Key& k) {
-    const auto [a, b, tag] = k;
-    LONGSEQ_CHECK_MSG(tag >= 0 && tag < tags_, "transfer ", a, " -> ", b, " tag ", tag,
-                      " outside the replay's ", tags_, " tags");
-    int32_t* link = &head_[static_cast<size_t>(b) * tags_ + tag];
-    while (*link >= 0 && entries_[*link].sender != a) link = &entries_[*link].next;
-    int32_t at = *link;
-    if (at < 0) {
-      at = *link = static_cast<int32_t>(entries_.size());
-      entries_.push_back({a, b, tag, -1, {}});  // may move entries_: `link` is not read again
+  explicit TransferIndex(const std::vector<RankSchedule>& schedules) {
+    const int world = static_cast<int>(schedules.size());
+    first_.assign(static_cast<size_t>(world) + 1, 0);
+    for (int r = 0; r < world; ++r) first_[r + 1] = first_[r] + schedules[r].xfers.size();
+    ids_.resize(first_[world]);
+    size_t cap = 16;
+    while (cap < first_[world]) cap *= 2;  // >= sides, so >= 2x transfers: short probes
+    const uint64_t mask = cap - 1;
+    std::vector<Slot> table(cap);
+    keys_.reserve(first_[world] / 2);
+    for (int r = 0; r < world; ++r) {
+      const auto& xs = schedules[r].xfers;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const Xfer& x = xs[i];
+        const Key k = x.send ? Key{r, x.peer, x.tag} : Key{x.peer, r, x.tag};
+        const auto [a, b, tag] = k;
+        LONGSEQ_CHECK_MSG(a >= 0 && a < world && b >= 0 && b < world && tag >= 0 &&
+                              tag < (1 << 22) && world <= (1 << 21),
+                          "transfer ", a, " -> ", b, " tag ", tag, " outside the ", world,
+                          " ranks and 2^22 tags a replay indexes");
+        const uint64_t packed = (static_cast<uint64_t>(a) << 43) |
+                                (static_cast<uint64_t>(b) << 22) | static_cast<uint64_t>(tag);
+        uint64_t h = packed * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+        for (h &= mask; table[h].id != kEmpty && table[h].key != packed; h = (h + 1) & mask) {
+        }
+        if (table[h].id == kEmpty) {
+          table[h] = {packed, static_cast<uint32_t>(keys_.size())};
+          keys_.push_back(k);
+        }
+        ids_[first_[r] + i] = table[h].id;
+      }
     }
-    return entries_[at].p;
   }
-  template <class F>
-  void for_each(F&& f) const {
-    for (const Entry& e : entries_) f(Key{e.sender, e.receiver, e.tag}, e.p);
-  }
+  /// The transfer of xfer `i` of `rank`'s list.
+  uint32_t id(int rank, size_t i) const { return ids_[first_[rank] + i]; }
+  size_t size() const { return keys_.size(); }
+  const Key& key(uint32_t id) const { return keys_[id]; }
 
  private:
-  struct Entry {
-    int sender, receiver, tag;
-    int32_t next;
-    Pending p;
+  static constexpr uint32_t kEmpty = ~0u;
+  struct Slot {
+    uint64_t key = 0;
+    uint32_t id = kEmpty;
   };
-  int tags_;
-  std::vector<int32_t> head_;
-  std::vector<Entry> entries_;
+  std::vector<size_t> first_;  // [rank]: offset of its first side in ids_
+  std::vector<uint32_t> ids_;
+  std::vector<Key> keys_;  // by transfer id
 };
 
 // Indices of `items` ordered by step, stable (the schedule's order within a step), read with a
@@ -104,18 +124,11 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   std::vector<double> now(world, 0.0);
   // Ports: [rank][class] where class 0 = intra, 1 = inter.
   std::vector<std::array<double, 2>> out_free(world, {0.0, 0.0}), in_free(world, {0.0, 0.0});
-  int steps = 0, tags = 1;
-  size_t sides = 0;
-  for (const auto& s : schedules) {
-    steps = std::max(steps, s.num_steps);
-    for (const Xfer& x : s.xfers) tags = std::max(tags, x.tag + 1);
-    sides += s.xfers.size();
-  }
-  PendingTable xfers(world, tags, sides / 2);  // every transfer is listed by both of its sides
+  int steps = 0;
+  for (const auto& s : schedules) steps = std::max(steps, s.num_steps);
+  const TransferIndex index(schedules);
+  std::vector<Pending> xfers(index.size());
 
-  auto key_of = [](int rank, const Xfer& x) {
-    return x.send ? Key{rank, x.peer, x.tag} : Key{x.peer, rank, x.tag};
-  };
   auto start_if_ready = [&](const Key& k, Pending& p) {
     if (p.post_send < 0 || p.post_recv < 0 || p.done >= 0) return;
     const int a = std::get<0>(k), b = std::get<1>(k);
@@ -196,7 +209,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       const RankSchedule& rs = schedules[r];
       waits[r].take(s, [&](uint32_t i) {
         const Xfer& x = rs.xfers[i];
-        const Pending& p = xfers[key_of(r, x)];
+        const Pending& p = xfers[index.id(r, i)];
         LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
                           " for a transfer with peer ", x.peer,
                           " that was not posted by both sides");
@@ -210,15 +223,15 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       });
       posts[r].take(s, [&](uint32_t i) {
         const Xfer& x = rs.xfers[i];
-        const Key k = key_of(r, x);
-        Pending& p = xfers[k];
+        const uint32_t id = index.id(r, i);
+        Pending& p = xfers[id];
         if (x.send) {
           p.post_send = now[r];
           p.send = &x;
         } else {
           p.post_recv = now[r];
         }
-        start_if_ready(k, p);
+        start_if_ready(index.key(id), p);
       });
       works[r].take(s, [&](uint32_t i) {
         const Work& w = rs.work[i];
@@ -232,10 +245,11 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
     }
   }
   collectives(false);
-  xfers.for_each([](const Key& k, const Pending& p) {
-    LONGSEQ_CHECK_MSG(p.done >= 0, "transfer ", std::get<0>(k), " -> ", std::get<1>(k), " tag ",
-                      std::get<2>(k), " has only one side");
-  });
+  for (uint32_t id = 0; id < index.size(); ++id) {
+    const Key& k = index.key(id);
+    LONGSEQ_CHECK_MSG(xfers[id].done >= 0, "transfer ", std::get<0>(k), " -> ", std::get<1>(k),
+                      " tag ", std::get<2>(k), " has only one side");
+  }
   for (int r = 0; r < world; ++r) {
     tl.ranks[r].finish = now[r];
     tl.makespan = std::max(tl.makespan, now[r]);
