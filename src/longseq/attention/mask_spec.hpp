@@ -81,6 +81,8 @@ class PairTable {
   PairKind kind(int q_rank, int qc, int k_rank, int kc) const;
   /// The non-empty pairs of query chunk (q_rank, qc) with the chunks of k_rank, kc ascending.
   std::span<const Entry> row(int q_rank, int qc, int k_rank) const;
+  /// The non-empty pairs of query chunk (q_rank, qc) with every key chunk, by (k_rank, kc).
+  std::span<const Entry> chunk_row(int q_rank, int qc) const;
   /// True when some chunk pair of (q_rank, k_rank) is not empty.
   bool needs(int q_rank, int k_rank) const { return any_[q_rank * world_ + k_rank] != 0; }
   int chunks_per_rank() const { return chunks_; }
@@ -88,7 +90,6 @@ class PairTable {
   size_t size() const { return entries_.size(); }
 
  private:
-  std::span<const Entry> chunk_row(int q_rank, int qc) const;
   int world_, chunks_;
   std::vector<int64_t> offsets_;  // [q_rank * chunks + qc] -> first entry; one more at the end
   std::vector<Entry> entries_;    // per query chunk, by (k_rank, kc)
