@@ -470,23 +470,33 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
 
 }  // namespace
 
-AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
-                             double frac, bool keep) {
+Algorithm forward_key(const Algorithm& a) {
+  Algorithm k = a;
+  k.backward = Algorithm{}.backward;
+  return k;
+}
+
+AttentionCost cost_forward(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
+                           double frac, bool keep) {
   validate_algo(a, p);
   AttentionCost c;
   const ScheduleSet fwd = make_schedules(a, p, Pass::forward);
   c.forward = replay_pass(fwd, a, p, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
-  c.backward = replay_pass(make_schedules(a, p, Pass::backward), a, p, Pass::backward, hw, -1, keep,
-                           &c.buffer_bytes_backward);
   const int64_t l = fwd.layout.local_len();
   const RankSchedule& r0 = fwd.ranks[0];
   if (frac > 0) {
     // The executor limits the query rows only where the query side is the rank's own tokens (no
-    // collective steps); elsewhere the recomputation is the whole forward.
+    // collective steps); elsewhere the recomputation is the whole forward, whose replay (the same
+    // schedules, no query limit) is c.forward's: taken from it instead of replayed again.
     const bool own_rows = r0.pre.empty();
-    c.partial_recompute = replay_pass(
-        fwd, a, p, Pass::forward, hw,
-        own_rows ? static_cast<int64_t>(frac * static_cast<double>(l)) : -1, false, nullptr);
+    if (own_rows) {
+      c.partial_recompute =
+          replay_pass(fwd, a, p, Pass::forward, hw,
+                      static_cast<int64_t>(frac * static_cast<double>(l)), false, nullptr);
+    } else {
+      c.partial_recompute = c.forward;
+      c.partial_recompute.timeline.reset();
+    }
     c.recompute_fraction = frac;
   }
   // Gathered sides beyond the rank's own q, k, v (StarTrail: 3(C-1)A, WallFacer eq. (10)).
@@ -498,6 +508,20 @@ AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Har
   c.extra_activation_bytes =
       (q_side - static_cast<double>(l * p.hq) + 2 * (kv_side - static_cast<double>(l * p.hkv))) *
       static_cast<double>(p.d) * hw.dtype_bytes;
+  return c;
+}
+
+void cost_backward(const Algorithm& a, const AttnProblem& p, const Hardware& hw, AttentionCost& c,
+                   bool keep) {
+  validate_algo(a, p);
+  c.backward = replay_pass(make_schedules(a, p, Pass::backward), a, p, Pass::backward, hw, -1, keep,
+                           &c.buffer_bytes_backward);
+}
+
+AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
+                             double frac, bool keep) {
+  AttentionCost c = cost_forward(a, p, hw, frac, keep);
+  cost_backward(a, p, hw, c, keep);
   return c;
 }
 
