@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <numeric>
 #include <tuple>
 
 #include "longseq/core/error.hpp"
@@ -32,6 +31,8 @@ struct Pending {
   double post_send = -1, post_recv = -1;
   double done = -1;
   const Xfer* send = nullptr;
+  double bytes = 0;  // m.bytes of the send side, asked for once before the replay
+  uint8_t cls = 0;   // link class of (sender, receiver): 0 intra, 1 inter
 };
 
 // Every transfer of one replay numbered before the replay starts: each side (an Xfer in its rank's
@@ -78,6 +79,10 @@ class TransferIndex {
   }
   /// The transfer of xfer `i` of `rank`'s list.
   uint32_t id(int rank, size_t i) const { return ids_[first_[rank] + i]; }
+  /// The transfer of a side by its global index (first_side()[rank] + i).
+  uint32_t id(size_t side) const { return ids_[side]; }
+  /// Offset of every rank's first side in the global side order; one more at the end.
+  const std::vector<size_t>& first_side() const { return first_; }
   size_t size() const { return keys_.size(); }
   const Key& key(uint32_t id) const { return keys_[id]; }
 
@@ -92,28 +97,52 @@ class TransferIndex {
   std::vector<Key> keys_;  // by transfer id
 };
 
-// Indices of `items` ordered by step, stable (the schedule's order within a step), read with a
-// cursor: a replay visits every transfer and work item once instead of scanning a rank's lists at
-// every step (which made a replay cubic in the ring size).
-struct StepCursor {
-  std::vector<uint32_t> order;
-  std::vector<int> step;  // by position in order
-  size_t at = 0;
-  template <class T, class F>
-  StepCursor(const std::vector<T>& items, F step_of) : order(items.size()) {
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](uint32_t a, uint32_t b) { return step_of(items[a]) < step_of(items[b]); });
-    step.reserve(order.size());
-    for (uint32_t i : order) step.push_back(step_of(items[i]));
-  }
-  /// Calls f(index) for the items of step s (steps are visited in increasing order).
-  template <class G>
-  void take(int s, G&& f) {
-    while (at < order.size() && step[at] < s) ++at;  // steps outside the replayed range
-    for (; at < order.size() && step[at] == s; ++at) f(order[at]);
-  }
+// What the replay does, in its order: at step s, for every rank in turn, the waits of step s,
+// then the posts, then the work, each in its schedule's list order. One stable counting sort by
+// step of every rank's items (generated rank by rank, phase by phase, in list order) gives that
+// order as one array, read front to back: the replay then streams through memory instead of
+// visiting P cursors (and P schedules) at every step, which at P = 1024 spent most of its time
+// on cache misses. Items whose step is outside [0, steps) are never run, as before.
+enum class EventKind : uint32_t { wait_send, wait_recv, post_send, post_recv, work };
+struct Event {
+  uint32_t rank_kind;  // rank << 3 | kind
+  uint32_t item;       // global side index (waits, posts) or global work index
+  int rank() const { return static_cast<int>(rank_kind >> 3); }
+  EventKind kind() const { return static_cast<EventKind>(rank_kind & 7); }
 };
+
+std::vector<Event> events_by_step(const std::vector<RankSchedule>& schedules, int steps,
+                                  const std::vector<size_t>& first_side,
+                                  const std::vector<size_t>& first_work) {
+  const int world = static_cast<int>(schedules.size());
+  std::vector<size_t> at(static_cast<size_t>(steps) + 1, 0);
+  auto each = [&](auto&& f) {
+    for (int r = 0; r < world; ++r) {
+      const RankSchedule& rs = schedules[r];
+      const uint32_t rk = static_cast<uint32_t>(r) << 3;
+      auto side = [&](size_t i, EventKind send, EventKind recv) {
+        return Event{rk | static_cast<uint32_t>(rs.xfers[i].send ? send : recv),
+                     static_cast<uint32_t>(first_side[r] + i)};
+      };
+      for (size_t i = 0; i < rs.xfers.size(); ++i)
+        f(rs.xfers[i].wait_step, side(i, EventKind::wait_send, EventKind::wait_recv));
+      for (size_t i = 0; i < rs.xfers.size(); ++i)
+        f(rs.xfers[i].post_step, side(i, EventKind::post_send, EventKind::post_recv));
+      for (size_t i = 0; i < rs.work.size(); ++i)
+        f(rs.work[i].step, Event{rk | static_cast<uint32_t>(EventKind::work),
+                                 static_cast<uint32_t>(first_work[r] + i)});
+    }
+  };
+  each([&](int step, const Event&) {
+    if (step >= 0 && step < steps) ++at[static_cast<size_t>(step) + 1];
+  });
+  for (int s = 0; s < steps; ++s) at[s + 1] += at[s];
+  std::vector<Event> out(at[steps]);
+  each([&](int step, const Event& e) {
+    if (step >= 0 && step < steps) out[at[step]++] = e;
+  });
+  return out;
+}
 
 }  // namespace
 
@@ -132,9 +161,9 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   auto start_if_ready = [&](const Key& k, Pending& p) {
     if (p.post_send < 0 || p.post_recv < 0 || p.done >= 0) return;
     const int a = std::get<0>(k), b = std::get<1>(k);
-    const int cls = m.same_node(a, b) ? 0 : 1;
+    const int cls = p.cls;
     const Link& link = cls == 0 ? m.intra : m.inter;
-    const double bytes = m.bytes(*p.send);
+    const double bytes = p.bytes;
     const double begin = std::max({p.post_send, p.post_recv, out_free[a][cls], in_free[b][cls]});
     p.done = begin + link.latency_s + bytes / link.bandwidth_Bps;
     out_free[a][cls] = in_free[b][cls] = p.done;
@@ -198,50 +227,78 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   };
 
   collectives(true);
-  std::vector<StepCursor> waits, posts, works;
-  for (const RankSchedule& rs : schedules) {
-    waits.emplace_back(rs.xfers, [](const Xfer& x) { return x.wait_step; });
-    posts.emplace_back(rs.xfers, [](const Xfer& x) { return x.post_step; });
-    works.emplace_back(rs.work, [](const Work& w) { return w.step; });
+  // What the model says of every transfer and work item, asked for once, rank by rank (the model's
+  // functions are pure; in this order they read their own tables front to back).
+  std::vector<size_t> first_work(static_cast<size_t>(world) + 1, 0);
+  for (int r = 0; r < world; ++r) first_work[r + 1] = first_work[r] + schedules[r].work.size();
+  std::vector<double> work_flops(first_work[world]), work_dt(first_work[world]);
+  for (int r = 0; r < world; ++r) {
+    const RankSchedule& rs = schedules[r];
+    for (size_t i = 0; i < rs.xfers.size(); ++i) {
+      const Xfer& x = rs.xfers[i];
+      if (!x.send) continue;
+      Pending& p = xfers[index.id(r, i)];
+      p.bytes = m.bytes(x);
+      p.cls = m.same_node(r, x.peer) ? 0 : 1;
+    }
+    for (size_t i = 0; i < rs.work.size(); ++i) {
+      const Work& w = rs.work[i];
+      if (w.step < 0 || w.step >= steps) continue;  // never run
+      const double f = m.flops(r, w);
+      work_flops[first_work[r] + i] = f;
+      work_dt[first_work[r] + i] = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
+    }
   }
-  for (int s = 0; s < steps; ++s) {
-    for (int r = 0; r < world; ++r) {
-      const RankSchedule& rs = schedules[r];
-      waits[r].take(s, [&](uint32_t i) {
-        const Xfer& x = rs.xfers[i];
-        const Pending& p = xfers[index.id(r, i)];
-        LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
-                          " for a transfer with peer ", x.peer,
-                          " that was not posted by both sides");
+  const std::vector<Event> events =
+      events_by_step(schedules, steps, index.first_side(), first_work);
+  auto xfer_of = [&](int r, const Event& ev) -> const Xfer& {
+    return schedules[r].xfers[ev.item - index.first_side()[r]];
+  };
+  for (const Event& ev : events) {
+    const int r = ev.rank();
+    switch (ev.kind()) {
+      case EventKind::wait_send:
+      case EventKind::wait_recv: {
+        const Pending& p = xfers[index.id(ev.item)];
+        if (p.done < 0) {
+          const Xfer& x = xfer_of(r, ev);
+          LONGSEQ_CHECK_MSG(false, "rank ", r, " waits at step ", x.wait_step,
+                            " for a transfer with peer ", x.peer,
+                            " that was not posted by both sides");
+        }
         double arrive = now[r];
-        if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
-          const double copy = m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
+        if (ev.kind() == EventKind::wait_recv && m.wait_copy.bandwidth_Bps > 0) {
+          const double copy = m.wait_copy.latency_s + p.bytes / m.wait_copy.bandwidth_Bps;
           tl.ranks[r].wait_copy_s += copy;
           arrive += copy;
         }
         now[r] = std::max(arrive, p.done);
-      });
-      posts[r].take(s, [&](uint32_t i) {
-        const Xfer& x = rs.xfers[i];
-        const uint32_t id = index.id(r, i);
+        break;
+      }
+      case EventKind::post_send:
+      case EventKind::post_recv: {
+        const uint32_t id = index.id(ev.item);
         Pending& p = xfers[id];
-        if (x.send) {
+        if (ev.kind() == EventKind::post_send) {
           p.post_send = now[r];
-          p.send = &x;
+          p.send = &xfer_of(r, ev);
         } else {
           p.post_recv = now[r];
         }
         start_if_ready(index.key(id), p);
-      });
-      works[r].take(s, [&](uint32_t i) {
-        const Work& w = rs.work[i];
-        const double f = m.flops(r, w);
-        const double dt = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
-        if (m.spans) tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, s});
+        break;
+      }
+      case EventKind::work: {
+        const double f = work_flops[ev.item], dt = work_dt[ev.item];
+        if (m.spans) {
+          const Work& w = schedules[r].work[ev.item - first_work[r]];
+          tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, w.step});
+        }
         tl.ranks[r].compute_s += dt;
         tl.ranks[r].flops += f;
         now[r] += dt;
-      });
+        break;
+      }
     }
   }
   collectives(false);
