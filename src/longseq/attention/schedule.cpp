@@ -11,6 +11,27 @@ namespace longseq::attention {
 using core::fail;
 using core::require;
 
+Pieces::Pieces(std::initializer_list<std::vector<int>> lists) {
+  for (const auto& l : lists) push_back(std::span<const int>(l));
+}
+
+void Pieces::push_back(std::span<const int> list) {
+  if (!data_) {
+    data_ = std::make_shared<Data>();
+  } else if (data_.use_count() > 1) {
+    data_ = std::make_shared<Data>(*data_);  // copies never see a later append
+  }
+  data_->ranks.insert(data_->ranks.end(), list.begin(), list.end());
+  data_->offsets.push_back(data_->ranks.size());
+}
+
+bool Pieces::operator==(const Pieces& o) const {
+  if (data_ == o.data_) return true;
+  if (size() != o.size()) return false;
+  if (size() == 0) return true;
+  return data_->offsets == o.data_->offsets && data_->ranks == o.data_->ranks;
+}
+
 comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group) {
   if (algo.route != Route::double_ring || algo.inner == 0) return group;
   require(group.size() % algo.inner == 0, "attention", "--algo ", algo.name(),
@@ -125,11 +146,10 @@ Grid make_grid(const comm::Topology& topo) {
 struct RingView {
   Grid g;
   Route route = Route::flat;
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   std::vector<uint8_t> needs;  // [q member * n + k member]
   int size() const { return static_cast<int>(qp.size()); }
-  RingView(Grid grid, Route r, std::vector<std::vector<int>> q, std::vector<std::vector<int>> k,
-           const PairTable& pairs)
+  RingView(Grid grid, Route r, Pieces q, Pieces k, const PairTable& pairs)
       : g(std::move(grid)), route(r), qp(std::move(q)), kp(std::move(k)) {
     const int n = size();
     needs.assign(static_cast<size_t>(n) * n, 0);
@@ -478,7 +498,7 @@ namespace {
 // What make_schedule decides before the ring: the rank's collective steps, ring and pieces (in
 // rs), and the ring's shape. Every member of one ring gets the same grid, route and pieces.
 struct RingSetup {
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   Grid grid;
   Route route = Route::flat;
 };
@@ -492,7 +512,7 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
   LONGSEQ_CHECK(rank >= 0 && rank < world);
   const bool fwd = pass == Pass::forward;
   rs.rank = rank;
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   Grid grid;
   Route route = Route::flat;
   switch (algo.family) {
@@ -500,7 +520,7 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
       rs.ring = iota_vec(0, world);
       rs.member = rank;
       for (int r = 0; r < world; ++r) qp.push_back({r});
-      kp = qp;
+      kp = qp;  // shared
       route = algo.route;
       // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
       grid = make_grid(route == Route::flat ? comm::Topology(world) : topo);
@@ -515,12 +535,12 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
       rs.ring = iota_vec(i, groups, u);
       rs.member = rank / u;
       for (int g = 0; g < groups; ++g) qp.push_back(iota_vec(g * u, u));
-      kp = qp;
+      kp = qp;  // shared
       rs.head_slices = u;
       rs.head_slice = i;
       if (u > 1) {
         const std::string part = core::cat("ulysses:", u);
-        const auto& mem = qp[rs.member];
+        const std::vector<int> mem(qp[rs.member].begin(), qp[rs.member].end());
         using F = Field;
         rs.pre.push_back({Op::to_heads,
                           fwd ? std::vector{F::q, F::k, F::v}
@@ -601,6 +621,9 @@ std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layou
       LONGSEQ_CHECK_MSG(setups[r].qp == su.qp && setups[r].kp == su.kp, "rank ", r,
                         " shares its ring with rank ", members.front(), " but not its pieces");
       setups[r] = {};
+      // One storage for the ring's pieces (equal lists, checked above).
+      out[r].q_pieces = out[members.front()].q_pieces;
+      out[r].kv_pieces = out[members.front()].kv_pieces;
     }
     const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
     const Forest forest = route_forest(view, bq);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "longseq/attention/schedule.hpp"
@@ -309,8 +310,19 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   // pairs' totals (RankPairCounts), one lookup per piece pair. Above 2^53 (never at planner sizes,
   // kept for exactness) the pairs are summed in their order as before.
   size_t max_q_pieces = 0, max_kv_pieces = 0;
-  for (const auto& v : r0.q_pieces) max_q_pieces = std::max(max_q_pieces, v.size());
-  for (const auto& v : r0.kv_pieces) max_kv_pieces = std::max(max_kv_pieces, v.size());
+  bool single_pieces = true;                           // every side one shard (the ring family)
+  std::set<std::pair<const void*, const void*>> seen;  // each ring's lists read once
+  for (const RankSchedule& rs : set.ranks) {
+    if (!seen.insert({rs.q_pieces.storage(), rs.kv_pieces.storage()}).second) continue;
+    for (const auto& v : rs.q_pieces) {
+      max_q_pieces = std::max(max_q_pieces, v.size());
+      single_pieces = single_pieces && v.size() == 1;
+    }
+    for (const auto& v : rs.kv_pieces) {
+      max_kv_pieces = std::max(max_kv_pieces, v.size());
+      single_pieces = single_pieces && v.size() == 1;
+    }
+  }
   const bool exact_sums = static_cast<double>(l) * static_cast<double>(max_q_pieces) *
                               static_cast<double>(l) * static_cast<double>(max_kv_pieces) <
                           9007199254740992.0;  // 2^53
@@ -335,8 +347,17 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   std::vector<int> rep;  // a rank of every class
   {
     std::map<uint64_t, std::vector<int>> by_hash;  // hash -> classes
+    // Ranks whose pieces are copies of one storage (the members of a ring) are one class without
+    // reading the lists.
+    std::map<std::pair<const void*, const void*>, int> by_storage;
     for (int r = 0; r < world; ++r) {
       const RankSchedule& rs = set.ranks[r];
+      const auto [known, fresh] =
+          by_storage.try_emplace({rs.q_pieces.storage(), rs.kv_pieces.storage()}, -1);
+      if (!fresh) {
+        cls[r] = known->second;
+        continue;
+      }
       uint64_t h = 1469598103934665603ull;
       for (const auto* pieces : {&rs.q_pieces, &rs.kv_pieces})
         for (const auto& v : *pieces) {
@@ -354,6 +375,7 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
         rep.push_back(r);
         cands.push_back(cls[r]);
       }
+      known->second = cls[r];
     }
   }
   auto memo_table = [&] {
@@ -382,6 +404,12 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
+    if (rank_counts && single_pieces) {  // one lookup: no memo needed
+      const RankSchedule& rs = set.ranks[rank];
+      const int qr = rs.q_pieces[bq ? w.origin : rs.member][0];
+      const int kr = rs.kv_pieces[bq ? rs.member : w.origin][0];
+      return static_cast<double>(rank_counts->at(qr, kr)) * per_pair;
+    }
     return memoized(flops_memo, rank, w, [&] {
       if (rank_counts) {
         const RankSchedule& rs = set.ranks[rank];

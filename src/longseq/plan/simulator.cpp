@@ -36,46 +36,39 @@ struct Pending {
 };
 
 // Every transfer of one replay numbered before the replay starts: each side (an Xfer in its rank's
-// list) learns the number of its transfer, so a post and a wait index an array. Keys are found
-// through one open-addressing table over (sender, receiver, tag) packed into 64 bits. (A table by
+// list) learns the number of its transfer, so a post and a wait index an array. (A table by
 // (receiver, tag) with a list of senders per entry walked that list at every post and wait; an
 // origin of the double ring receives one gradient partial per inner ring under one tag, so the
 // lists held P/I senders and the backward replay grew as P^3.)
+//
+// Keys are found in a dense table by (owner, tag), where the owner is the receiver for an even tag
+// and the sender for an odd one: the schedules' ring tags are origin * 2 + part, and a rank
+// receives one bundle's data once (even: one sender per receiver) and sends one gradient partial
+// per bundle (odd: one receiver per sender), so (owner, tag) names one transfer and a side finds
+// it in one read, its own rank's row for half of the sides. Only where some (owner, tag) holds two
+// different transfers (schedules with other tags), or the table would be too large, is every key
+// found through an open-addressing table over (sender, receiver, tag) instead; both give each
+// transfer its number by first appearance in rank order, so they number alike.
 class TransferIndex {
  public:
   explicit TransferIndex(const std::vector<RankSchedule>& schedules) {
     const int world = static_cast<int>(schedules.size());
     first_.assign(static_cast<size_t>(world) + 1, 0);
-    for (int r = 0; r < world; ++r) first_[r + 1] = first_[r] + schedules[r].xfers.size();
-    ids_.resize(first_[world]);
-    size_t cap = 16;
-    while (cap < first_[world]) cap *= 2;  // >= sides, so >= 2x transfers: short probes
-    const uint64_t mask = cap - 1;
-    std::vector<Slot> table(cap);
-    keys_.reserve(first_[world] / 2);
+    int tags = 1;
     for (int r = 0; r < world; ++r) {
-      const auto& xs = schedules[r].xfers;
-      for (size_t i = 0; i < xs.size(); ++i) {
-        const Xfer& x = xs[i];
-        const Key k = x.send ? Key{r, x.peer, x.tag} : Key{x.peer, r, x.tag};
-        const auto [a, b, tag] = k;
-        LONGSEQ_CHECK_MSG(a >= 0 && a < world && b >= 0 && b < world && tag >= 0 &&
-                              tag < (1 << 22) && world <= (1 << 21),
-                          "transfer ", a, " -> ", b, " tag ", tag, " outside the ", world,
-                          " ranks and 2^22 tags a replay indexes");
-        const uint64_t packed = (static_cast<uint64_t>(a) << 43) |
-                                (static_cast<uint64_t>(b) << 22) | static_cast<uint64_t>(tag);
-        uint64_t h = packed * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-        for (h &= mask; table[h].id != kEmpty && table[h].key != packed; h = (h + 1) & mask) {
-        }
-        if (table[h].id == kEmpty) {
-          table[h] = {packed, static_cast<uint32_t>(keys_.size())};
-          keys_.push_back(k);
-        }
-        ids_[first_[r] + i] = table[h].id;
+      first_[r + 1] = first_[r] + schedules[r].xfers.size();
+      for (const Xfer& x : schedules[r].xfers) {
+        LONGSEQ_CHECK_MSG(
+            x.peer >= 0 && x.peer < world && x.tag >= 0 && x.tag < (1 << 22) && world <= (1 << 21),
+            "rank ", r, " transfer with peer ", x.peer, " tag ", x.tag, " outside the ", world,
+            " ranks and 2^22 tags a replay indexes");
+        tags = std::max(tags, x.tag + 1);
       }
     }
+    ids_.resize(first_[world]);
+    if (static_cast<double>(world) * tags > 2.0 * static_cast<double>(first_[world]) + 4096 ||
+        !dense(schedules, tags))
+      hashed(schedules);
   }
   /// The transfer of xfer `i` of `rank`'s list.
   uint32_t id(int rank, size_t i) const { return ids_[first_[rank] + i]; }
@@ -87,11 +80,72 @@ class TransferIndex {
   const Key& key(uint32_t id) const { return keys_[id]; }
 
  private:
-  static constexpr uint32_t kEmpty = ~0u;
-  struct Slot {
-    uint64_t key = 0;
-    uint32_t id = kEmpty;
-  };
+  template <class F>
+  static void for_sides(const std::vector<RankSchedule>& schedules, F&& f) {
+    for (int r = 0; r < static_cast<int>(schedules.size()); ++r) {
+      const auto& xs = schedules[r].xfers;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const Xfer& x = xs[i];
+        f(r, i, x.send ? Key{r, x.peer, x.tag} : Key{x.peer, r, x.tag});
+      }
+    }
+  }
+
+  // False (and nothing kept) when some (owner, tag) holds two transfers.
+  bool dense(const std::vector<RankSchedule>& schedules, int tags) {
+    struct Slot {
+      int32_t other = -1;  // the side that is not the owner
+      uint32_t id = 0;
+    };
+    std::vector<Slot> table(first_.size() * static_cast<size_t>(tags));
+    bool unique = true;
+    keys_.reserve(first_.back() / 2);
+    for_sides(schedules, [&](int r, size_t i, const Key& k) {
+      if (!unique) return;
+      const auto [a, b, tag] = k;
+      const bool by_receiver = tag % 2 == 0;
+      Slot& slot = table[static_cast<size_t>(by_receiver ? b : a) * tags + tag];
+      const int other = by_receiver ? a : b;
+      if (slot.other < 0) {
+        slot = {other, static_cast<uint32_t>(keys_.size())};
+        keys_.push_back(k);
+      } else if (slot.other != other) {
+        unique = false;
+        return;
+      }
+      ids_[first_[r] + i] = slot.id;
+    });
+    if (!unique) keys_.clear();
+    return unique;
+  }
+
+  void hashed(const std::vector<RankSchedule>& schedules) {
+    size_t cap = 16;
+    while (cap < first_.back()) cap *= 2;  // >= sides, so >= 2x transfers: short probes
+    const uint64_t mask = cap - 1;
+    constexpr uint32_t kEmpty = ~0u;
+    struct Slot {
+      uint64_t key = 0;
+      uint32_t id = kEmpty;
+    };
+    std::vector<Slot> table(cap);
+    keys_.reserve(first_.back() / 2);
+    for_sides(schedules, [&](int r, size_t i, const Key& k) {
+      const auto [a, b, tag] = k;
+      const uint64_t packed = (static_cast<uint64_t>(a) << 43) | (static_cast<uint64_t>(b) << 22) |
+                              static_cast<uint64_t>(tag);
+      uint64_t h = packed * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+      for (h &= mask; table[h].id != kEmpty && table[h].key != packed; h = (h + 1) & mask) {
+      }
+      if (table[h].id == kEmpty) {
+        table[h] = {packed, static_cast<uint32_t>(keys_.size())};
+        keys_.push_back(k);
+      }
+      ids_[first_[r] + i] = table[h].id;
+    });
+  }
+
   std::vector<size_t> first_;  // [rank]: offset of its first side in ids_
   std::vector<uint32_t> ids_;
   std::vector<Key> keys_;  // by transfer id
