@@ -30,9 +30,10 @@ using Key = std::tuple<int, int, int>;
 struct Pending {
   double post_send = -1, post_recv = -1;
   double done = -1;
-  const Xfer* send = nullptr;
   double bytes = 0;  // m.bytes of the send side, asked for once before the replay
-  uint8_t cls = 0;   // link class of (sender, receiver): 0 intra, 1 inter
+  int sender = -1, receiver = -1;
+  int send_step = 0;  // the step the sender posted at
+  uint8_t cls = 0;    // link class of (sender, receiver): 0 intra, 1 inter
 };
 
 // Every transfer of one replay numbered before the replay starts: each side (an Xfer in its rank's
@@ -165,9 +166,11 @@ struct Event {
   EventKind kind() const { return static_cast<EventKind>(rank_kind & 7); }
 };
 
+// The events in replay order; `step_end[s]` is one past the last event of step s.
 std::vector<Event> events_by_step(const std::vector<RankSchedule>& schedules, int steps,
                                   const std::vector<size_t>& first_side,
-                                  const std::vector<size_t>& first_work) {
+                                  const std::vector<size_t>& first_work,
+                                  std::vector<size_t>& step_end) {
   const int world = static_cast<int>(schedules.size());
   std::vector<size_t> at(static_cast<size_t>(steps) + 1, 0);
   auto each = [&](auto&& f) {
@@ -195,6 +198,8 @@ std::vector<Event> events_by_step(const std::vector<RankSchedule>& schedules, in
   each([&](int step, const Event& e) {
     if (step >= 0 && step < steps) out[at[step]++] = e;
   });
+  at.pop_back();  // at[s] is now the end of step s
+  step_end = std::move(at);
   return out;
 }
 
@@ -210,11 +215,11 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   int steps = 0;
   for (const auto& s : schedules) steps = std::max(steps, s.num_steps);
   const TransferIndex index(schedules);
-  std::vector<Pending> xfers(index.size());
+  std::vector<Pending> xfers;  // by transfer, numbered in the order the replay first meets them
 
-  auto start_if_ready = [&](const Key& k, Pending& p) {
+  auto start_if_ready = [&](Pending& p) {
     if (p.post_send < 0 || p.post_recv < 0 || p.done >= 0) return;
-    const int a = std::get<0>(k), b = std::get<1>(k);
+    const int a = p.sender, b = p.receiver;
     const int cls = p.cls;
     const Link& link = cls == 0 ? m.intra : m.inter;
     const double bytes = p.bytes;
@@ -224,7 +229,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
     RankTimeline& rt = tl.ranks[a];
     if (m.spans)
       rt.spans.push_back(
-          {begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send->post_step});
+          {begin, p.done, cls == 0 ? Activity::intra : Activity::inter, p.send_step});
     (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
     (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += bytes;
   };
@@ -286,14 +291,16 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
   std::vector<size_t> first_work(static_cast<size_t>(world) + 1, 0);
   for (int r = 0; r < world; ++r) first_work[r + 1] = first_work[r] + schedules[r].work.size();
   std::vector<double> work_flops(first_work[world]), work_dt(first_work[world]);
+  std::vector<double> bytes(index.size());  // by TransferIndex number
+  std::vector<uint8_t> cls(index.size());
   for (int r = 0; r < world; ++r) {
     const RankSchedule& rs = schedules[r];
     for (size_t i = 0; i < rs.xfers.size(); ++i) {
       const Xfer& x = rs.xfers[i];
       if (!x.send) continue;
-      Pending& p = xfers[index.id(r, i)];
-      p.bytes = m.bytes(x);
-      p.cls = m.same_node(r, x.peer) ? 0 : 1;
+      const uint32_t id = index.id(r, i);
+      bytes[id] = m.bytes(x);
+      cls[id] = m.same_node(r, x.peer) ? 0 : 1;
     }
     for (size_t i = 0; i < rs.work.size(); ++i) {
       const Work& w = rs.work[i];
@@ -303,63 +310,85 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       work_dt[first_work[r] + i] = (m.cost_flops ? m.cost_flops(r, w) : f) / m.flops_per_s;
     }
   }
-  const std::vector<Event> events =
-      events_by_step(schedules, steps, index.first_side(), first_work);
-  auto xfer_of = [&](int r, const Event& ev) -> const Xfer& {
-    return schedules[r].xfers[ev.item - index.first_side()[r]];
-  };
-  for (const Event& ev : events) {
-    const int r = ev.rank();
-    switch (ev.kind()) {
-      case EventKind::wait_send:
-      case EventKind::wait_recv: {
-        const Pending& p = xfers[index.id(ev.item)];
-        if (p.done < 0) {
-          const Xfer& x = xfer_of(r, ev);
-          LONGSEQ_CHECK_MSG(false, "rank ", r, " waits at step ", x.wait_step,
-                            " for a transfer with peer ", x.peer,
+  std::vector<size_t> step_end;
+  std::vector<Event> events =
+      events_by_step(schedules, steps, index.first_side(), first_work, step_end);
+  // Renumber in replay order: a transfer's Pending, and a work item's FLOPs, then lie where the
+  // replay reaches them next (events name them by these numbers from here on).
+  constexpr uint32_t kUnset = ~0u;
+  std::vector<uint32_t> renumber(index.size(), kUnset);
+  std::vector<double> event_flops, event_dt;
+  xfers.reserve(index.size());
+  for (Event& ev : events) {
+    if (ev.kind() == EventKind::work) {
+      const size_t w = ev.item;
+      ev.item = static_cast<uint32_t>(event_flops.size());
+      event_flops.push_back(work_flops[w]);
+      event_dt.push_back(work_dt[w]);
+      continue;
+    }
+    const uint32_t id = index.id(ev.item);
+    uint32_t& n = renumber[id];
+    if (n == kUnset) {
+      n = static_cast<uint32_t>(xfers.size());
+      Pending p;
+      p.bytes = bytes[id];
+      p.cls = cls[id];
+      p.sender = std::get<0>(index.key(id));
+      p.receiver = std::get<1>(index.key(id));
+      xfers.push_back(p);
+    }
+    ev.item = n;
+  }
+  size_t e = 0;
+  for (int s = 0; s < steps; ++s)
+    for (; e < step_end[s]; ++e) {
+      const Event ev = events[e];
+      const int r = ev.rank();
+      switch (ev.kind()) {
+        case EventKind::wait_send:
+        case EventKind::wait_recv: {
+          const Pending& p = xfers[ev.item];
+          LONGSEQ_CHECK_MSG(p.done >= 0, "rank ", r, " waits at step ", s,
+                            " for a transfer with peer ", r == p.sender ? p.receiver : p.sender,
                             " that was not posted by both sides");
+          double arrive = now[r];
+          if (ev.kind() == EventKind::wait_recv && m.wait_copy.bandwidth_Bps > 0) {
+            const double copy = m.wait_copy.latency_s + p.bytes / m.wait_copy.bandwidth_Bps;
+            tl.ranks[r].wait_copy_s += copy;
+            arrive += copy;
+          }
+          now[r] = std::max(arrive, p.done);
+          break;
         }
-        double arrive = now[r];
-        if (ev.kind() == EventKind::wait_recv && m.wait_copy.bandwidth_Bps > 0) {
-          const double copy = m.wait_copy.latency_s + p.bytes / m.wait_copy.bandwidth_Bps;
-          tl.ranks[r].wait_copy_s += copy;
-          arrive += copy;
+        case EventKind::post_send:
+        case EventKind::post_recv: {
+          Pending& p = xfers[ev.item];
+          if (ev.kind() == EventKind::post_send) {
+            p.post_send = now[r];
+            p.send_step = s;
+          } else {
+            p.post_recv = now[r];
+          }
+          start_if_ready(p);
+          break;
         }
-        now[r] = std::max(arrive, p.done);
-        break;
-      }
-      case EventKind::post_send:
-      case EventKind::post_recv: {
-        const uint32_t id = index.id(ev.item);
-        Pending& p = xfers[id];
-        if (ev.kind() == EventKind::post_send) {
-          p.post_send = now[r];
-          p.send = &xfer_of(r, ev);
-        } else {
-          p.post_recv = now[r];
+        case EventKind::work: {
+          const double f = event_flops[ev.item], dt = event_dt[ev.item];
+          if (m.spans) tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, s});
+          tl.ranks[r].compute_s += dt;
+          tl.ranks[r].flops += f;
+          now[r] += dt;
+          break;
         }
-        start_if_ready(index.key(id), p);
-        break;
-      }
-      case EventKind::work: {
-        const double f = work_flops[ev.item], dt = work_dt[ev.item];
-        if (m.spans) {
-          const Work& w = schedules[r].work[ev.item - first_work[r]];
-          tl.ranks[r].spans.push_back({now[r], now[r] + dt, Activity::compute, w.step});
-        }
-        tl.ranks[r].compute_s += dt;
-        tl.ranks[r].flops += f;
-        now[r] += dt;
-        break;
       }
     }
-  }
   collectives(false);
   for (uint32_t id = 0; id < index.size(); ++id) {
     const Key& k = index.key(id);
-    LONGSEQ_CHECK_MSG(xfers[id].done >= 0, "transfer ", std::get<0>(k), " -> ", std::get<1>(k),
-                      " tag ", std::get<2>(k), " has only one side");
+    LONGSEQ_CHECK_MSG(renumber[id] != kUnset && xfers[renumber[id]].done >= 0, "transfer ",
+                      std::get<0>(k), " -> ", std::get<1>(k), " tag ", std::get<2>(k),
+                      " has only one side");
   }
   for (int r = 0; r < world; ++r) {
     tl.ranks[r].finish = now[r];
