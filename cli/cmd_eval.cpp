@@ -15,7 +15,7 @@ std::function<int()> add_eval(CLI::App& app) {
   add_checkpoint_dir(app, c->checkpoint, "eval");
   app.add_option("--data", c->data, "token file, or .txt tokenized byte-level")->required();
   app.add_option("--seq", c->seq, "tokens per sequence (N)")->required();
-  add_row(app, core::rows::world, c->world);
+  add_world_row(app, c->world);
   add_row(app, core::rows::algo, c->algo);
   add_row(app, core::rows::balance, c->balance);
   add_row(app, core::rows::mask, c->mask);

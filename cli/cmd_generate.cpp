@@ -98,8 +98,8 @@ std::function<int()> add_generate(CLI::App& app) {
       "--prompt-ids", a->prompt_ids,
       "file of prompt token ids: a token file, or integers (whitespace, commas, a JSON array)");
   app.add_option("--max-new-tokens", a->cfg.max_new_tokens, "tokens to generate");
-  add_row(app, core::rows::world, a->cfg.world);  // the prefill's ranks; the KV cache's shards
-  add_row(app, core::rows::algo, a->cfg.algo);    // of the prefill
+  add_world_row(app, a->cfg.world);             // the prefill's ranks; the KV cache's shards
+  add_row(app, core::rows::algo, a->cfg.algo);  // of the prefill
   add_row(app, core::rows::balance, a->cfg.balance);
   app.add_option("--temperature", a->cfg.temperature,
                  "0: greedy; > 0: sampling at this temperature");

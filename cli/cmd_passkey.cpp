@@ -27,7 +27,7 @@ std::function<int()> add_passkey(CLI::App& app) {
   app.add_option("--trials", a->cfg.trials, "keys per (length, depth) cell");
   app.add_option("--digits", a->cfg.digits, "digits of the key");
   app.add_option("--seed", a->cfg.seed, "seed of the keys (and of --make-data)");
-  add_row(app, core::rows::world, a->cfg.world);  // the prefill's ranks; the KV cache's shards
+  add_world_row(app, a->cfg.world);  // the prefill's ranks; the KV cache's shards
   add_row(app, core::rows::algo, a->cfg.algo);
   add_row(app, core::rows::balance, a->cfg.balance);
   add_row(app, core::rows::threads, a->cfg.threads);

@@ -262,7 +262,7 @@ std::function<int()> add_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   app.add_option("--model", a->model,
                  "llama-7b | llama-14b | FILE.json (layers, hidden, heads, kv_heads, head_dim, "
-                 "intermediate, vocab)");
+                 "intermediate, vocab, tied_embeddings; the trainer's shapes)");
   app.add_option("--seq", a->seq, "sequence length (suffixes K, M: 1M = 1048576)");
   app.add_option("--gpus", a->gpus, "total GPUs (ranks)");
   app.add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node");

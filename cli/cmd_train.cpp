@@ -50,6 +50,7 @@ std::function<int()> add_train(CLI::App& app) {
       c.model = train::read_hf_config(given.init_from);
     }
     flags->apply(train::train_fields(), c);
+    c.validate();  // a bad value is refused before the banner prints it ("world 0 (dp 1 x cp 0)")
     const bool banner = !c.quiet && comm::launcher_rank() == 0;  // once under mpirun
     if (banner)
       std::printf(

@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
       usage(app);
     }
     return comm::finish_job(2);
+  } catch (const longseq::core::Error& e) {
+    // A shared flag's range (cli/table_flags.hpp add_row), checked as the value is read: the same
+    // words and status as train's table gives for it after the parse.
+    if (first) std::fprintf(stderr, "error: %s\n", e.what());
+    return comm::finish_job(1);
   }
   if (help || app.get_subcommands().empty()) {
     if (first) usage(app);

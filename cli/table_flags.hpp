@@ -6,6 +6,7 @@
 // "--steps x" before anything runs.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -22,16 +23,45 @@ namespace longseq::cli {
 
 /// Declares a shared flag (core/flag_rows.hpp) on `app`, writing into `target`: the row's name and
 /// help, and the row's default, which `target` must already hold (the structs that carry these
-/// fields initialise them from the row; a mismatch is a bug, not user input).
+/// fields initialise them from the row; a mismatch is a bug, not user input). A numeric row's
+/// range is enforced as the value is read, by core::check_number, so "--world 0" reads "[schedule]
+/// --world 0 must be >= 1" in every command as in train's table ("[train] ...").
 template <class T>
 CLI::Option* add_row(CLI::App& app, const core::FlagRow& row, T& target) {
-  if constexpr (std::is_same_v<T, std::string>)
+  if constexpr (std::is_same_v<T, std::string>) {
     LONGSEQ_CHECK_MSG(target == row.text, "flag ", row.flag, ": default '", target,
                       "' is not the row's '", row.text, "'");
-  else
+    return app.add_option(row.flag, target, row.help);
+  } else {
     LONGSEQ_CHECK_MSG(static_cast<int64_t>(target) == row.number, "flag ", row.flag, ": default ",
                       target, " is not the row's ", row.number);
-  return app.add_option(row.flag, target, row.help);
+    const std::string component = app.get_name();
+    const core::FlagRow r = row;
+    // A validator sees the text before CLI11 converts it: text that is not a number is left to
+    // the conversion, which refuses it naming the flag. No description: --help stays the row's.
+    return app.add_option(row.flag, target, row.help)
+        ->check(CLI::Validator(
+            [component, r](std::string& text) {
+              char* end = nullptr;
+              const double v = std::strtod(text.c_str(), &end);
+              if (end != text.c_str() && *end == '\0')
+                core::check_number(v, text, r.range, component, r.flag);
+              return std::string();
+            },
+            ""));
+  }
+}
+
+/// --world (core/flag_rows.hpp) of a command whose ranks comm::run starts on the "any" backend
+/// (eval, generate, passkey): as add_row, and under mpirun a --world not given is mpirun's size,
+/// as the row's help promises, so `mpirun -np 3 longseq eval ...` needs no `--world 3` (it used to
+/// fail on every process: "--world 1 but mpirun started 3 processes").
+inline CLI::Option* add_world_row(CLI::App& app, int& world) {
+  CLI::Option* o = add_row(app, core::rows::world, world);
+  app.final_callback([o, &world] {
+    if (o->count() == 0 && comm::launched_by_mpirun()) world = comm::world_size(comm::Options{});
+  });
+  return o;
 }
 
 /// --checkpoint-dir DIR (core/flag_rows.hpp), and --checkpoint DIR, its spelling before issue 29,

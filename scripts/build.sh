@@ -23,4 +23,7 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
 elif [ $# -gt 0 ] || [ ${#DEPS[@]} -gt 0 ]; then
   cmake -S . -B "$BUILD_DIR" "${DEPS[@]}" "$@"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# BUILD_TARGETS="a b": build only those targets (scripts/gpu_check.sh: what a GPU check runs).
+TARGETS=()
+for t in ${BUILD_TARGETS:-}; do TARGETS+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "$(nproc)" "${TARGETS[@]}"

@@ -7,7 +7,7 @@
 # A crashing input is copied into tests/fuzz/corpus/<name>/ as crash-<sha1>: commit it with the fix,
 # and the fuzz_replay_<name> CTest replays it in every build from then on.
 #
-#   bash scripts/ci_fuzz.sh                  # every harness, 20 s each
+#   bash scripts/ci_fuzz.sh                  # every harness, 10 s each, FUZZ_JOBS (nproc) at once
 #   FUZZ_SECONDS=300 bash scripts/ci_fuzz.sh npy safetensors
 #
 # Writes $BUILD_DIR/fuzz_summary.json: per harness the executions, the corpus size and the crashes.
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
-SECONDS_EACH=${FUZZ_SECONDS:-20}
+SECONDS_EACH=${FUZZ_SECONDS:-10}
 source scripts/asan_build.sh
 NAMES=("$@")
 if [ ${#NAMES[@]} -eq 0 ]; then
@@ -32,16 +32,30 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/longseq_fuzz.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ROOT=$PWD
+# One harness: the fuzzer over a scratch corpus (new inputs) and the committed one (read only);
+# its exit status goes to $WORK/$n.rc.
+fuzz_one() {
+  local n=$1 rc=0
+  mkdir -p "$WORK/corpus_$n" "$WORK/crash_$n"
+  (cd "$WORK" && TMPDIR="$WORK" "$ROOT/$BUILD_DIR/tests/fuzz_$n" -max_total_time="$SECONDS_EACH" \
+     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+     -artifact_prefix="$WORK/crash_$n/" "$WORK/corpus_$n" "$ROOT/tests/fuzz/corpus/$n") \
+     >"$WORK/$n.log" 2>&1 || rc=$?
+  echo "$rc" >"$WORK/$n.rc"
+}
+# The harnesses are single-threaded: as many run at once as the machine has cores (FUZZ_JOBS).
+JOBS=${FUZZ_JOBS:-$(nproc)}
+for n in "${NAMES[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  fuzz_one "$n" &
+done
+wait
 summary="["
 failed=()
 for n in "${NAMES[@]}"; do
-  mkdir -p "$WORK/corpus_$n" "$WORK/crash_$n"
   log="$WORK/$n.log"
-  rc=0
-  (cd "$WORK" && TMPDIR="$WORK" "$OLDPWD/$BUILD_DIR/tests/fuzz_$n" -max_total_time="$SECONDS_EACH" \
-     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-     -artifact_prefix="$WORK/crash_$n/" "$WORK/corpus_$n" "$OLDPWD/tests/fuzz/corpus/$n") \
-     >"$log" 2>&1 || rc=$?
+  rc=$(cat "$WORK/$n.rc" 2>/dev/null || echo 1)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   crashes=0
   for f in "$WORK/crash_$n"/*; do

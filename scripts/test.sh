@@ -22,7 +22,8 @@ phase bash scripts/isa_rerun.sh "${BUILD_DIR:-build}"
 # A 2-host x 2-rank MPI job across network namespaces (prints SKIPPED where they are refused).
 phase bash scripts/ci_cluster.sh "${BUILD_DIR:-build}"
 phase bash scripts/ci_install.sh   # cmake --install, the installed binary from /, examples/consumer
-# Every fuzz harness for 20 s under ASan + UBSan (clang, build-asan; docs/reliability.md).
+# Every fuzz harness for 10 s, one per core at once, under ASan + UBSan (clang, build-asan;
+# docs/reliability.md).
 phase bash scripts/ci_fuzz.sh
 # The test labels core, comm, attention and the fuzz replays under ASan + UBSan (same build), the
 # local comm tests under TSan (build-tsan: only test_comm).

@@ -85,9 +85,9 @@ if [ "$NP" = 2 ]; then
   }
   npy "(5, 0, 4)" "$WORK/zero_heads.npy"
   npy "(0, 2, 4)" "$WORK/zero_len.npy"
-  bad=("attention --random 100,2,2,8 --world 0|--world 0 must be at least 1"
-       "attention --random 100,2,2,8 --world -3|--world -3 must be at least 1"
-       "attention --random 100,2,2,8 --nodes 0|--nodes 0 must be at least 1"
+  bad=("attention --random 100,2,2,8 --world 0|--world 0 must be >= 1"
+       "attention --random 100,2,2,8 --world -3|--world -3 must be >= 1"
+       "attention --random 100,2,2,8 --nodes 0|--nodes 0 must be >= 1"
        "attention --random 100,6,4,8|query heads 6 must be a multiple of key/value heads 4"
        "attention --random 100,0,2,8|--random needs N,Hq,Hkv,D (positive integers)"
        "attention --q $WORK/zero_heads.npy --k $WORK/zero_heads.npy --v $WORK/zero_heads.npy|--q has shape [5, 0, 4]"
@@ -137,6 +137,11 @@ if [ "$NP" = 3 ]; then
       --out "$WORK/pk_$m" >"$WORK/pk_$m.log" 2>&1 || fail "$m passkey: $(tail -2 "$WORK/pk_$m.log")"
   done
   cmp -s "$WORK/ev_local/eval.json" "$WORK/ev_mpi/eval.json" || fail "mpirun -np $NP eval: eval.json differs from the local backend's"
+  # Without --world under mpirun the world is mpirun's -np (the --world row's promise): the same
+  # eval as --world 3 above.
+  "${MPIRUN[@]}" "$LONGSEQ" eval --checkpoint-dir "$WORK/ck" --data "$DATA" --seq 61 --algo ring \
+    --balance zigzag --out "$WORK/ev_np" >"$WORK/ev_np.log" 2>&1 || fail "mpirun eval without --world: $(tail -2 "$WORK/ev_np.log")"
+  cmp -s "$WORK/ev_mpi/eval.json" "$WORK/ev_np/eval.json" || fail "mpirun -np $NP eval without --world: eval.json differs from --world $NP"
   cmp -s "$WORK/gen_local.log" "$WORK/gen_mpi.log" || fail "mpirun -np $NP generate --json: output differs from the local backend's"
   cmp -s "$WORK/pk_local/passkey.json" "$WORK/pk_mpi/passkey.json" || fail "mpirun -np $NP passkey: passkey.json differs from the local backend's"
   # --backend local under mpirun: every process runs the same threads; one prints and writes.

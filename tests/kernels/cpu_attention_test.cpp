@@ -1,4 +1,6 @@
-// kernels/cpu attention block kernels against the fp64 specification (kernels/ref).
+// kernels/cpu attention block kernels against the fp64 specification (kernels/ref). The fp32
+// causal and full-mask comparison on every backend (odd lengths, GQA, ring offsets) is the
+// attention cases of kernel_cases.hpp; this file keeps what is particular to the CPU kernels.
 //
 // Legend: Tq query tokens, Tk key tokens, Hq query heads, Hkv kv heads, D head dim; q [Tq, Hq, D],
 // k/v [Tk, Hkv, D], o [Tq, Hq, D], lse [Tq, Hq]. Positions are global; blocks sit at arbitrary

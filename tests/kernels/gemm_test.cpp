@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_reference.hpp"
 #include "longseq/core/rng.hpp"
 
 namespace {
@@ -18,62 +19,7 @@ namespace {
 using longseq::core::bf16;
 namespace k = longseq::kernels;
 
-struct Case {
-  bool ta, tb;
-  int64_t m, n, kk;
-  float alpha, beta;
-};
-
-// Stored matrices with padding columns (ld > cols) filled with NaN: a wrapper that read past the
-// logical columns or ignored ld would produce NaN and fail.
-struct Operands {
-  int64_t lda, ldb, ldc;
-  std::vector<float> a, b, c0;
-};
-
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  longseq::core::fill_uniform(v.data(), n, seed, 0, -1.0, 1.0);
-  return v;
-}
-
-Operands make(const Case& c, uint64_t seed) {
-  Operands o;
-  const int64_t ar = c.ta ? c.kk : c.m, ac = c.ta ? c.m : c.kk;
-  const int64_t br = c.tb ? c.n : c.kk, bc = c.tb ? c.kk : c.n;
-  o.lda = ac + 3;
-  o.ldb = bc + 5;
-  o.ldc = c.n + 2;
-  auto fill = [&](int64_t rows, int64_t cols, int64_t ld, uint64_t s) {
-    std::vector<float> v = random_vec(static_cast<size_t>(std::max<int64_t>(rows, 1) * ld), s);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = cols; j < ld; ++j) v[i * ld + j] = NAN;
-    return v;
-  };
-  o.a = fill(ar, ac, o.lda, seed);
-  o.b = fill(br, bc, o.ldb, seed + 1);
-  o.c0 = fill(c.m, c.n, o.ldc, seed + 2);
-  return o;
-}
-
-// The spec: a plain fp64 loop over the stored matrices.
-std::vector<double> naive(const Case& c, const std::vector<float>& a, int64_t lda,
-                          const std::vector<float>& b, int64_t ldb, const std::vector<float>& c0,
-                          int64_t ldc) {
-  std::vector<double> out(static_cast<size_t>(c.m * c.n));
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t j = 0; j < c.n; ++j) {
-      double s = 0;
-      for (int64_t p = 0; p < c.kk; ++p) {
-        const double av = c.ta ? a[p * lda + i] : a[i * lda + p];
-        const double bv = c.tb ? b[j * ldb + p] : b[p * ldb + j];
-        s += av * bv;
-      }
-      const double prev = c.beta == 0.0f ? 0.0 : static_cast<double>(c0[i * ldc + j]);
-      out[i * c.n + j] = c.alpha * s + c.beta * prev;
-    }
-  return out;
-}
+using namespace longseq::test::gemm;  // Case, Operands, make, naive, all_cases, rounded
 
 // fp32 accumulation over K terms of magnitude <= 1: error grows ~ K * eps32 in the worst case.
 void expect_close(const Case& c, const std::vector<float>& got, int64_t ldc,
@@ -90,33 +36,6 @@ void expect_close(const Case& c, const std::vector<float>& got, int64_t ldc,
       ASSERT_TRUE(std::isnan(got[i * ldc + j])) << "wrote past n at row " << i;
   }
   (void)c0;
-}
-
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  const int64_t sizes[] = {1, 3, 65, 130};
-  const std::pair<float, float> ab[] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-1.25f, 0.75f}};
-  int idx = 0;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (int64_t m : sizes)
-        for (int64_t n : sizes)
-          for (int64_t kk : sizes) {
-            const auto [alpha, beta] = ab[idx++ % 3];
-            cases.push_back({ta, tb, m, n, kk, alpha, beta});
-          }
-  return cases;
-}
-
-std::vector<bf16> to_bf16_vec(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = longseq::core::to_bf16(x[i]);
-  return out;
-}
-std::vector<float> rounded(const std::vector<float>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = longseq::core::round_bf16(x[i]);
-  return out;
 }
 
 TEST(Gemm, LibraryName) {

@@ -1,5 +1,6 @@
 // The linear layer (kernels/cpu/linear, over kernels/gemm) against plain fp64 products (a matrix
 // product has no separate fp64 twin in kernels/ref: the spec is the sum itself, written here).
+// The fp32 comparison on every backend at odd shapes is the linear cases of kernel_cases.hpp.
 // Inputs standard normal, weights normal(0, 0.3). Tolerance 1e-5 + 1e-4 rel (sums of K, N or T
 // fp32 products). bf16 compute rounds both operands of every product: its reference is the same
 // fp64 sum over the bf16-rounded operands (bf16 products are exact in fp32), same tolerance.

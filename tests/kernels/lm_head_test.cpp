@@ -1,5 +1,6 @@
 // Fused and unfused LM head + cross-entropy against kernels/ref (fp64), whose own gradients are
-// checked by finite differences in tests/kernels/ref_ops_test.cpp. Hidden states standard normal,
+// checked by finite differences in tests/kernels/ref_ops_test.cpp. The fused path on every
+// backend at odd sizes is the lm_head_ce cases of kernel_cases.hpp. Hidden states standard normal,
 // weights normal(0, 0.5), labels uniform with ignored rows. Tolerances: loss sum 1e-6 relative
 // (per-row losses are O(5), summed in fp64); dhidden and dweight 1e-6 + 1e-4 |ref| (sums of V or
 // T fp32 products of softmax probabilities). The one-hot sign error printed in BurstEngine's

@@ -79,8 +79,12 @@ TEST(ModelConfig, LayoutHasHuggingFaceNamesAndCounts) {
   EXPECT_EQ(p.units()[3].tensors[1].name, "lm_head.weight");
   const int64_t per_layer = 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 40 * 32;
   EXPECT_EQ(p.num_parameters(), 50 * 32 + 2 * per_layer + 32 + 50 * 32);
+  // The config's own counts (what the planner uses) agree with the layout's, tied or not.
+  EXPECT_EQ(c.layer_parameters(), per_layer);
+  EXPECT_EQ(c.parameters(), p.num_parameters());
   c.tied_embeddings = true;
   EXPECT_EQ(lm::ParamLayout(c).num_parameters(), 50 * 32 + 2 * per_layer + 32);
+  EXPECT_EQ(c.parameters(), lm::ParamLayout(c).num_parameters());
   EXPECT_EQ(lm::ParamLayout(c).lm_head_offset(), -1);
 }
 

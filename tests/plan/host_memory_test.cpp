@@ -15,10 +15,10 @@ namespace {
 
 namespace plan = longseq::plan;
 namespace at = longseq::attention;
+using Policy = longseq::model::CheckpointPolicy;
 
 plan::HostTrainerInputs main_job() {
   plan::HostTrainerInputs in;
-  in.model.name = "main";
   in.model.layers = 4;
   in.model.hidden = 256;
   in.model.heads = 4;
@@ -32,16 +32,15 @@ plan::HostTrainerInputs main_job() {
   return in;
 }
 
-double peak(plan::HostTrainerInputs in, plan::Checkpoint c) {
+double peak(plan::HostTrainerInputs in, Policy c) {
   in.checkpoint = c;
   return plan::host_trainer_memory(in).total();
 }
 
 TEST(HostTrainerMemory, PoliciesInTheOrderOfWhatTheyKeep) {
   const plan::HostTrainerInputs in = main_job();
-  const double none = peak(in, plan::Checkpoint::none), full = peak(in, plan::Checkpoint::full),
-               spp = peak(in, plan::Checkpoint::selective_pp),
-               seq = peak(in, plan::Checkpoint::seq_selective);
+  const double none = peak(in, Policy::none), full = peak(in, Policy::full),
+               spp = peak(in, Policy::selective_pp), seq = peak(in, Policy::seq_selective);
   EXPECT_GT(none, spp);
   EXPECT_GT(spp, seq);
   EXPECT_GT(seq, full);
@@ -56,14 +55,14 @@ TEST(HostTrainerMemory, WindowMasksSkipEmptyChunkPairs) {
   plan::HostTrainerInputs in = main_job();
   in.balance = "contiguous";
   in.seq = 65536;
-  const double causal = peak(in, plan::Checkpoint::full);
+  const double causal = peak(in, Policy::full);
   auto w = std::make_shared<at::MaskSpec>();
   w->causal = true;
   w->window = 512;  // rank r needs rank r - 1 only
   in.mask = w;
   const plan::HostTrainerMemory m = [&] {
     plan::HostTrainerInputs x = in;
-    x.checkpoint = plan::Checkpoint::full;
+    x.checkpoint = Policy::full;
     return plan::host_trainer_memory(x);
   }();
   EXPECT_LT(m.total(), causal);
@@ -74,7 +73,7 @@ TEST(HostTrainerMemory, WindowMasksSkipEmptyChunkPairs) {
 
 TEST(HostTrainerMemory, ActivationsGrowLinearlyInN) {
   plan::HostTrainerInputs in = main_job();
-  in.checkpoint = plan::Checkpoint::full;
+  in.checkpoint = Policy::full;
   auto at_n = [&](int64_t n) {
     in.seq = n;
     in.data_tokens = n;

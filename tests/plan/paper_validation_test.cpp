@@ -13,6 +13,21 @@
 namespace longseq::plan {
 namespace {
 
+// The papers' models: untied LM heads, as many key/value heads as query heads.
+model::LlamaConfig untied(int64_t layers, int64_t hidden, int64_t heads, int64_t head_dim,
+                          int64_t intermediate, int64_t vocab) {
+  model::LlamaConfig m;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = m.kv_heads = heads;
+  m.head_dim = head_dim;
+  m.intermediate = intermediate;
+  m.vocab = vocab;
+  m.tied_embeddings = false;
+  m.validate();
+  return m;
+}
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // A cluster whose compute is free, so a replay measures communication alone.
@@ -146,7 +161,7 @@ TEST(PaperValidation, StarTrailFormulaMatchesExecutorVolume) {
 // WallFacer eq. (9)-(10): peak after Q,K,V of the last layer: (L+4)A for ring, (L+3C+1)A for
 // WallFacer; model M (64 layers, C = 4): 68A and 77A.
 TEST(PaperValidation, WallFacerPeakMemoryUnits) {
-  ModelConfig m{"llama-30b", 64, 6656, 52, 52, 128, 17920, 32000};
+  const model::LlamaConfig m = untied(64, 6656, 52, 128, 17920, 32000);
   const Hardware hw = comm_only(0, 1e11, 0, 1e10, 8);
   const AttnProblem p = problem(65536, 52, 52, 128, 64, 8, false);
   for (const auto& [algo, units] : {std::pair{"ring", 68.0}, std::pair{"startrail:4", 77.0}}) {
@@ -155,7 +170,7 @@ TEST(PaperValidation, WallFacerPeakMemoryUnits) {
     in.model = m;
     in.world = 64;
     in.local_tokens = 1024;
-    in.checkpoint = Checkpoint::full;
+    in.checkpoint = model::CheckpointPolicy::full;
     in.attention_extra_bytes = ac.extra_activation_bytes;
     const MemoryBreakdown b = memory_model(in);
     EXPECT_DOUBLE_EQ((b.checkpoints + b.qkv + b.attention_extra) / b.activation_unit, units)
@@ -207,17 +222,17 @@ TEST(PaperValidation, BurstEngineTable1CommunicationTimes) {
 // about 4x larger for LLaMA-3's 128K vocabulary than LLaMA-2's 32K.
 TEST(PaperValidation, BurstEngineFigure8LogitsMemory) {
   for (int64_t n : {int64_t{32768}, int64_t{131072}, int64_t{1} << 20}) {
-    ModelConfig m{"x", 1, 4096, 32, 32, 128, 11008, 32000};
+    const model::LlamaConfig m = untied(1, 4096, 32, 128, 11008, 32000);
     MemoryInputs in;
     in.model = m;
     in.local_tokens = n;
-    in.loss = LossMode::unfused;
+    in.loss = model::LossMode::unfused;
     const double v32 = memory_model(in).lm_head;
     in.model.vocab = 128256;
     const double v128 = memory_model(in).lm_head;
     EXPECT_DOUBLE_EQ(v32, 4.0 * n * 32000);
     EXPECT_DOUBLE_EQ(v128, 4.0 * n * 128256);
-    in.loss = LossMode::fused;
+    in.loss = model::LossMode::fused;
     EXPECT_LT(memory_model(in).lm_head, v32 / 50);
   }
   EXPECT_NEAR(unfused_logits_bytes(1 << 20, 32000) / kGiB, 125.0, 1e-9);

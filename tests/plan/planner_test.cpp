@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "longseq/core/error.hpp"
@@ -59,14 +60,57 @@ TEST(Hardware, ErrorsNameTheValue) {
       std::string::npos);
 }
 
-TEST(ModelConfig, PresetsCountsAndErrors) {
-  const ModelConfig m7 = load_model("llama-7b");
-  EXPECT_NEAR(static_cast<double>(m7.params()), 6.74e9, 0.01e9);  // LLaMA-2 7B
+TEST(PlanModel, PresetsCountsAndErrors) {
+  const NamedModel m7 = load_model("llama-7b");
+  EXPECT_EQ(m7.name, "llama-7b");
+  EXPECT_NEAR(static_cast<double>(m7.config.parameters()), 6.74e9, 0.01e9);  // LLaMA-2 7B
+  EXPECT_FALSE(m7.config.tied_embeddings);
   EXPECT_EQ(parse_count("1M", "--seq"), 1048576);
   EXPECT_EQ(parse_count("32k", "--seq"), 32768);
   EXPECT_EQ(parse_count("65536", "--seq"), 65536);
   EXPECT_NE(error_of([] { parse_count("1.5M", "--seq"); }).find("--seq '1.5M'"), std::string::npos);
   EXPECT_NE(error_of([] { load_model("llama-99b"); }).find("--model 'llama-99b'"),
+            std::string::npos);
+}
+
+// A --model file is read into the trainer's own configuration: its defaults (kv_heads = heads,
+// head_dim = hidden / heads, untied), its name, and the trainer's validation of the shapes.
+TEST(PlanModel, JsonFileReadsIntoTheTrainersConfig) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const NamedModel a = load_model(write(
+      "m_a.json", R"({"layers": 3, "hidden": 96, "heads": 6, "intermediate": 200, "vocab": 77})"));
+  EXPECT_EQ(a.config.kv_heads, 6);
+  EXPECT_EQ(a.config.head_dim, 16);
+  EXPECT_FALSE(a.config.tied_embeddings);
+  EXPECT_EQ(a.name.substr(a.name.size() - 8), "m_a.json");
+  const int64_t per_layer = 2 * 96 + 4 * 96 * 96 + 3 * 96 * 200;
+  EXPECT_EQ(a.config.layer_parameters(), per_layer);
+  EXPECT_EQ(a.config.parameters(), 3 * per_layer + 2 * 77 * 96 + 96);
+  const NamedModel b = load_model(
+      write("m_b.json", R"({"name": "gqa", "layers": 1, "hidden": 64, "heads": 8, "kv_heads": 2,
+                     "intermediate": 100, "vocab": 50, "tied_embeddings": true})"));
+  EXPECT_EQ(b.name, "gqa");
+  EXPECT_EQ(b.config.parameters(), b.config.layer_parameters() + 50 * 64 + 64);
+  // head_dim given but hidden != heads * head_dim: the trainer refuses it, and so does plan.
+  const std::string e = error_of([&] {
+    load_model(write("m_c.json", R"({"layers": 1, "hidden": 64, "heads": 8, "head_dim": 16,
+                                     "intermediate": 100, "vocab": 50})"));
+  });
+  EXPECT_NE(e.find("[model] hidden 64 != heads 8 * head_dim 16"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] {
+              load_model(write("m_d.json", R"({"layers": 1, "hidden": 64, "heads": 8,
+                                     "intermediate": 100, "vocab": 50, "tied_embeddings": 1})"));
+            }).find("'tied_embeddings' must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_model(write("m_e.json", R"({"layers": 1, "hidden": 64, "heads": 8,
+                                     "vocab": 50})"));
+            }).find("missing or non-integer field 'intermediate'"),
             std::string::npos);
 }
 
@@ -118,17 +162,17 @@ TEST(Planner, MemoryLimitAndCheckpointTradeOff) {
   PlanOptions o = options("llama-7b", "1M", 32, 8, "a800");
   o.algos = {"burst"};
   const auto evals = plan(o);
-  auto find = [&](Checkpoint c, LossMode l) {
+  auto find = [&](model::CheckpointPolicy c, model::LossMode l) {
     for (const auto& e : evals)
       if (e.config.checkpoint == c && e.config.loss == l) return e;
     ADD_FAILURE();
     return Evaluation{};
   };
-  const auto none = find(Checkpoint::none, LossMode::fused),
-             full = find(Checkpoint::full, LossMode::fused),
-             sel = find(Checkpoint::selective_pp, LossMode::fused),
-             seq = find(Checkpoint::seq_selective, LossMode::fused),
-             unfused = find(Checkpoint::full, LossMode::unfused);
+  const auto none = find(model::CheckpointPolicy::none, model::LossMode::fused),
+             full = find(model::CheckpointPolicy::full, model::LossMode::fused),
+             sel = find(model::CheckpointPolicy::selective_pp, model::LossMode::fused),
+             seq = find(model::CheckpointPolicy::seq_selective, model::LossMode::fused),
+             unfused = find(model::CheckpointPolicy::full, model::LossMode::unfused);
   // Memory: none > selective++ > seq-selective > full; time: the reverse.
   EXPECT_GT(none.memory.total(), sel.memory.total());
   EXPECT_GT(sel.memory.total(), seq.memory.total());
@@ -139,7 +183,7 @@ TEST(Planner, MemoryLimitAndCheckpointTradeOff) {
   EXPECT_FALSE(none.feasible);  // 32 layers of full activations at 32K tokens per GPU
   EXPECT_NE(none.reason.find("exceeds the limit 80.00 GiB"), std::string::npos) << none.reason;
   o.memory_limit_bytes = 1e12;
-  EXPECT_TRUE(plan(o).front().config.checkpoint == Checkpoint::none);
+  EXPECT_TRUE(plan(o).front().config.checkpoint == model::CheckpointPolicy::none);
 }
 
 // Replay semantics on a hand-computable case: 4 ranks, flat burst forward, full mask.

@@ -153,8 +153,8 @@ void expect_golden(const std::string& file) {
     o.hw = parse_hardware(c["hardware_json"].dump(), "golden");
     o.mask = MaskSpec::parse(c["mask"].get<std::string>(), false, o.seq);
     o.balance = attention::parse_balance(c["balance"].get<std::string>());
-    o.checkpoints = {Checkpoint::none, Checkpoint::seq_selective};
-    o.losses = {LossMode::fused};
+    o.checkpoints = {model::CheckpointPolicy::none, model::CheckpointPolicy::seq_selective};
+    o.losses = {model::LossMode::fused};
     const std::string what = "seq " + std::to_string(o.seq) + " gpus " + std::to_string(o.gpus) +
                              " mask " + c["mask"].get<std::string>() + " " +
                              c["balance"].get<std::string>() + " " +

@@ -114,7 +114,7 @@ TEST(Sizes64, HostMemoryModelStaysLinearUpToPastTwoToThe31) {
   mask->causal = true;
   mask->window = 4096;
   in.mask = mask;
-  in.checkpoint = plan::Checkpoint::full;
+  in.checkpoint = longseq::model::CheckpointPolicy::full;
   in.save_checkpoint = false;
   in.ffn_chunk = 1024;
   const int64_t n1 = (int64_t{1} << 30) + (int64_t{1} << 20);

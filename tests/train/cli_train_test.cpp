@@ -111,7 +111,8 @@ TEST(TrainCli, HelpListsEveryRowWithTheMainPresetsValue) {
 
 // The flags several commands share (core/flag_rows.hpp, issue 29): every command that takes one
 // lists it with the row's words and the row's default; `train` shows the main preset's value (its
-// defaults are the preset's), which for these rows is the row's but for --world.
+// defaults are the preset's), which for these rows is the row's but for --world. Their ranges
+// read the same too.
 TEST(TrainCli, SharedFlagsReadTheSameInEveryCommand) {
   namespace rows = longseq::core::rows;
   using Row = longseq::core::FlagRow;
@@ -146,6 +147,20 @@ TEST(TrainCli, SharedFlagsReadTheSameInEveryCommand) {
       EXPECT_NE(line.find("[default: " + def + "]"), std::string::npos) << cmd << ": " << line;
     }
   }
+  // A numeric row's range refuses a value below it with the same words in every command (the
+  // command's name as component), before anything runs; train's table gives the same words.
+  for (const auto& [cmd, taken] : commands)
+    for (const Row* r : taken) {
+      if (*r->text) continue;  // a string row: its owner's parser checks it
+      const std::string below = std::to_string(static_cast<int64_t>(r->range.lo) - 3);
+      std::string log;
+      EXPECT_EQ(run(std::string(LONGSEQ_CLI) + " " + cmd + " " + r->flag + " " + below, log), 1)
+          << cmd << " " << r->flag << " " << below << "\n"
+          << log;
+      const std::string want = "error: [" + cmd + "] " + r->flag + " " + below +
+                               " must be >= " + std::to_string(static_cast<int64_t>(r->range.lo));
+      EXPECT_NE(log.find(want), std::string::npos) << "want '" << want << "' in:\n" << log;
+    }
   // --backend is declared by the comm registry, not a row: attention shows the registry's words.
   std::string help;
   ASSERT_EQ(run(std::string(LONGSEQ_CLI) + " attention --help", help), 0) << help;

@@ -1,5 +1,5 @@
 #pragma once
-// The flags several commands share, each declared once: its name, help line and default. A
+// The flags several commands share, each declared once: its name, help line, default and range. A
 // command takes the rows it uses (cli/table_flags.hpp add_row; train's table, train/config.hpp,
 // names the same rows), so `--algo` reads the same words with the same default in every --help
 // (tests/train/cli_flags_test.cpp SharedFlagsReadTheSameEverywhere). The values' parsers stay with
@@ -10,14 +10,18 @@
 // it in each command that takes it.
 #include <cstdint>
 
+#include "longseq/core/check.hpp"
+
 namespace longseq::core {
 
-/// One shared flag. `text` is the default of a string flag, `number` that of a numeric one.
+/// One shared flag. `text` is the default of a string flag, `number` that of a numeric one, and
+/// `range` its admissible values (enforced at parse time by add_row, and by train's table).
 struct FlagRow {
   const char* flag;
   const char* help;
   const char* text = "";
   int64_t number = 0;
+  Check range = any();
 };
 
 namespace rows {
@@ -44,14 +48,15 @@ inline constexpr FlagRow world{
     "--world",
     "ranks in all (local backend: threads of this process; under mpirun, if given, must equal "
     "-np)",
-    "", 1};
+    "", 1, at_least(1)};
 inline constexpr FlagRow nodes{
     "--nodes",
     "nodes the ranks are split over, evenly (declared for the local backend; under mpirun the "
     "hosts MPI reports, 1 = real hosts)",
-    "", 1};
+    "", 1, at_least(1)};
 inline constexpr FlagRow threads{
-    "--threads", "compute threads per rank (0: the host's hardware threads / its ranks)", "", 0};
+    "--threads", "compute threads per rank (0: the host's hardware threads / its ranks)", "", 0,
+    at_least(0)};
 inline constexpr FlagRow link{
     "--link",
     "link model of the local backend intra=LAT,BW:inter=LAT,BW, e.g. inter=20us,2.5GB/s (none: "

@@ -85,12 +85,17 @@ void check_field(const FieldRef& r, const Check& c, std::string_view component,
           return static_cast<double>(*p);
       },
       r);
+  check_number(v, field_text(r), c, component, name);
+}
+
+void check_number(double v, std::string_view text, const Check& c, std::string_view component,
+                  std::string_view name) {
   const bool lo_ok = c.lo_open ? v > c.lo : v >= c.lo;
   const bool hi_ok = c.hi_open ? v < c.hi : v <= c.hi;
   if (lo_ok && hi_ok) return;
   if (std::isinf(c.hi))
-    fail(component, name, " ", field_text(r), " must be ", c.lo_open ? "> " : ">= ", c.lo, c.note);
-  fail(component, name, " ", field_text(r), " must be in ", c.lo_open ? "(" : "[", c.lo, ", ", c.hi,
+    fail(component, name, " ", text, " must be ", c.lo_open ? "> " : ">= ", c.lo, c.note);
+  fail(component, name, " ", text, " must be in ", c.lo_open ? "(" : "[", c.lo, ", ", c.hi,
        c.hi_open ? ")" : "]", c.note);
 }
 

@@ -18,63 +18,13 @@
 #include <variant>
 #include <vector>
 
+#include "longseq/core/check.hpp"
+
 namespace longseq::core {
 
 /// Where a field appears: on the command line, in JSON (preset files, metrics.json's config), or
 /// both.
 enum class Scope : uint8_t { cli_json, cli, json };
-
-/// A field's admissible values, checked by check_fields(): a numeric interval (bounds open or
-/// closed, with a note for the message), and for strings the parser of the typed value (it
-/// throws core::Error naming the value, e.g. model::parse_checkpoint_policy).
-struct Check {
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-  const char* note = "";  ///< appended to a range message, e.g. " (0: all tokens)"
-  void (*parse)(const std::string&) = nullptr;
-};
-/// Any value of the type.
-inline Check any() {
-  return {};
-}
-/// value > lo.
-inline Check above(double lo) {
-  Check c;
-  c.lo = lo;
-  c.lo_open = true;
-  return c;
-}
-/// lo < value <= hi.
-inline Check above_at_most(double lo, double hi, const char* note = "") {
-  Check c;
-  c.lo = lo;
-  c.hi = hi;
-  c.lo_open = true;
-  c.note = note;
-  return c;
-}
-/// value >= lo.
-inline Check at_least(double lo, const char* note = "") {
-  Check c;
-  c.lo = lo;
-  c.note = note;
-  return c;
-}
-/// lo < value < hi.
-inline Check open_interval(double lo, double hi) {
-  Check c;
-  c.lo = lo;
-  c.hi = hi;
-  c.lo_open = c.hi_open = true;
-  return c;
-}
-/// A string that `parse` accepts.
-inline Check parsed_by(void (*parse)(const std::string&)) {
-  Check c;
-  c.parse = parse;
-  return c;
-}
 
 /// The member a row names.
 using FieldRef = std::variant<bool*, int*, int64_t*, uint64_t*, double*, std::string*>;

@@ -116,6 +116,15 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg) : cfg_(cfg) {
   units_.push_back(fin);
 }
 
+int64_t LlamaConfig::layer_parameters() const {
+  return 2 * hidden + hidden * q_dim() + 2 * hidden * kv_dim() + q_dim() * hidden +
+         3 * hidden * intermediate;
+}
+
+int64_t LlamaConfig::parameters() const {
+  return layers * layer_parameters() + (tied_embeddings ? 1 : 2) * vocab * hidden + hidden;
+}
+
 int64_t ParamLayout::num_parameters() const {
   int64_t n = 0;
   for (const auto& u : units_)

@@ -59,6 +59,12 @@ struct LlamaConfig {
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
+  /// Parameters of one transformer block: q, k, v, o, gate, up, down and the two norms.
+  int64_t layer_parameters() const;
+  /// Every parameter (no alignment gaps): the blocks, the embedding, the final norm and lm_head
+  /// when untied; equals ParamLayout(*this).num_parameters() without building the layout (the
+  /// planner counts 14B-parameter models this way).
+  int64_t parameters() const;
 
   /// Throws core::Error("[model] ...") naming the values: non-positive sizes, heads not divisible
   /// by kv_heads, hidden != heads * head_dim, odd head_dim (RoPE pairs halves), theta <= 0,

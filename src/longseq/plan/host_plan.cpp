@@ -57,16 +57,7 @@ double host_memory_bytes() {
 HostTrainerInputs host_inputs(const train::TrainConfig& c, const std::string& mask_text,
                               int64_t data_tokens) {
   HostTrainerInputs in;
-  const auto& m = c.model;
-  in.model.name = c.preset;
-  in.model.layers = m.layers;
-  in.model.hidden = m.hidden;
-  in.model.heads = m.heads;
-  in.model.kv_heads = m.kv_heads;
-  in.model.head_dim = m.head_dim;
-  in.model.intermediate = m.intermediate;
-  in.model.vocab = m.vocab;
-  in.tied_embeddings = m.tied_embeddings;
+  in.model = c.model;
   in.seq = c.seq;
   in.world = c.world;
   in.dp = c.dp;
@@ -105,9 +96,13 @@ HostPlan host_plan(const HostPlanRequest& a) {
   r.limit_bytes = r.limit_given ? a.memory_limit_gib * (1 << 30) : host_memory_bytes();
   r.policies = a.checkpoints;
   if (r.policies.empty()) r.policies = {"none", "full", "selective++", "seq-selective"};
+  // The mask is read once (a blocks:FILE mask at N = 4M is a 256 MiB file); only the policy
+  // differs between the predictions.
+  HostTrainerInputs in = host_inputs(c, r.mask, r.data_tokens);
   for (const std::string& p : r.policies) {
     c.checkpoint = p;
-    r.memory.push_back(host_trainer_memory(host_inputs(c, r.mask, r.data_tokens)));
+    in.checkpoint = model::parse_checkpoint_policy(p);
+    r.memory.push_back(host_trainer_memory(in));
   }
   r.longest_step = longest_step(c);
   if (a.longest)

@@ -30,9 +30,10 @@ std::vector<std::pair<std::string, double>> MemoryBreakdown::items() const {
 }
 
 MemoryBreakdown memory_model(const MemoryInputs& in) {
-  const ModelConfig& m = in.model;
+  const model::LlamaConfig& m = in.model;
   const double p = in.world, t = static_cast<double>(in.local_tokens), e = in.act_bytes;
-  const double np = static_cast<double>(m.params()), nl = static_cast<double>(m.params_per_layer());
+  const double np = static_cast<double>(m.parameters()),
+               nl = static_cast<double>(m.layer_parameters());
   const double h = static_cast<double>(m.hidden), hq = static_cast<double>(m.heads),
                hkv = static_cast<double>(m.kv_heads), d = static_cast<double>(m.head_dim),
                im = static_cast<double>(m.intermediate), layers = static_cast<double>(m.layers);
@@ -48,23 +49,23 @@ MemoryBreakdown memory_model(const MemoryInputs& in) {
   b.qkv = t * (hq + 2 * hkv) * d * e;
   const double inputs = (layers + 1) * a;
   switch (in.checkpoint) {
-    case Checkpoint::none:
+    case model::CheckpointPolicy::none:
       b.checkpoints = layers * layer_saved + a;
       break;
-    case Checkpoint::full:
+    case model::CheckpointPolicy::full:
       b.checkpoints = inputs;
       break;
-    case Checkpoint::selective_pp:
+    case model::CheckpointPolicy::selective_pp:
       b.checkpoints = inputs + layers * o_lse;
       break;
-    case Checkpoint::seq_selective:
+    case model::CheckpointPolicy::seq_selective:
       b.checkpoints = inputs + layers * (1 - in.seq_selective_fraction) * o_lse;
       break;
   }
-  b.working = (in.checkpoint == Checkpoint::none ? 0.0 : layer_saved) + 2 * a;
+  b.working = (in.checkpoint == model::CheckpointPolicy::none ? 0.0 : layer_saved) + 2 * a;
   b.attention_buffers = in.attention_buffer_bytes;
   b.attention_extra = in.attention_extra_bytes;
-  if (in.loss == LossMode::fused)
+  if (in.loss == model::LossMode::fused)
     b.lm_head = t * 4 * 2 + 2 * 1024.0 * 8192.0 * 4;
   else
     b.lm_head = unfused_logits_bytes(in.local_tokens, m.vocab);
@@ -98,7 +99,7 @@ struct Phase {
 }  // namespace
 
 HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
-  const ModelConfig& m = in.model;
+  const model::LlamaConfig& m = in.model;
   m.validate();
   core::require(in.world >= 1 && in.dp >= 1 && in.world % in.dp == 0, "plan", "--dp ", in.dp,
                 " must divide --world ", in.world);
@@ -125,7 +126,7 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   const double layer_unit = align(c) + align(hq * d * c) + 2 * align(hkv * d * c) +
                             align(c * hq * d) + align(c) + 3 * align(f * c);
   const double emb_unit = align(v * c);
-  const double final_unit = align(c) + (in.tied_embeddings ? 0 : align(v * c));
+  const double final_unit = align(c) + (m.tied_embeddings ? 0 : align(v * c));
   double shard_total = 0, max_unit = std::max({layer_unit, emb_unit, final_unit});
   auto shard = [&](double unit) { return align(std::ceil(unit / in.world)); };
   shard_total = layers * shard(layer_unit) + shard(emb_unit) + shard(final_unit);
@@ -150,15 +151,15 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   }();
   double saved_layer = lc;
   switch (in.checkpoint) {
-    case Checkpoint::none:
+    case model::CheckpointPolicy::none:
       saved_layer += acts;
       break;
-    case Checkpoint::full:
+    case model::CheckpointPolicy::full:
       break;
-    case Checkpoint::selective_pp:
+    case model::CheckpointPolicy::selective_pp:
       saved_layer += lq + lse;
       break;
-    case Checkpoint::seq_selective: {
+    case model::CheckpointPolicy::seq_selective: {
       const double late = l - static_cast<double>(split);
       if (late > 0) saved_layer += t(late * hq * d) + t(late * hq);
       break;
@@ -222,7 +223,7 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   const double tile = in.lm_tile > 0
                           ? static_cast<double>(in.lm_tile)
                           : std::clamp(std::floor((1 << 25) / std::max(v, 1.0)), 16.0, 1024.0);
-  const double lm = in.loss == LossMode::fused
+  const double lm = in.loss == model::LossMode::fused
                         ? t(std::min(tile, l) * v) + pages(20 * std::min(tile, l))
                         : t(l * v) + pages(20 * l);
 
@@ -243,11 +244,11 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
       {"lm head",
        {{"saved activations", saved_all},
         {"x, final norm output and gradient, dx", 4 * lc + row},
-        {in.loss == LossMode::fused ? "fused LM head tile" : "unfused logits [L, V]", lm},
+        {in.loss == model::LossMode::fused ? "fused LM head tile" : "unfused logits [L, V]", lm},
         {"token metadata, RoPE tables, document ids", meta},
         {"ZeRO-3 gathered units in flight", gathered}}});
   // First block backward: its own saved activations are consumed (none) or recomputed (others).
-  const double recomputed = in.checkpoint == Checkpoint::none ? 0 : acts;
+  const double recomputed = in.checkpoint == model::CheckpointPolicy::none ? 0 : acts;
   phases.push_back({"backward",
                     {{"saved activations", saved_all},
                      {"x, dx", 2 * lc},

@@ -35,19 +35,13 @@
 
 namespace longseq::plan {
 
-// The model's own policies and loss modes (model/transformer.hpp, with their one parser and name
-// printer each: model::parse_checkpoint_policy, model::checkpoint_policy_name, ...), under the
-// planner's shorter names.
-using Checkpoint = model::CheckpointPolicy;
-using model::LossMode;
-
 struct MemoryInputs {
-  ModelConfig model;
+  model::LlamaConfig model;
   int world = 1;
   int64_t local_tokens = 0;  ///< L (padding included)
   int act_bytes = 2;         ///< e
-  Checkpoint checkpoint = Checkpoint::full;
-  LossMode loss = LossMode::fused;
+  model::CheckpointPolicy checkpoint = model::CheckpointPolicy::full;
+  model::LossMode loss = model::LossMode::fused;
   double seq_selective_fraction = 0.5;  ///< f: share of local tokens recomputed
   double attention_buffer_bytes = 0;    ///< from AttentionCost (max of the passes)
   double attention_extra_bytes = 0;     ///< from AttentionCost (StarTrail 3(C-1)A)
@@ -96,8 +90,7 @@ double unfused_logits_bytes(int64_t tokens, int64_t vocab);
 // attention's token table). Assumes mallopt(M_MMAP_THRESHOLD, 1 MiB) as train() sets it: every
 // tensor is its own mapping, returned at free, so RSS follows the live bytes.
 struct HostTrainerInputs {
-  ModelConfig model;
-  bool tied_embeddings = true;
+  model::LlamaConfig model;  ///< tied_embeddings included
   int64_t seq = 0;
   int world = 1;  ///< all ranks (dp x cp)
   int dp = 1;
@@ -106,8 +99,8 @@ struct HostTrainerInputs {
   std::string balance = core::rows::balance.text;
   std::shared_ptr<const attention::MaskSpec> mask;  ///< causal when null
   bool document_mask = false;                       ///< document ids per step (--mask document)
-  Checkpoint checkpoint = Checkpoint::seq_selective;
-  LossMode loss = LossMode::fused;
+  model::CheckpointPolicy checkpoint = model::CheckpointPolicy::seq_selective;
+  model::LossMode loss = model::LossMode::fused;
   double seq_selective_fraction = 0.5;
   int64_t ffn_chunk = 1024;
   int64_t lm_tile = 0;

@@ -9,39 +9,33 @@
 
 namespace longseq::plan {
 
-int64_t ModelConfig::params_per_layer() const {
-  const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
-  return hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * intermediate + 2 * hidden;
+namespace {
+
+model::LlamaConfig shapes(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                          int64_t head_dim, int64_t intermediate, int64_t vocab) {
+  model::LlamaConfig c;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.intermediate = intermediate;
+  c.vocab = vocab;
+  c.tied_embeddings = false;
+  return c;
 }
 
-int64_t ModelConfig::params_outside_layers() const {
-  return 2 * vocab * hidden + hidden;
-}
+}  // namespace
 
-void ModelConfig::validate() const {
-  auto pos = [&](int64_t v, const char* field) {
-    core::require(v > 0, "plan", "model ", name, ": ", field, " must be > 0, got ", v);
-  };
-  pos(layers, "layers");
-  pos(hidden, "hidden");
-  pos(heads, "heads");
-  pos(kv_heads, "kv_heads");
-  pos(head_dim, "head_dim");
-  pos(intermediate, "intermediate");
-  pos(vocab, "vocab");
-  core::require(heads % kv_heads == 0, "plan", "model ", name, ": kv_heads ", kv_heads,
-                " must divide heads ", heads);
-}
-
-ModelConfig load_model(std::string_view name_or_file) {
-  ModelConfig m;
+NamedModel load_model(std::string_view name_or_file) {
+  NamedModel m;
   if (name_or_file == "llama-7b") {
     // BurstEngine §4.1: 32 layers, 32 heads, 4096 dimensions, 32K vocabulary (LLaMA-2 7B shapes).
-    m = {"llama-7b", 32, 4096, 32, 32, 128, 11008, 32000};
+    m = {"llama-7b", shapes(32, 4096, 32, 32, 128, 11008, 32000)};
   } else if (name_or_file == "llama-14b") {
     // BurstEngine §4.1: 40 layers, 40 heads, 5120 dimensions, 120K vocabulary. The intermediate
     // size is not given; 13824 is LLaMA-2 13B's (the same 5120 x 40 block).
-    m = {"llama-14b", 40, 5120, 40, 40, 128, 13824, 120000};
+    m = {"llama-14b", shapes(40, 5120, 40, 40, 128, 13824, 120000)};
   } else {
     std::ifstream in{std::string(name_or_file)};
     core::require(static_cast<bool>(in), "plan", "--model '", name_or_file,
@@ -59,16 +53,20 @@ ModelConfig load_model(std::string_view name_or_file) {
                     name_or_file, "': missing or non-integer field '", key, "'");
       return j[key].get<int64_t>();
     };
-    m.name = j.value("name", std::string(name_or_file));
-    m.layers = get("layers");
-    m.hidden = get("hidden");
-    m.heads = get("heads");
-    m.kv_heads = j.contains("kv_heads") ? get("kv_heads") : m.heads;
-    m.head_dim = j.contains("head_dim") ? get("head_dim") : (m.heads > 0 ? m.hidden / m.heads : 0);
-    m.intermediate = get("intermediate");
-    m.vocab = get("vocab");
+    m.name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>()
+                                                         : std::string(name_or_file);
+    const int64_t heads = get("heads"), hidden = get("hidden");
+    m.config =
+        shapes(get("layers"), hidden, heads, j.contains("kv_heads") ? get("kv_heads") : heads,
+               j.contains("head_dim") ? get("head_dim") : (heads > 0 ? hidden / heads : 0),
+               get("intermediate"), get("vocab"));
+    if (j.contains("tied_embeddings")) {
+      core::require(j["tied_embeddings"].is_boolean(), "plan", "--model '", name_or_file,
+                    "': field 'tied_embeddings' must be true or false");
+      m.config.tied_embeddings = j["tied_embeddings"].get<bool>();
+    }
   }
-  m.validate();
+  m.config.validate();
   return m;
 }
 

@@ -64,15 +64,15 @@ void PlanOptions::validate() const {
   core::require(memory_limit_bytes >= 0, "plan", "--memory-limit must be >= 0");
   core::require(seq_selective_fraction > 0 && seq_selective_fraction < 1, "plan",
                 "--seq-selective-fraction ", seq_selective_fraction, " must be in (0, 1)");
-  model.validate();
+  model.config.validate();
 }
 
 AttnProblem attention_problem(const PlanOptions& o) {
   AttnProblem p;
   p.n = o.seq;
-  p.hq = o.model.heads;
-  p.hkv = o.model.kv_heads;
-  p.d = o.model.head_dim;
+  p.hq = o.model.config.heads;
+  p.hkv = o.model.config.kv_heads;
+  p.d = o.model.config.head_dim;
   p.world = o.gpus;
   p.gpus_per_node = std::min(o.gpus_per_node, o.gpus);
   p.balance = o.balance;
@@ -119,7 +119,7 @@ std::vector<Algorithm> candidate_algos(int gpus, int gpn) {
 Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const AttentionCost& attn) {
   Evaluation ev;
   ev.config = cfg;
-  const ModelConfig& m = o.model;
+  const model::LlamaConfig& m = o.model.config;
   const Hardware& hw = o.hw;
   const AttnProblem prob = attention_problem(o);
   const attention::Layout layout(prob.balance, prob.n, prob.world, prob.mask.block_size);
@@ -127,7 +127,7 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
   const double layers = static_cast<double>(m.layers);
   const double h = static_cast<double>(m.hidden), v = static_cast<double>(m.vocab);
   const double matmul_params =
-      static_cast<double>(m.params_per_layer() - 2 * m.hidden);  // the two norms are not GEMMs
+      static_cast<double>(m.layer_parameters() - 2 * m.hidden);  // the two norms are not GEMMs
 
   // Linear layers (GEMMs): 2 FLOP per parameter per token forward, twice that backward.
   const double lin_fwd_flops = 2 * t * matmul_params;
@@ -147,18 +147,18 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
       "recomputation / layer (" + std::string(model::checkpoint_policy_name(cfg.checkpoint)) + ")",
       0, ""};
   switch (cfg.checkpoint) {
-    case Checkpoint::none:
+    case model::CheckpointPolicy::none:
       recompute.detail = "nothing recomputed";
       break;
-    case Checkpoint::full:
+    case model::CheckpointPolicy::full:
       recompute.seconds = lin_fwd.seconds + attn.forward.seconds;
       recompute.detail = "linear forward + attention forward";
       break;
-    case Checkpoint::selective_pp:
+    case model::CheckpointPolicy::selective_pp:
       recompute.seconds = lin_fwd.seconds;
       recompute.detail = "linear forward (attention output and LSE kept)";
       break;
-    case Checkpoint::seq_selective:
+    case model::CheckpointPolicy::seq_selective:
       recompute.seconds = lin_fwd.seconds + attn.partial_recompute.seconds;
       recompute.detail =
           fmt("linear forward + attention forward of the first %.2f of local tokens: ",
@@ -168,16 +168,18 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
   }
   // ZeRO-3 per layer: bf16 parameters gathered forward and again backward, bf16 gradients
   // reduce-scattered.
-  const double layer_bytes = 2.0 * static_cast<double>(m.params_per_layer());
+  const double layer_bytes = 2.0 * static_cast<double>(m.layer_parameters());
   const Term zero_ag = collective("ZeRO-3 all-gather / layer", layer_bytes, o);
   const Term zero_rs = collective("ZeRO-3 reduce-scatter / layer", layer_bytes, o);
   const double inter_busy_f = attn.forward.bytes_inter_max / hw.inter.bandwidth_Bps;
-  const double recompute_inter_max =
-      cfg.checkpoint == Checkpoint::full            ? attn.forward.bytes_inter_max
-      : cfg.checkpoint == Checkpoint::seq_selective ? attn.partial_recompute.bytes_inter_max
-                                                    : 0.0;
-  const double recompute_inter = cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_inter
-                                 : cfg.checkpoint == Checkpoint::seq_selective
+  const double recompute_inter_max = cfg.checkpoint == model::CheckpointPolicy::full
+                                         ? attn.forward.bytes_inter_max
+                                     : cfg.checkpoint == model::CheckpointPolicy::seq_selective
+                                         ? attn.partial_recompute.bytes_inter_max
+                                         : 0.0;
+  const double recompute_inter = cfg.checkpoint == model::CheckpointPolicy::full
+                                     ? attn.forward.bytes_inter
+                                 : cfg.checkpoint == model::CheckpointPolicy::seq_selective
                                      ? attn.partial_recompute.bytes_inter
                                      : 0.0;
   const double inter_busy_b =
@@ -213,8 +215,9 @@ Evaluation evaluate(const PlanOptions& o, const PlanConfig& cfg, const Attention
       3 * (layers * (lin_fwd_flops * p + attn.forward.flops_total) + 2 * t * h * v * p);
   ev.mfu = model_flops / (ev.step_seconds * p * hw.peak_flops);
 
-  const double recompute_intra = cfg.checkpoint == Checkpoint::full ? attn.forward.bytes_intra
-                                 : cfg.checkpoint == Checkpoint::seq_selective
+  const double recompute_intra = cfg.checkpoint == model::CheckpointPolicy::full
+                                     ? attn.forward.bytes_intra
+                                 : cfg.checkpoint == model::CheckpointPolicy::seq_selective
                                      ? attn.partial_recompute.bytes_intra
                                      : 0.0;
   const bool zero_inter = o.gpus > o.gpus_per_node;
@@ -258,11 +261,12 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
       if (a.family == Algorithm::Family::ulysses) a.degree = o.gpus;
       algos.push_back(a);
     }
-  std::vector<Checkpoint> cps = o.checkpoints;
+  std::vector<model::CheckpointPolicy> cps = o.checkpoints;
   if (cps.empty())
-    cps = {Checkpoint::none, Checkpoint::full, Checkpoint::selective_pp, Checkpoint::seq_selective};
-  std::vector<LossMode> losses = o.losses;
-  if (losses.empty()) losses = {LossMode::fused, LossMode::unfused};
+    cps = {model::CheckpointPolicy::none, model::CheckpointPolicy::full,
+           model::CheckpointPolicy::selective_pp, model::CheckpointPolicy::seq_selective};
+  std::vector<model::LossMode> losses = o.losses;
+  if (losses.empty()) losses = {model::LossMode::fused, model::LossMode::unfused};
   const AttnProblem prob = attention_problem(o);
 
   // The replays are independent: tasks on all hardware threads, results by index (so the ranking
@@ -351,8 +355,8 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
     const Algorithm& a = algos[ai];
     const AttentionCost& attn = costs[ai];
     const std::string& reason = reasons[ai];
-    for (Checkpoint cp : cps)
-      for (LossMode lm : losses) {
+    for (model::CheckpointPolicy cp : cps)
+      for (model::LossMode lm : losses) {
         const PlanConfig cfg{a, cp, lm};
         if (!reason.empty()) {
           Evaluation ev;

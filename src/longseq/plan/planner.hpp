@@ -27,7 +27,7 @@
 namespace longseq::plan {
 
 struct PlanOptions {
-  ModelConfig model;
+  NamedModel model;
   int64_t seq = 0;
   int gpus = 1;
   int gpus_per_node = 1;
@@ -38,16 +38,16 @@ struct PlanOptions {
   double seq_selective_fraction = 0.5;
   /// Restrict the search (empty: everything).
   std::vector<std::string> algos;
-  std::vector<Checkpoint> checkpoints;
-  std::vector<LossMode> losses;
+  std::vector<model::CheckpointPolicy> checkpoints;
+  std::vector<model::LossMode> losses;
   /// Throws core::Error naming the flag and values (gpus not divisible by gpus-per-node, ...).
   void validate() const;
 };
 
 struct PlanConfig {
   attention::Algorithm algo;
-  Checkpoint checkpoint = Checkpoint::full;
-  LossMode loss = LossMode::fused;
+  model::CheckpointPolicy checkpoint = model::CheckpointPolicy::full;
+  model::LossMode loss = model::LossMode::fused;
 };
 
 /// One named term of the step time, for --explain.

@@ -52,9 +52,9 @@
   X(int64_t, stop_after, "--stop-after", 0, cli_json, core::at_least(0),                           \
     "stop after K steps, schedule still over --steps (then --resume)")                             \
   X(int64_t, seq, "--seq", 32768, cli_json, core::any(), "tokens per sequence (N)")                \
-  X(int, world, R::world.flag, R::world.number, cli_json, core::at_least(1), R::world.help)        \
+  X(int, world, R::world.flag, R::world.number, cli_json, R::world.range, R::world.help)           \
   X(int, dp, "--dp", 1, cli_json, core::any(), "data-parallel replicas (divides --world)")         \
-  X(int, nodes, R::nodes.flag, R::nodes.number, cli_json, core::any(), R::nodes.help)              \
+  X(int, nodes, R::nodes.flag, R::nodes.number, cli_json, R::nodes.range, R::nodes.help)           \
   X(std::string, algo, R::algo.flag, R::algo.text, cli_json, core::parsed_by(check_algo),         \
     R::algo.help)                                                                                  \
   X(std::string, balance, R::balance.flag, R::balance.text, cli_json,                              \
@@ -92,7 +92,7 @@
     "global gradient-norm clip (<= 0: off)")                                                       \
   X(int64_t, save_every, "--save-every", 0, cli_json, core::any(),                                 \
     "checkpoint every K steps (0: at the end, < 0: never)")                                        \
-  X(int, threads, R::threads.flag, R::threads.number, cli_json, core::at_least(0),                 \
+  X(int, threads, R::threads.flag, R::threads.number, cli_json, R::threads.range,                  \
     R::threads.help)                                                                               \
   X(std::string, link, R::link.flag, R::link.text, cli_json, core::parsed_by(check_link),          \
     R::link.help)                                                                                  \

@@ -66,13 +66,19 @@ void release(core::Device, void* p) noexcept {
 
 // cudaMemcpyDefault: with unified virtual addressing (every 64-bit platform CUDA 13 supports) the
 // runtime reads the direction from the pointers, host or device, so one call serves every pair.
+// Blocking, as core::DeviceMemory promises: cudaMemcpy may return before a device-to-device copy
+// (or the DMA of a pageable host-to-device one) has finished, and cudaMemset is asynchronous; a
+// kernel queued next on a non-blocking stream would not wait for either. Synchronising the legacy
+// stream they ran on makes "returned" mean "done".
 void copy(void* dst, core::Device, const void* src, core::Device, size_t bytes) {
   LONGSEQ_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  LONGSEQ_CUDA_CALL(cudaStreamSynchronize(nullptr));
 }
 
 void zero(core::Device device, void* p, size_t bytes) {
   LONGSEQ_CUDA_CALL(cudaSetDevice(device.index));
   LONGSEQ_CUDA_CALL(cudaMemset(p, 0, bytes));
+  LONGSEQ_CUDA_CALL(cudaStreamSynchronize(nullptr));
 }
 
 }  // namespace
@@ -94,6 +100,17 @@ core::Device activate(int index) {
   ops.zero = zero;
   core::register_device_memory(core::DeviceKind::cuda, ops);
   return core::Device::cuda(index);
+}
+
+void* stream_of(const core::Exec& exec, const char* kernel) {
+  core::require(exec.device.kind == core::DeviceKind::cuda, "kernels", kernel,
+                " is a CUDA kernel but was called with a ", exec.device.str(), " context");
+  int current = -1;
+  LONGSEQ_CUDA_CALL(cudaGetDevice(&current));
+  core::require(current == exec.device.index, "kernels", kernel, " was called with a ",
+                exec.device.str(), " context but cuda:", current,
+                " is current on this thread (kernels::cuda::activate makes a GPU current)");
+  return exec.stream;
 }
 
 Stream::Stream() {

@@ -55,8 +55,18 @@ void check(int status, const char* what, const char* file, int line);
 /// device memory from then on. Returns the device. Throws core::Error naming the index and what
 /// the runtime sees when there is no such GPU. Memory of a buffer on a device: cudaMalloc'd,
 /// out of memory names the tensor, its bytes and what the device had free; copies use
-/// cudaMemcpy with unified addressing (host <-> device, device <-> device).
+/// cudaMemcpy with unified addressing (host <-> device, device <-> device). Copies and zeroing run
+/// on the legacy default stream and are blocking (finished when the call returns), so a kernel
+/// queued afterwards on any stream sees their result; work queued earlier on a non-blocking
+/// Stream is not waited for: synchronise that stream before copying what it writes.
 core::Device activate(int index);
+
+/// The stream of a CUDA kernel's execution context (a cudaStream_t as an opaque pointer; null is
+/// the legacy default stream). Every kernel under kernels/cuda/ calls it first, before it touches
+/// a pointer: throws core::Error("[kernels] <kernel> is a CUDA kernel but was called with a cpu
+/// context") for a CPU context (the mirror of core::Exec::cpu_threads), and names both devices
+/// when the context's GPU is not the one current on the calling thread (activate makes it so).
+void* stream_of(const core::Exec& exec, const char* kernel);
 
 /// A CUDA stream (non-blocking with respect to the legacy default stream), destroyed with it.
 class Stream {
