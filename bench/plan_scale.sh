@@ -6,7 +6,7 @@
 #   bench/plan_scale.sh [OUT=docs/results/plan_scale.json] [OLD_LONGSEQ]
 # Env: CASES="causal:64 ... window:4096:512" (mask:gpus; default below), OLD_MAX=256 (the largest
 # GPU count the old binary is run at), LIMIT=900 (seconds per run; a run past it is recorded as
-# timed out).
+# timed out). The CPU line names the widest vector ISA the kernel reports (AVX512F or AVX2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/results/plan_scale.json}
@@ -36,7 +36,8 @@ run() {
 
 {
   echo "{\"command\": \"longseq plan --seq 16M --mask MASK --gpus GPUS --gpus-per-node 8 --json\","
-  echo " \"cpu\": \"$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores\","
+  isa=$(grep -m1 '^flags' /proc/cpuinfo | grep -ow 'avx512f\|avx2' | sort | tail -1 | tr a-z A-Z)
+  echo " \"cpu\": \"$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores${isa:+, $isa}\","
   echo " \"note\": \"the machine was shared with other jobs: wall seconds include their load (load_before); user_s is this process's CPU time over all its threads\","
   echo " \"runs\": ["
   first=1

@@ -5,6 +5,11 @@ sizes, padded lengths, full/causal/window masks, three balances, a GPU and the l
 tests/plan/replay_scale_test.cpp checks that the planner still gives these rankings and numbers
 bit for bit. Regenerate (from the repository root, after building) only when a change is meant to
 change the cost model:  /usr/bin/python3 scripts/plan_golden.py build/cli/longseq
+
+With --odd it writes tests/plan/data/planner_golden_odd.json from ODD_CASES instead: worlds 6, 12
+and 24 with 2, 3 or 4 GPUs per node, so nodes, inner rings, StarTrail teams and USP groups of
+several sizes meet padded lengths (issue 31: the planner's shared forwards, rank-pair counts and
+event replay checked against the planner before them, written by that binary).
 """
 import json
 import subprocess
@@ -22,15 +27,30 @@ CASES = [  # seq, gpus, gpus per node, mask, balance, hardware
     (3001, 6, 2, "window:200", "striped", "local"),
     (4096, 18, 6, "causal", "contiguous", "a800"),
 ]
+ODD_CASES = [
+    (6001, 6, 3, "causal", "zigzag", "a800"),
+    (6000, 6, 3, "window:150", "striped", "a800"),
+    (12007, 12, 4, "causal", "contiguous", "a800"),
+    (12000, 12, 3, "window:500", "zigzag", "a800"),
+    (12001, 12, 4, "full", "striped", "a800"),
+    (24011, 24, 4, "causal", "zigzag", "a800"),
+    (24000, 24, 3, "window:777", "zigzag", "a800"),
+    (24001, 24, 3, "full", "contiguous", "a800"),
+    (24000, 24, 4, "causal", "striped", "a800"),
+    (6007, 6, 2, "window:300", "zigzag", "local"),
+    (12011, 12, 2, "causal", "striped", "local"),
+]
 KEYS = ("algo", "checkpoint", "feasible", "reason", "step_seconds", "tokens_per_sec_per_gpu",
         "mfu", "peak_memory_bytes", "comm_bytes")
 
 
 def main():
-    longseq = sys.argv[1] if len(sys.argv) > 1 else "build/cli/longseq"
+    args = [a for a in sys.argv[1:] if a != "--odd"]
+    odd = "--odd" in sys.argv[1:]
+    longseq = args[0] if args else "build/cli/longseq"
     out = {"source": "longseq plan --json --checkpoint none,seq-selective --loss fused, written "
-                     "by scripts/plan_golden.py", "cases": []}
-    for seq, gpus, gpn, mask, balance, hw in CASES:
+                     "by scripts/plan_golden.py" + (" --odd" if odd else ""), "cases": []}
+    for seq, gpus, gpn, mask, balance, hw in (ODD_CASES if odd else CASES):
         run = subprocess.run([longseq, "plan", "--seq", str(seq), "--gpus", str(gpus),
                               "--gpus-per-node", str(gpn), "--mask", mask, "--balance", balance,
                               "--hardware", hw, "--checkpoint", "none,seq-selective",
@@ -41,7 +61,8 @@ def main():
         out["cases"].append({"seq": seq, "gpus": gpus, "gpus_per_node": gpn, "mask": mask,
                              "balance": balance, "hardware": hw, "hardware_json": profile,
                              "configs": [{k: c[k] for k in KEYS} for c in configs]})
-    with open("tests/plan/data/planner_golden.json", "w") as f:
+    name = "planner_golden_odd.json" if odd else "planner_golden.json"
+    with open("tests/plan/data/" + name, "w") as f:
         json.dump(out, f, indent=1)
 
 

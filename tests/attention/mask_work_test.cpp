@@ -7,11 +7,14 @@
 // 2. PairTable equals classify(chunk_info(q), chunk_info(k)) over every chunk pair (the dense
 //    table it used to hold), and needs() its "some pair not empty", for every layout and mask on
 //    odd lengths and odd world sizes; chunk_info equals a walk over the chunk's positions.
+// 2b. row_near and column_near (searches from a hint, the planner's schedules use them) equal
+//    row() from any hint.
 // 3. Past 2^31 tokens: a block mask of 2049 blocks at N = 2^31 + 12345 is counted exactly (per
 //    block in the test, independently) in milliseconds, where the per-pair loop would take
 //    2^61 steps; its block-striped pair table holds only the visible blocks' pairs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -169,6 +172,54 @@ TEST(MaskWork, PairTableEqualsEveryPairClassified) {
 }
 
 // A banded block mask far past 2^31 tokens: block b sees blocks b-2..b and block 0.
+
+// row_near and column_near give row()'s pairs in row()'s order from any hint (stale, past the end,
+// the previous answer), walking the key ranks up and down and the query ranks up and down.
+TEST(MaskWork, RowNearAndColumnNearEqualRowFromAnyHint) {
+  Rng rng{33};
+  for (int64_t n : {23, 61, 200})
+    for (int world : {1, 3, 4, 7})
+      for (const char* balance : {"contiguous", "zigzag", "striped"}) {
+        for (const at::MaskSpec& m : masks(n, world, rng)) {
+          if (!m.block_mask.empty()) continue;
+          const at::Layout layout(at::parse_balance(balance), n, world, m.block_size);
+          const at::PairTable table(layout, m);
+          const int chunks = table.chunks_per_rank();
+          std::vector<int> order(world);
+          for (int r = 0; r < world; ++r) order[r] = r;
+          for (int pass = 0; pass < 3; ++pass) {
+            if (pass == 1) std::reverse(order.begin(), order.end());
+            if (pass == 2)
+              for (int r = world - 1; r > 0; --r) std::swap(order[r], order[rng.next() % (r + 1)]);
+            for (int qc = 0; qc < chunks; ++qc)
+              for (int fixed = 0; fixed < world; ++fixed) {
+                size_t row_hint = pass == 2 ? rng.next() % 1000 : 0;
+                size_t col_hint = pass == 1 ? ~size_t{0} : 0;
+                for (int moving : order) {
+                  const auto want = table.row(fixed, qc, moving);  // key rank moves
+                  const auto got = table.row_near(fixed, qc, moving, row_hint);
+                  ASSERT_EQ(got.size(), want.size()) << balance << " " << m.describe();
+                  for (size_t i = 0; i < want.size(); ++i) {
+                    EXPECT_EQ(got[i].k_rank, want[i].k_rank);
+                    EXPECT_EQ(got[i].kc, want[i].kc);
+                    EXPECT_EQ(got[i].kind, want[i].kind);
+                  }
+                  const auto want_col = table.row(moving, qc, fixed);  // query rank moves
+                  const auto got_col = table.column_near(fixed, moving, qc, col_hint);
+                  ASSERT_EQ(got_col.size(), want_col.size()) << balance << " " << m.describe();
+                  for (size_t i = 0; i < want_col.size(); ++i) {
+                    EXPECT_EQ(got_col[i].q_rank, moving);
+                    EXPECT_EQ(got_col[i].qc, qc);
+                    EXPECT_EQ(got_col[i].kc, want_col[i].kc);
+                    EXPECT_EQ(got_col[i].kind, want_col[i].kind);
+                  }
+                }
+              }
+          }
+        }
+      }
+}
+
 TEST(MaskWork, BlockMaskPastTwoToThe31CountsPerVisibleBlock) {
   constexpr int64_t kBlock = int64_t{1} << 20;
   constexpr int64_t n = (int64_t{1} << 31) + 12345;

@@ -394,6 +394,17 @@ PairTable::PairTable(const Layout& layout, const MaskSpec& mask)
       }
       offsets_[static_cast<size_t>(qr) * chunks_ + qc + 1] = static_cast<int64_t>(entries_.size());
     }
+  // The key-rank-major view: a stable counting sort of the rows (visited by (q_rank, qc), each by
+  // (k_rank, kc)) by key rank keeps every column in (q_rank, qc, kc) order.
+  col_offsets_.assign(static_cast<size_t>(world_) + 1, 0);
+  for (const Entry& e : entries_) ++col_offsets_[static_cast<size_t>(e.k_rank) + 1];
+  for (int r = 0; r < world_; ++r) col_offsets_[r + 1] += col_offsets_[r];
+  columns_.resize(entries_.size());
+  std::vector<int64_t> fill(col_offsets_.begin(), col_offsets_.end() - 1);
+  for (int qr = 0; qr < world_; ++qr)
+    for (int qc = 0; qc < chunks_; ++qc)
+      for (const Entry& e : chunk_row(qr, qc))
+        columns_[static_cast<size_t>(fill[e.k_rank]++)] = {qr, qc, e.kc, e.kind};
 }
 
 std::span<const PairTable::Entry> PairTable::chunk_row(int q_rank, int qc) const {
@@ -408,6 +419,63 @@ std::span<const PairTable::Entry> PairTable::row(int q_rank, int qc, int k_rank)
   const auto hi = std::lower_bound(lo, all.end(), k_rank + 1,
                                    [](const Entry& e, int r) { return e.k_rank < r; });
   return {lo, hi};
+}
+
+namespace {
+
+// The first index of sorted `all` whose element is not below the target (`below(e)`: e sorts
+// before it), searched outwards from `hint` with doubling steps: O(log distance from the hint).
+template <class T, class Below>
+size_t gallop(std::span<const T> all, size_t hint, Below below) {
+  const size_t n = all.size();
+  size_t lo = 0, hi = n;
+  const size_t h = std::min(hint, n);
+  if (h < n && below(all[h])) {  // the answer is after h
+    size_t step = 1;
+    lo = h + 1;  // all[lo - 1] is below
+    while (lo + step - 1 < n && below(all[lo + step - 1])) {
+      lo += step;
+      step *= 2;
+    }
+    hi = std::min(n, lo + step - 1);
+  } else {  // the answer is at or before h
+    size_t step = 1;
+    hi = h;  // all[hi] (when hi < n) is not below
+    while (hi >= step && !below(all[hi - step])) {
+      hi -= step;
+      step *= 2;
+    }
+    lo = hi >= step ? hi - step + 1 : 0;
+  }
+  return static_cast<size_t>(std::partition_point(all.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                  all.begin() + static_cast<std::ptrdiff_t>(hi),
+                                                  below) -
+                             all.begin());
+}
+
+}  // namespace
+
+std::span<const PairTable::Entry> PairTable::row_near(int q_rank, int qc, int k_rank,
+                                                      size_t& hint) const {
+  const std::span<const Entry> all = chunk_row(q_rank, qc);
+  const size_t first = gallop(all, hint, [&](const Entry& e) { return e.k_rank < k_rank; });
+  size_t last = first;
+  while (last < all.size() && all[last].k_rank == k_rank) ++last;
+  hint = first;
+  return all.subspan(first, last - first);
+}
+
+std::span<const PairTable::ColumnEntry> PairTable::column_near(int k_rank, int q_rank, int qc,
+                                                               size_t& hint) const {
+  const std::span<const ColumnEntry> all{columns_.data() + col_offsets_[k_rank],
+                                         columns_.data() + col_offsets_[k_rank + 1]};
+  const size_t first = gallop(all, hint, [&](const ColumnEntry& e) {
+    return e.q_rank < q_rank || (e.q_rank == q_rank && e.qc < qc);
+  });
+  size_t last = first;
+  while (last < all.size() && all[last].q_rank == q_rank && all[last].qc == qc) ++last;
+  hint = first;
+  return all.subspan(first, last - first);
 }
 
 PairKind PairTable::kind(int q_rank, int qc, int k_rank, int kc) const {

@@ -81,6 +81,22 @@ class PairTable {
   PairKind kind(int q_rank, int qc, int k_rank, int kc) const;
   /// The non-empty pairs of query chunk (q_rank, qc) with the chunks of k_rank, kc ascending.
   std::span<const Entry> row(int q_rank, int qc, int k_rank) const;
+  /// row(q_rank, qc, k_rank), searched from `hint` (an index into chunk_row(q_rank, qc), any value)
+  /// outwards instead of over the whole row, and `hint` set to where the result begins: a caller
+  /// that asks for nearby key ranks in turn (the next bundle of a ring, or the same key rank in
+  /// the next query rank's row) pays O(log distance) instead of O(log row).
+  std::span<const Entry> row_near(int q_rank, int qc, int k_rank, size_t& hint) const;
+  /// One pair of the key-rank-major view: query chunk (q_rank, qc) with key chunk kc.
+  struct ColumnEntry {
+    int32_t q_rank = 0, qc = 0, kc = 0;
+    PairKind kind = PairKind::empty;
+  };
+  /// The same pairs as row(q_rank, qc, k_rank) (kc ascending), read from the column of k_rank
+  /// (all its non-empty pairs by (q_rank, qc, kc)) from `hint` outwards as row_near does: for a
+  /// caller that holds the key rank and moves the query rank (a burst backward's bundles).
+  std::span<const ColumnEntry> column_near(int k_rank, int q_rank, int qc, size_t& hint) const;
+  /// The non-empty pairs of query chunk (q_rank, qc) with every key chunk, by (k_rank, kc).
+  std::span<const Entry> chunk_row(int q_rank, int qc) const;
   /// True when some chunk pair of (q_rank, k_rank) is not empty.
   bool needs(int q_rank, int k_rank) const { return any_[q_rank * world_ + k_rank] != 0; }
   int chunks_per_rank() const { return chunks_; }
@@ -88,11 +104,12 @@ class PairTable {
   size_t size() const { return entries_.size(); }
 
  private:
-  std::span<const Entry> chunk_row(int q_rank, int qc) const;
   int world_, chunks_;
-  std::vector<int64_t> offsets_;  // [q_rank * chunks + qc] -> first entry; one more at the end
-  std::vector<Entry> entries_;    // per query chunk, by (k_rank, kc)
-  std::vector<uint8_t> any_;      // [q_rank][k_rank]
+  std::vector<int64_t> offsets_;      // [q_rank * chunks + qc] -> first entry; one more at the end
+  std::vector<Entry> entries_;        // per query chunk, by (k_rank, kc)
+  std::vector<int64_t> col_offsets_;  // [k_rank] -> first column entry; one more at the end
+  std::vector<ColumnEntry> columns_;  // per key rank, by (q_rank, qc, kc)
+  std::vector<uint8_t> any_;          // [q_rank][k_rank]
 };
 
 }  // namespace longseq::attention

@@ -11,6 +11,27 @@ namespace longseq::attention {
 using core::fail;
 using core::require;
 
+Pieces::Pieces(std::initializer_list<std::vector<int>> lists) {
+  for (const auto& l : lists) push_back(std::span<const int>(l));
+}
+
+void Pieces::push_back(std::span<const int> list) {
+  if (!data_) {
+    data_ = std::make_shared<Data>();
+  } else if (data_.use_count() > 1) {
+    data_ = std::make_shared<Data>(*data_);  // copies never see a later append
+  }
+  data_->ranks.insert(data_->ranks.end(), list.begin(), list.end());
+  data_->offsets.push_back(data_->ranks.size());
+}
+
+bool Pieces::operator==(const Pieces& o) const {
+  if (data_ == o.data_) return true;
+  if (size() != o.size()) return false;
+  if (size() == 0) return true;
+  return data_->offsets == o.data_->offsets && data_->ranks == o.data_->ranks;
+}
+
 comm::Topology schedule_topology(const Algorithm& algo, const comm::Topology& group) {
   if (algo.route != Route::double_ring || algo.inner == 0) return group;
   require(group.size() % algo.inner == 0, "attention", "--algo ", algo.name(),
@@ -125,11 +146,10 @@ Grid make_grid(const comm::Topology& topo) {
 struct RingView {
   Grid g;
   Route route = Route::flat;
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   std::vector<uint8_t> needs;  // [q member * n + k member]
   int size() const { return static_cast<int>(qp.size()); }
-  RingView(Grid grid, Route r, std::vector<std::vector<int>> q, std::vector<std::vector<int>> k,
-           const PairTable& pairs)
+  RingView(Grid grid, Route r, Pieces q, Pieces k, const PairTable& pairs)
       : g(std::move(grid)), route(r), qp(std::move(q)), kp(std::move(k)) {
     const int n = size();
     needs.assign(static_cast<size_t>(n) * n, 0);
@@ -221,6 +241,69 @@ Tree route_tree(int origin, const RingView& v, bool bundle_is_q) {
   return t;
 }
 
+// The route trees of one ring stored member by member: what plan_ring asks of member r about
+// the bundle of origin j (its step, its parent's, its kept children's and its gradient chain
+// neighbours' steps) lies at visits[row(r) * n + j], so planning one member reads one contiguous
+// row. (Reading n separate trees per member cost a cache miss per tree field per bundle: at
+// P = 1024 most of make_schedules.) Built tree by tree from route_tree, for every member or for
+// one (make_schedule).
+struct Visit {
+  int step = 0, parent = -1, parent_step = 0;
+  int prev = -1, prev_step = 0;  // gradient chain predecessor (-1: none)
+  int next = -1, next_step = 0;  // gradient chain successor (the origin after the last; -1: none)
+  uint32_t kids_at = 0;          // first kept child in Forest::kids[row]
+  uint32_t kids = 0;             // kept children
+  uint8_t kept = 0, needs = 0;
+};
+
+struct Forest {
+  int n = 0;
+  std::vector<int> row_of;  // [member] -> row, -1 when the member has none
+  std::vector<Visit> visits;
+  std::vector<std::vector<std::pair<int, int>>> kids;   // [row]: (child, its step), by bundle
+  std::vector<std::vector<std::pair<int, int>>> lasts;  // [origin]: (last of a chain, its step)
+  const Visit& at(int member, int origin) const {
+    return visits[static_cast<size_t>(row_of[member]) * n + origin];
+  }
+};
+
+Forest route_forest(const RingView& v, bool bq, int only = -1) {
+  Forest f;
+  f.n = v.size();
+  std::vector<int> members;
+  f.row_of.assign(f.n, -1);
+  for (int r = 0; r < f.n; ++r)
+    if (only < 0 || r == only) {
+      f.row_of[r] = static_cast<int>(members.size());
+      members.push_back(r);
+    }
+  f.visits.resize(members.size() * static_cast<size_t>(f.n));
+  f.kids.resize(members.size());
+  f.lasts.resize(f.n);
+  for (int j = 0; j < f.n; ++j) {
+    const Tree t = route_tree(j, v, bq);
+    for (size_t row = 0; row < members.size(); ++row) {
+      const int r = members[row];
+      Visit& x = f.visits[row * f.n + j];
+      x.kept = t.kept[r];
+      x.needs = t.needs[r];
+      x.step = t.step[r];
+      x.parent = t.parent[r];
+      x.parent_step = x.parent >= 0 ? t.step[x.parent] : 0;
+      x.prev = t.chain_prev[r];
+      x.prev_step = x.prev >= 0 ? t.step[x.prev] : 0;
+      x.next = t.chain_next[r];
+      x.next_step = x.next >= 0 ? t.step[x.next] : 0;
+      x.kids_at = static_cast<uint32_t>(f.kids[row].size());
+      for (int c = t.kids_begin[r]; c < t.kids_begin[r + 1]; ++c)
+        f.kids[row].push_back({t.kids[c], t.step[t.kids[c]]});
+      x.kids = static_cast<uint32_t>(f.kids[row].size()) - x.kids_at;
+    }
+    for (int a : t.chain_last) f.lasts[j].push_back({a, t.step[a]});
+  }
+  return f;
+}
+
 // Greedy interval colouring: intervals [start, free) share a slot when they do not overlap.
 class SlotPool {
  public:
@@ -248,8 +331,8 @@ struct Interval {
 };
 
 // The ring part of `rs` (member rs.member of `v`): transfers, work, accumulates, slots.
-void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& trees,
-               const PairTable& pairs, bool bq, bool backward) {
+void plan_ring(RankSchedule& rs, const RingView& v, const Forest& forest, const PairTable& pairs,
+               bool bq, bool backward) {
   const int world = v.size(), rank = rs.member;
   const int chunks = pairs.chunks_per_rank();
   std::vector<Interval> intervals;
@@ -263,45 +346,62 @@ void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& tre
   };
   std::vector<PendingAcc> accs;
   int last_step = 0;
+  std::vector<size_t> hints;  // PairTable::row_near hints by (q piece, q chunk, k piece)
+  std::vector<SubPair> scratch;
 
+  const std::vector<std::pair<int, int>>& my_kids = forest.kids[forest.row_of[rank]];
   for (int j = 0; j < world; ++j) {
-    const Tree& t = trees[j];
-    if (!t.kept[rank]) continue;
-    const int my = t.step[rank];
+    const Visit& t = forest.at(rank, j);
+    if (!t.kept) continue;
+    const int my = t.step;
 
     // ---- data part: receive from the parent, forward to kept children, compute if needed.
-    int start = j == rank ? 0 : t.step[t.parent[rank]];
+    int start = j == rank ? 0 : t.parent_step;
     int free = my + 1;
-    const int* kid0 = t.kids.data() + t.kids_begin[rank];
-    const int* kid1 = t.kids.data() + t.kids_begin[rank + 1];
-    for (const int* c = kid0; c != kid1; ++c) free = std::max(free, t.step[*c]);
+    const auto kid0 = my_kids.begin() + t.kids_at, kid1 = kid0 + t.kids;
+    for (auto c = kid0; c != kid1; ++c) free = std::max(free, c->second);
     intervals.push_back({start, free, 0, j, 0});
     const size_t data_iv = intervals.size() - 1;
     if (j == rank) {
       slot_of_work.push_back({static_cast<size_t>(-1), data_iv});  // own slot marker
     } else {
-      rs.xfers.push_back({false, t.parent[rank], j, Part::data, -1, start, my});
+      rs.xfers.push_back({false, t.parent, j, Part::data, -1, start, my});
       slot_of_xfer.push_back({rs.xfers.size() - 1, data_iv});
     }
-    for (const int* c = kid0; c != kid1; ++c) {
-      rs.xfers.push_back({true, *c, j, Part::data, -1, my, t.step[*c]});
+    for (auto c = kid0; c != kid1; ++c) {
+      rs.xfers.push_back({true, c->first, j, Part::data, -1, my, c->second});
       slot_of_xfer.push_back({rs.xfers.size() - 1, data_iv});
-      last_step = std::max(last_step, t.step[*c]);
+      last_step = std::max(last_step, c->second);
     }
 
     // ---- compute.
     long contrib_iv = -1;
-    if (t.needs[rank]) {
+    if (t.needs) {
       Work w;
       w.step = my;
       w.origin = j;
       const auto& qs = v.qp[bq ? j : rank];
       const auto& ks = v.kp[bq ? rank : j];
+      // The pairs of row(qs[a], qc, ks[b]), looked up from where the same (piece, chunk, piece)
+      // slot found them for the previous bundle: the bundle's side moves on by one member while
+      // ours stays, so the row (our query rank) or the column (our key rank, burst backward) is
+      // read front to back.
+      const size_t slots = qs.size() * static_cast<size_t>(chunks) * ks.size();
+      if (hints.size() < slots) hints.resize(slots, 0);
+      scratch.clear();
       for (size_t a = 0; a < qs.size(); ++a)
         for (int qc = 0; qc < chunks; ++qc)
-          for (size_t b = 0; b < ks.size(); ++b)
-            for (const PairTable::Entry& e : pairs.row(qs[a], qc, ks[b]))
-              w.pairs.push_back({qc, e.kc, e.kind, static_cast<int>(a), static_cast<int>(b)});
+          for (size_t b = 0; b < ks.size(); ++b) {
+            size_t& hint = hints[(a * chunks + qc) * ks.size() + b];
+            auto add = [&](const auto& e) {
+              scratch.push_back({qc, e.kc, e.kind, static_cast<int>(a), static_cast<int>(b)});
+            };
+            if (bq)
+              for (const auto& e : pairs.column_near(ks[b], qs[a], qc, hint)) add(e);
+            else
+              for (const auto& e : pairs.row_near(qs[a], qc, ks[b], hint)) add(e);
+          }
+      w.pairs.assign(scratch.begin(), scratch.end());  // one allocation of the exact size
       rs.work.push_back(std::move(w));
       slot_of_work.push_back({rs.work.size() - 1, data_iv});
       last_step = std::max(last_step, my);
@@ -314,10 +414,10 @@ void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& tre
     // the receiver adds it at step(next) + 1 (the origin: step(a) + 2). Ours, in chain order: the
     // partial from our predecessor, then our own; the origin receives every chain's last partial.
     const size_t first_acc = accs.size();
-    auto receive = [&](int a) {
-      const bool last = t.chain_next[a] == j;
-      const int send_post = t.step[a] + 1;
-      const int recv_wait = last ? t.step[a] + 2 : t.step[rank] + 1;
+    // `a` sends its partial to us; `last`: it is the last of its chain (we are the origin).
+    auto receive = [&](int a, int a_step, bool last) {
+      const int send_post = a_step + 1;
+      const int recv_wait = last ? a_step + 2 : my + 1;
       // A partial arrives into a receive slot and is added at recv_wait.
       intervals.push_back({send_post, recv_wait, 2, j, 0});
       const size_t recv_iv = intervals.size() - 1;
@@ -327,13 +427,13 @@ void plan_ring(RankSchedule& rs, const RingView& v, const std::vector<Tree>& tre
       last_step = std::max(last_step, recv_wait);
     };
     if (rank == j) {
-      for (int a : t.chain_last) receive(a);
-    } else if (t.chain_next[rank] >= 0) {
-      if (t.chain_prev[rank] >= 0) receive(t.chain_prev[rank]);
-      const int next = t.chain_next[rank];
+      for (const auto& [a, a_step] : forest.lasts[j]) receive(a, a_step, true);
+    } else if (t.next >= 0) {
+      if (t.prev >= 0) receive(t.prev, t.prev_step, false);  // its successor is us, not j
+      const int next = t.next;
       const bool last = next == j;
       const int send_post = my + 1;
-      const int recv_wait = last ? my + 2 : t.step[next] + 1;
+      const int recv_wait = last ? my + 2 : t.next_step + 1;
       // Our contribution slot lives from our compute until the forward of the sum completes.
       intervals.push_back({my, recv_wait, 1, j, 0});
       contrib_iv = static_cast<long>(intervals.size() - 1);
@@ -398,7 +498,7 @@ namespace {
 // What make_schedule decides before the ring: the rank's collective steps, ring and pieces (in
 // rs), and the ring's shape. Every member of one ring gets the same grid, route and pieces.
 struct RingSetup {
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   Grid grid;
   Route route = Route::flat;
 };
@@ -412,7 +512,7 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
   LONGSEQ_CHECK(rank >= 0 && rank < world);
   const bool fwd = pass == Pass::forward;
   rs.rank = rank;
-  std::vector<std::vector<int>> qp, kp;
+  Pieces qp, kp;
   Grid grid;
   Route route = Route::flat;
   switch (algo.family) {
@@ -420,7 +520,7 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
       rs.ring = iota_vec(0, world);
       rs.member = rank;
       for (int r = 0; r < world; ++r) qp.push_back({r});
-      kp = qp;
+      kp = qp;  // shared
       route = algo.route;
       // The flat ring ignores nodes (one grid row), so any placement of ranks runs it.
       grid = make_grid(route == Route::flat ? comm::Topology(world) : topo);
@@ -435,12 +535,12 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
       rs.ring = iota_vec(i, groups, u);
       rs.member = rank / u;
       for (int g = 0; g < groups; ++g) qp.push_back(iota_vec(g * u, u));
-      kp = qp;
+      kp = qp;  // shared
       rs.head_slices = u;
       rs.head_slice = i;
       if (u > 1) {
         const std::string part = core::cat("ulysses:", u);
-        const auto& mem = qp[rs.member];
+        const std::vector<int> mem(qp[rs.member].begin(), qp[rs.member].end());
         using F = Field;
         rs.pre.push_back({Op::to_heads,
                           fwd ? std::vector{F::q, F::k, F::v}
@@ -490,13 +590,6 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
   return {std::move(qp), std::move(kp), std::move(grid), route};
 }
 
-std::vector<Tree> route_trees(const RingView& v, bool bq) {
-  std::vector<Tree> trees;
-  trees.reserve(v.size());
-  for (int j = 0; j < v.size(); ++j) trees.push_back(route_tree(j, v, bq));
-  return trees;
-}
-
 }  // namespace
 
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
@@ -505,7 +598,7 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   RingSetup su = setup_schedule(rs, rank, topo, layout, algo, pass);
   const bool bq = bundle_is_query(algo, pass);
   const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
-  plan_ring(rs, view, route_trees(view, bq), pairs, bq, pass == Pass::backward);
+  plan_ring(rs, view, route_forest(view, bq, rs.member), pairs, bq, pass == Pass::backward);
   return rs;
 }
 
@@ -528,10 +621,13 @@ std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layou
       LONGSEQ_CHECK_MSG(setups[r].qp == su.qp && setups[r].kp == su.kp, "rank ", r,
                         " shares its ring with rank ", members.front(), " but not its pieces");
       setups[r] = {};
+      // One storage for the ring's pieces (equal lists, checked above).
+      out[r].q_pieces = out[members.front()].q_pieces;
+      out[r].kv_pieces = out[members.front()].kv_pieces;
     }
     const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
-    const std::vector<Tree> trees = route_trees(view, bq);
-    for (int r : members) plan_ring(out[r], view, trees, pairs, bq, pass == Pass::backward);
+    const Forest forest = route_forest(view, bq);
+    for (int r : members) plan_ring(out[r], view, forest, pairs, bq, pass == Pass::backward);
   }
   return out;
 }

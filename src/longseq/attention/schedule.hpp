@@ -36,6 +36,9 @@
 // base. Collectives run on cached sub-groups (comm::Group::split_cached) whose messages never
 // meet user tags. So no two transfers between one pair of ranks share a tag, at any world size.
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -176,6 +179,55 @@ struct Collective {
   int to = -1, from = -1, tag = 0;
 };
 
+/// By ring member, the world ranks whose shards that member's query side (or key side) holds: a
+/// list of lists, stored flat (offsets and ranks) and shared between copies. Every rank's schedule
+/// carries the lists of all members of its ring, so as a vector of vectors they cost P
+/// allocations per rank (P^2 for the planner's cluster-sized sets of schedules); flat and shared,
+/// the members of one ring hold one copy.
+class Pieces {
+ public:
+  Pieces() = default;
+  /// From the lists, by member.
+  Pieces(std::initializer_list<std::vector<int>> lists);
+  /// Appends member size()'s list (before the Pieces is copied: copies share their storage).
+  void push_back(std::span<const int> list);
+  void push_back(std::initializer_list<int> list) { push_back(std::span<const int>(list)); }
+  size_t size() const { return data_ ? data_->offsets.size() - 1 : 0; }
+  bool empty() const { return size() == 0; }
+  std::span<const int> operator[](size_t member) const {
+    return {data_->ranks.data() + data_->offsets[member],
+            data_->ranks.data() + data_->offsets[member + 1]};
+  }
+  /// Same lists (copies of one Pieces compare without reading them).
+  bool operator==(const Pieces& o) const;
+  /// Identifies the storage: copies of one Pieces (the members of one ring) give the same value.
+  const void* storage() const { return data_.get(); }
+
+  class iterator {
+   public:
+    iterator(const Pieces* p, size_t i) : p_(p), i_(i) {}
+    std::span<const int> operator*() const { return (*p_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const Pieces* p_;
+    size_t i_;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+
+ private:
+  struct Data {
+    std::vector<size_t> offsets{0};
+    std::vector<int> ranks;
+  };
+  std::shared_ptr<Data> data_;
+};
+
 /// Everything one rank does in one pass.
 struct RankSchedule {
   int rank = 0;
@@ -189,7 +241,7 @@ struct RankSchedule {
   std::vector<int> ring;  ///< world rank of every ring member
   int member = 0;         ///< this rank's index in `ring`
   /// By member: the world ranks whose shards its query side / key side hold.
-  std::vector<std::vector<int>> q_pieces, kv_pieces;
+  Pieces q_pieces, kv_pieces;
   int head_slices = 1;  ///< Ulysses degree: the sides hold 1/head_slices of the heads
   int head_slice = 0;   ///< which slice (the rank's index in its Ulysses group)
   std::vector<Collective> pre, post;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "longseq/attention/schedule.hpp"
@@ -185,76 +186,82 @@ const PairTable& pair_table(const Layout& layout, const MaskSpec& mask) {
   return *it->second;
 }
 
-// Visible pairs of every (q rank, q chunk, k rank, k chunk) of a layout, cached: the planner asks
-// for the same layout under many algorithms and passes.
-class PairCounts {
+// Query rows of chunk `q` below the query limit (-1: all rows).
+int64_t limited_rows(const Chunk& q, int64_t q_limit) {
+  return q_limit < 0 ? q.len : std::clamp<int64_t>(q_limit - q.local_begin, 0, q.len);
+}
+
+// Visible pairs of chunk pairs of one (layout, mask, query limit): a full pair is rows x keys; a
+// partial one is counted row by row (visible_pairs), memoised by its shift-invariant key when
+// neither chunk reaches into the padding. Such a count depends only on the offset between the
+// two chunks (visible_pairs clamps a row's key range to [0, n), which cuts no key of a chunk
+// that lies inside [0, n)), so the zigzag diagonals and window neighbours of all P ranks are
+// counted once per shape instead of once per rank.
+class VisibleCounter {
  public:
-  PairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit, int64_t tile_q,
-             int64_t tile_k) {
-    const int world = layout.world();
-    chunks_ = static_cast<int>(layout.chunks(0).size());
-    world_ = world;
-    const PairTable& table = pair_table(layout, mask);
-    counts_.assign(static_cast<size_t>(world) * chunks_ * world * chunks_, 0);
-    if (tile_q > 0) tiles_.assign(counts_.size(), TileWork{});
-    for (int qr = 0; qr < world; ++qr)
-      for (int qc = 0; qc < chunks_; ++qc)
-        for (int kr = 0; kr < world; ++kr)
-          for (int kc = 0; kc < chunks_; ++kc) {
-            const PairKind kind = table.kind(qr, qc, kr, kc);
-            if (kind == PairKind::empty) continue;
-            const Chunk& q = layout.chunks(qr)[qc];
-            const Chunk& k = layout.chunks(kr)[kc];
-            int64_t v;
-            if (kind == PairKind::full)  // every pair visible: no padding, every row counts
-              v = (q_limit < 0 ? q.len : std::clamp<int64_t>(q_limit - q.local_begin, 0, q.len)) *
-                  k.len;
-            else
-              v = visible_pairs(q, k, layout.global_len(), mask, q_limit);
-            counts_[index(qr, qc, kr, kc)] = v;
-            if (tile_q > 0)
-              tiles_[index(qr, qc, kr, kc)] =
-                  kernel_tile_work(q, k, layout.global_len(), mask, tile_q, tile_k, q_limit);
-          }
-  }
-  int64_t at(int qr, int qc, int kr, int kc) const { return counts_[index(qr, qc, kr, kc)]; }
-  /// Computed pairs (only when built with tiles).
-  const TileWork& tiles(int qr, int qc, int kr, int kc) const {
-    return tiles_[index(qr, qc, kr, kc)];
-  }
-  int64_t total() const {
-    int64_t t = 0;
-    for (int64_t v : counts_) t += v;
-    return t;
+  VisibleCounter(int64_t n, const MaskSpec& mask, int64_t q_limit)
+      : n_(n), mask_(mask), q_limit_(q_limit) {}
+  int64_t operator()(const Chunk& q, const Chunk& k, PairKind kind) {
+    const int64_t rows = limited_rows(q, q_limit_);
+    if (kind == PairKind::empty) return 0;
+    if (kind == PairKind::full) return rows * k.len;  // every pair visible, no padding
+    const bool inside = rows == 0 || (q.pos_begin + (rows - 1) * q.pos_stride < n_ &&
+                                      k.pos_begin + (k.len - 1) * k.pos_stride < n_);
+    if (!inside) return visible_pairs(q, k, n_, mask_, q_limit_);
+    const Key key{q.pos_begin - k.pos_begin, rows, q.pos_stride, k.len, k.pos_stride};
+    auto it = memo_.find(key);
+    if (it == memo_.end()) it = memo_.emplace(key, visible_pairs(q, k, n_, mask_, q_limit_)).first;
+    return it->second;
   }
 
  private:
-  size_t index(int qr, int qc, int kr, int kc) const {
-    return ((static_cast<size_t>(qr) * chunks_ + qc) * world_ + kr) * chunks_ + kc;
-  }
-  int world_ = 1, chunks_ = 1;
-  std::vector<int64_t> counts_;
-  std::vector<TileWork> tiles_;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  int64_t n_;
+  const MaskSpec& mask_;
+  int64_t q_limit_;
+  std::map<Key, int64_t> memo_;
 };
 
-const PairCounts& pair_counts(const Layout& layout, const MaskSpec& mask, int64_t q_limit,
-                              int64_t tile_q = 0, int64_t tile_k = 0) {
-  using Key = std::tuple<int, int64_t, int, int64_t, std::string, int64_t, int64_t>;
+// Visible pairs of every (q rank, k rank) of a layout under the mask and a query limit, summed
+// over their non-empty chunk pairs: P^2 integers built from the PairTable's non-empty entries
+// (linear in them), where a table of every (q rank, q chunk, k rank, k chunk) cost P^2 chunks^2
+// entries and a classification lookup each. Cached: the planner asks for the same layout under
+// many algorithms and passes.
+class RankPairCounts {
+ public:
+  RankPairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit)
+      : world_(layout.world()) {
+    const PairTable& table = pair_table(layout, mask);
+    VisibleCounter count(layout.global_len(), mask, q_limit);
+    counts_.assign(static_cast<size_t>(world_) * world_, 0);
+    for (int qr = 0; qr < world_; ++qr)
+      for (int qc = 0; qc < table.chunks_per_rank(); ++qc) {
+        const Chunk& q = layout.chunks(qr)[qc];
+        int64_t* row = counts_.data() + static_cast<size_t>(qr) * world_;
+        for (const PairTable::Entry& e : table.chunk_row(qr, qc))
+          row[e.k_rank] += count(q, layout.chunks(e.k_rank)[e.kc], e.kind);
+      }
+  }
+  /// Visible pairs of all chunk pairs of query rank qr with key rank kr.
+  int64_t at(int qr, int kr) const { return counts_[static_cast<size_t>(qr) * world_ + kr]; }
+
+ private:
+  int world_;
+  std::vector<int64_t> counts_;
+};
+
+const RankPairCounts& rank_pair_counts(const Layout& layout, const MaskSpec& mask,
+                                       int64_t q_limit) {
+  using Key = std::tuple<int, int64_t, int, int64_t, std::string>;
   static std::mutex mu;
-  static std::map<Key, std::unique_ptr<PairCounts>> cache;
-  const Key key{static_cast<int>(layout.balance()),
-                layout.global_len(),
-                layout.world(),
-                q_limit,
-                mask.describe(),
-                tile_q,
-                tile_k};
+  static std::map<Key, std::unique_ptr<RankPairCounts>> cache;
+  const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(), q_limit,
+                mask.describe()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() > 64) cache.clear();
-    it = cache.emplace(key, std::make_unique<PairCounts>(layout, mask, q_limit, tile_q, tile_k))
-             .first;
+    it = cache.emplace(key, std::make_unique<RankPairCounts>(layout, mask, q_limit)).first;
   }
   return *it->second;
 }
@@ -296,13 +303,40 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   const bool fwd = pass == Pass::forward;
   const int64_t tq = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_q : hw.tiles.bwd_q) : 0;
   const int64_t tk = hw.tiles.enabled() ? (fwd ? hw.tiles.fwd_k : hw.tiles.bwd_k) : 0;
-  const PairCounts& counts = pair_counts(set.layout, p.mask, q_limit, tq, tk);
   const double per_pair = (fwd ? 4.0 : 10.0) * static_cast<double>(hq_s * p.d);
+  // The FLOPs of a work item were summed pair by pair in doubles (f += count); every partial sum
+  // is an integer no larger than the item's rows_q x rows_k pairs, so below 2^53 each sum is exact
+  // and the total is the same double in any order: then the item's count is the sum of its rank
+  // pairs' totals (RankPairCounts), one lookup per piece pair. Above 2^53 (never at planner sizes,
+  // kept for exactness) the pairs are summed in their order as before.
+  size_t max_q_pieces = 0, max_kv_pieces = 0;
+  bool single_pieces = true;                           // every side one shard (the ring family)
+  std::set<std::pair<const void*, const void*>> seen;  // each ring's lists read once
+  for (const RankSchedule& rs : set.ranks) {
+    if (!seen.insert({rs.q_pieces.storage(), rs.kv_pieces.storage()}).second) continue;
+    for (const auto& v : rs.q_pieces) {
+      max_q_pieces = std::max(max_q_pieces, v.size());
+      single_pieces = single_pieces && v.size() == 1;
+    }
+    for (const auto& v : rs.kv_pieces) {
+      max_kv_pieces = std::max(max_kv_pieces, v.size());
+      single_pieces = single_pieces && v.size() == 1;
+    }
+  }
+  const bool exact_sums = static_cast<double>(l) * static_cast<double>(max_q_pieces) *
+                              static_cast<double>(l) * static_cast<double>(max_kv_pieces) <
+                          9007199254740992.0;  // 2^53
+  const RankPairCounts* rank_counts =
+      exact_sums ? &rank_pair_counts(set.layout, p.mask, q_limit) : nullptr;
+  VisibleCounter chunk_count(set.layout.global_len(), p.mask, q_limit);
   // The (q rank, q chunk, k rank, k chunk) of every pair of a step.
   auto for_pairs = [&](int rank, const attention::Work& w, auto&& f) {
     const RankSchedule& rs = set.ranks[rank];
     const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
-    for (const auto& sp : w.pairs) f(rs.q_pieces[qm][sp.qp], sp.qc, rs.kv_pieces[km][sp.kp], sp.kc);
+    for (const auto& sp : w.pairs) {
+      const int qr = rs.q_pieces[qm][sp.qp], kr = rs.kv_pieces[km][sp.kp];
+      f(set.layout.chunks(qr)[sp.qc], set.layout.chunks(kr)[sp.kc], sp.kind);
+    }
   };
 
   // A work item is fixed by its (query member, key member) and the ranks' pieces, and ranks with
@@ -313,8 +347,17 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   std::vector<int> rep;  // a rank of every class
   {
     std::map<uint64_t, std::vector<int>> by_hash;  // hash -> classes
+    // Ranks whose pieces are copies of one storage (the members of a ring) are one class without
+    // reading the lists.
+    std::map<std::pair<const void*, const void*>, int> by_storage;
     for (int r = 0; r < world; ++r) {
       const RankSchedule& rs = set.ranks[r];
+      const auto [known, fresh] =
+          by_storage.try_emplace({rs.q_pieces.storage(), rs.kv_pieces.storage()}, -1);
+      if (!fresh) {
+        cls[r] = known->second;
+        continue;
+      }
       uint64_t h = 1469598103934665603ull;
       for (const auto* pieces : {&rs.q_pieces, &rs.kv_pieces})
         for (const auto& v : *pieces) {
@@ -332,6 +375,7 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
         rep.push_back(r);
         cands.push_back(cls[r]);
       }
+      known->second = cls[r];
     }
   }
   auto memo_table = [&] {
@@ -360,10 +404,25 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
+    if (rank_counts && single_pieces) {  // one lookup: no memo needed
+      const RankSchedule& rs = set.ranks[rank];
+      const int qr = rs.q_pieces[bq ? w.origin : rs.member][0];
+      const int kr = rs.kv_pieces[bq ? rs.member : w.origin][0];
+      return static_cast<double>(rank_counts->at(qr, kr)) * per_pair;
+    }
     return memoized(flops_memo, rank, w, [&] {
+      if (rank_counts) {
+        const RankSchedule& rs = set.ranks[rank];
+        const auto& qs = rs.q_pieces[bq ? w.origin : rs.member];
+        const auto& ks = rs.kv_pieces[bq ? rs.member : w.origin];
+        int64_t pairs = 0;
+        for (int qr : qs)
+          for (int kr : ks) pairs += rank_counts->at(qr, kr);
+        return static_cast<double>(pairs) * per_pair;
+      }
       double f = 0;
-      for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
-        f += static_cast<double>(counts.at(qr, qc, kr, kc));
+      for_pairs(rank, w, [&](const Chunk& q, const Chunk& k, PairKind kind) {
+        f += static_cast<double>(chunk_count(q, k, kind));
       });
       return f * per_pair;
     });
@@ -377,8 +436,9 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
       return memoized(cost_memo, rank, w, [&] {
         double f = 0;
-        for_pairs(rank, w, [&](int qr, int qc, int kr, int kc) {
-          const TileWork& t = counts.tiles(qr, qc, kr, kc);
+        for_pairs(rank, w, [&](const Chunk& q, const Chunk& k, PairKind) {
+          const TileWork t =
+              kernel_tile_work(q, k, set.layout.global_len(), p.mask, tq, tk, q_limit);
           f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
         });
         return f * per_pair;
@@ -438,23 +498,33 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
 
 }  // namespace
 
-AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
-                             double frac, bool keep) {
+Algorithm forward_key(const Algorithm& a) {
+  Algorithm k = a;
+  k.backward = Algorithm{}.backward;
+  return k;
+}
+
+AttentionCost cost_forward(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
+                           double frac, bool keep) {
   validate_algo(a, p);
   AttentionCost c;
   const ScheduleSet fwd = make_schedules(a, p, Pass::forward);
   c.forward = replay_pass(fwd, a, p, Pass::forward, hw, -1, keep, &c.buffer_bytes_forward);
-  c.backward = replay_pass(make_schedules(a, p, Pass::backward), a, p, Pass::backward, hw, -1, keep,
-                           &c.buffer_bytes_backward);
   const int64_t l = fwd.layout.local_len();
   const RankSchedule& r0 = fwd.ranks[0];
   if (frac > 0) {
     // The executor limits the query rows only where the query side is the rank's own tokens (no
-    // collective steps); elsewhere the recomputation is the whole forward.
+    // collective steps); elsewhere the recomputation is the whole forward, whose replay (the same
+    // schedules, no query limit) is c.forward's: taken from it instead of replayed again.
     const bool own_rows = r0.pre.empty();
-    c.partial_recompute = replay_pass(
-        fwd, a, p, Pass::forward, hw,
-        own_rows ? static_cast<int64_t>(frac * static_cast<double>(l)) : -1, false, nullptr);
+    if (own_rows) {
+      c.partial_recompute =
+          replay_pass(fwd, a, p, Pass::forward, hw,
+                      static_cast<int64_t>(frac * static_cast<double>(l)), false, nullptr);
+    } else {
+      c.partial_recompute = c.forward;
+      c.partial_recompute.timeline.reset();
+    }
     c.recompute_fraction = frac;
   }
   // Gathered sides beyond the rank's own q, k, v (StarTrail: 3(C-1)A, WallFacer eq. (10)).
@@ -466,6 +536,20 @@ AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Har
   c.extra_activation_bytes =
       (q_side - static_cast<double>(l * p.hq) + 2 * (kv_side - static_cast<double>(l * p.hkv))) *
       static_cast<double>(p.d) * hw.dtype_bytes;
+  return c;
+}
+
+void cost_backward(const Algorithm& a, const AttnProblem& p, const Hardware& hw, AttentionCost& c,
+                   bool keep) {
+  validate_algo(a, p);
+  c.backward = replay_pass(make_schedules(a, p, Pass::backward), a, p, Pass::backward, hw, -1, keep,
+                           &c.buffer_bytes_backward);
+}
+
+AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
+                             double frac, bool keep) {
+  AttentionCost c = cost_forward(a, p, hw, frac, keep);
+  cost_backward(a, p, hw, c, keep);
   return c;
 }
 

@@ -79,6 +79,21 @@ AttentionCost cost_attention(const attention::Algorithm& algo, const AttnProblem
                              const Hardware& hw, double recompute_fraction = 0,
                              bool keep_timelines = false);
 
+/// cost_attention in two halves, for a caller that shares one forward among the algorithms whose
+/// forward passes are the same (equal forward_key): cost_forward fills forward,
+/// partial_recompute, recompute_fraction, buffer_bytes_forward and extra_activation_bytes;
+/// cost_backward fills backward and buffer_bytes_backward. cost_attention(a) is cost_forward(a)
+/// then cost_backward(a) on the result, bit for bit.
+AttentionCost cost_forward(const attention::Algorithm& algo, const AttnProblem& prob,
+                           const Hardware& hw, double recompute_fraction = 0,
+                           bool keep_timelines = false);
+void cost_backward(const attention::Algorithm& algo, const AttnProblem& prob, const Hardware& hw,
+                   AttentionCost& cost, bool keep_timelines = false);
+/// `algo` with the default backward variant: the forward schedules (and so cost_forward) do not
+/// depend on the backward variant (ring and burst, double-ring:I and double-ring:I:ring,
+/// usp:U and usp:U:ring run the same forward).
+attention::Algorithm forward_key(const attention::Algorithm& algo);
+
 /// The executor's schedules of an algorithm, one per rank, and the topology they run on
 /// (attention::schedule_topology: a double ring's inner rings are blocks of algo.inner ranks, of
 /// prob.gpus_per_node when algo.inner is 0; physical placement is gpus_per_node).

@@ -269,29 +269,86 @@ std::vector<Evaluation> plan(const PlanOptions& o) {
   if (losses.empty()) losses = {model::LossMode::fused, model::LossMode::unfused};
   const AttnProblem prob = attention_problem(o);
 
-  // The algorithms' replays are independent: one per thread (results by index, so the ranking is
-  // the same for any thread count).
+  // The replays are independent: tasks on all hardware threads, results by index (so the ranking
+  // is the same for any thread count). A task is one algorithm's backward, or one forward shared
+  // by every algorithm with its forward_key (ring and burst, the two backward variants of a double
+  // ring or of USP run the same forward schedules). Largest first: (rank, bundle) items are about
+  // P x ring length, and the pool finishes sooner when the long replays start first.
   std::vector<AttentionCost> costs(algos.size());
   std::vector<std::string> reasons(algos.size());
-  std::vector<std::exception_ptr> broken(algos.size());
+  std::vector<size_t> shared(algos.size());  // the algorithm whose forward task serves algo i
+  struct Task {
+    size_t algo;
+    bool forward;
+    double size;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    shared[i] = i;
+    for (size_t j = 0; j < i; ++j)
+      if (forward_key(algos[j]) == forward_key(algos[i])) {
+        shared[i] = j;
+        break;
+      }
+    const Algorithm& a = algos[i];
+    const double ring = a.ring_family()                      ? prob.world
+                        : a.family == Algorithm::Family::usp ? prob.world / std::max(1, a.degree)
+                        : a.family == Algorithm::Family::startrail
+                            ? prob.world / std::max(1, a.team * a.team)
+                            : 1.0;
+    const double size = static_cast<double>(prob.world) * ring;
+    if (shared[i] == i) tasks.push_back({i, true, size});
+    tasks.push_back({i, false, size});
+  }
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [](const Task& x, const Task& y) { return x.size > y.size; });
+  std::vector<AttentionCost> forwards(algos.size()), backwards(algos.size());
+  std::vector<std::exception_ptr> broken(tasks.size());
+  std::vector<std::string> task_reason[2] = {std::vector<std::string>(algos.size()),
+                                             std::vector<std::string>(algos.size())};
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i = next++; i < algos.size(); i = next++) try {
-        costs[i] = cost_attention(algos[i], prob, o.hw, o.seq_selective_fraction);
+    for (size_t t = next++; t < tasks.size(); t = next++) {
+      const Task& task = tasks[t];
+      try {
+        if (task.forward)
+          forwards[task.algo] =
+              cost_forward(algos[task.algo], prob, o.hw, o.seq_selective_fraction);
+        else
+          cost_backward(algos[task.algo], prob, o.hw, backwards[task.algo]);
       } catch (const core::Error& e) {
-        reasons[i] = e.what();
+        task_reason[task.forward ? 0 : 1][task.algo] = e.what();
       } catch (...) {
-        broken[i] = std::current_exception();
+        broken[t] = std::current_exception();
       }
+    }
   };
   const size_t threads =
-      std::min<size_t>(algos.size(), std::max(1u, std::thread::hardware_concurrency()));
+      std::min<size_t>(tasks.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
   for (const auto& e : broken)
     if (e) std::rethrow_exception(e);
+  // cost_attention's order: the forward's reason first (it would have thrown before the backward).
+  // A reason names its algorithm, so a shared forward that failed is run again under the
+  // algorithm's own name (an error path: validate_algo, which names it, fails first nearly always).
+  for (size_t i = 0; i < algos.size(); ++i) {
+    reasons[i] = task_reason[0][shared[i]];
+    if (!reasons[i].empty() && shared[i] != i) try {
+        forwards[i] = cost_forward(algos[i], prob, o.hw, o.seq_selective_fraction);
+        reasons[i].clear();
+        shared[i] = i;
+      } catch (const core::Error& e) {
+        reasons[i] = e.what();
+      }
+    if (reasons[i].empty()) reasons[i] = task_reason[1][i];
+    if (!reasons[i].empty()) continue;
+    costs[i] = forwards[shared[i]];
+    costs[i].backward = std::move(backwards[i].backward);
+    costs[i].buffer_bytes_backward = backwards[i].buffer_bytes_backward;
+  }
 
   std::vector<Evaluation> out;
   for (size_t ai = 0; ai < algos.size(); ++ai) {

@@ -63,7 +63,10 @@ struct Timeline {
   int critical_rank() const;
 };
 
-/// What the replay needs to know about one pass beyond the schedules themselves.
+/// What the replay needs to know about one pass beyond the schedules themselves. The functions
+/// must be pure: replay() asks `bytes` and `same_node` once per transfer (of its send side) and
+/// `flops` / `cost_flops` once per work item, all before the replay and rank by rank, not at the
+/// moment the replay reaches them.
 struct ReplayModel {
   /// Bytes of one transfer (by its part: data or grad).
   std::function<double(const attention::Xfer&)> bytes;
@@ -88,7 +91,9 @@ struct ReplayModel {
 };
 
 /// Replays `schedules` (one per rank, all of the same pass). Throws nothing; a send without its
-/// receive is a broken schedule invariant (LONGSEQ_CHECK).
+/// receive is a broken schedule invariant (LONGSEQ_CHECK). Cost: linear in the schedules' items
+/// (every transfer and work item is numbered, sorted by step with a counting sort and visited
+/// once, in (step, rank, list) order through one array).
 Timeline replay(const std::vector<attention::RankSchedule>& schedules, const ReplayModel& model);
 
 /// An SVG drawing of the timelines: one lane per rank with three rows (compute, intra-node sends,
