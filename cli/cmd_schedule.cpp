@@ -25,18 +25,18 @@ struct ScheduleArgs {
 
 namespace {
 
+const char* const kField[] = {"q", "k", "v", "do", "D", "lse", "o", "dq", "dk", "dv"};
+
 // One rank's collective steps before step 0 (pre) or after the last step.
 void print_collectives(const std::vector<attention::RankSchedule>& all, const char* when,
                        bool pre) {
   using namespace attention;
-  static const char* kOp[] = {"AG", "RS", "A2H", "H2A", "MRG", "SR"};
-  static const char* kField[] = {"q", "k", "v", "do", "D", "lse", "o", "dq", "dk", "dv"};
+  static const char* kOp[] = {"AG", "RS", "A2H", "H2A", "MRG"};
   for (size_t r = 0; r < all.size(); ++r)
     for (const Collective& c : pre ? all[r].pre : all[r].post) {
       std::string m, f;
       for (int x : c.members) m += core::cat(m.empty() ? "" : ",", x);
       for (Field x : c.fields) f += core::cat(f.empty() ? "" : ",", kField[int(x)]);
-      if (c.op == Collective::Op::send_recv) m = core::cat("->", c.to, " <-", c.from);
       std::printf("  %s r%zu: %s[%s](%s)\n", when, r, kOp[int(c.op)], m.c_str(), f.c_str());
     }
 }
@@ -49,12 +49,20 @@ void print_step(const std::vector<attention::RankSchedule>& all, const comm::Top
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     std::string cell;
     for (const Work& w : all[r].work)
-      if (w.step == s) cell += core::cat("C", all[r].ring[w.origin], "(", w.pairs.size(), ") ");
+      if (w.step == s)
+        cell += core::cat("C", all[r].ring[w.origin], w.unit >= 0 ? core::cat("/", w.unit) : "",
+                          "(", w.pairs.size(), ") ");
     for (const Xfer& x : all[r].xfers)
       if (x.post_step == s) {
-        const char c = x.part == Part::data ? (x.send ? 's' : 'r') : (x.send ? 'g' : 'G');
-        cell += std::string(1, c) + std::to_string(x.peer) + "@" + std::to_string(x.wait_step) +
-                (topo.same_node(r, x.peer) ? "" : "*") + " ";
+        const char c = x.part == Part::data   ? (x.send ? 's' : 'r')
+                       : x.part == Part::grad ? (x.send ? 'g' : 'G')
+                                              : (x.send ? 'x' : 'X');
+        const std::string block = x.part == Part::side
+                                      ? core::cat(kField[int(all[r].side_blocks[x.slot].field)],
+                                                  all[r].side_blocks[x.slot].unit)
+                                      : "";
+        cell += std::string(1, c) + block + ":" + std::to_string(x.peer) + "@" +
+                std::to_string(x.wait_step) + (topo.same_node(r, x.peer) ? "" : "*") + " ";
       }
     std::printf(" r%d: %-26s|", r, cell.c_str());
   }
@@ -78,10 +86,11 @@ int print_schedule(const ScheduleArgs& a) {
                 std::string(balance_name(layout.balance())).c_str(), mask.describe().c_str(),
                 static_cast<long long>(a.seq));
     std::printf(
-        "  C<j>: compute with rank j's bundle (pairs)   s/r: data send/recv   g/G: gradient "
-        "send/recv   peer@wait-step, '*' = inter-node\n  collective steps (before step 0 / "
-        "after the last): AG all-gather, RS reduce-scatter, A2H/H2A all-to-all into/out of head "
-        "slices, MRG all-to-all + LSE merge, SR send->to/recv<-from; [members] (fields)\n");
+        "  C<j>[/u]: compute with rank j's bundle [key-side block u] (pairs)   s/r: data "
+        "send/recv   g/G: gradient send/recv   x/X<field><u>: side block send/recv   "
+        "peer@wait-step, '*' = inter-node\n  collective steps (before step 0 / after the last): "
+        "AG all-gather, RS reduce-scatter, A2H/H2A all-to-all into/out of head slices, MRG "
+        "all-to-all + LSE merge; [members] (fields)\n");
     std::vector<RankSchedule> all;
     int steps = 0;
     for (int r = 0; r < a.world; ++r) {

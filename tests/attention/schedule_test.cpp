@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -300,21 +301,19 @@ void check_all_ranks(const std::vector<RankSchedule>& all, const std::string& wh
   };
   for (const RankSchedule& rs : all) {
     const int r = rs.rank;
+    const int ring_tags = 2 * static_cast<int>(rs.ring.size());
     for (const Xfer& x : rs.xfers) {
       ASSERT_NE(x.peer, r) << what;
-      ASSERT_LT(x.tag, 2 * static_cast<int>(rs.ring.size())) << what;
+      if (x.part == Part::side) {  // after the ring's tags: 4 fields x the staged blocks
+        ASSERT_GE(x.tag, ring_tags) << what;
+        ASSERT_LT(x.tag, ring_tags + 4 * rs.side_units) << what;
+      } else {
+        ASSERT_LT(x.tag, ring_tags) << what;
+      }
       count(x.send ? r : x.peer, x.send ? x.peer : r, x.tag, x.send);
     }
     for (const auto* list : {&rs.pre, &rs.post})
       for (const Collective& c : *list) {
-        if (c.op == Collective::Op::send_recv) {
-          ASSERT_GE(c.tag, 2 * static_cast<int>(rs.ring.size())) << what;
-          for (size_t f = 0; f < c.fields.size(); ++f) {
-            if (c.to != r) count(r, c.to, c.tag + static_cast<int>(f), true);
-            if (c.from != r) count(c.from, r, c.tag + static_cast<int>(f), false);
-          }
-          continue;
-        }
         // Every member names the same sub-group under the same partition at the same step.
         ASSERT_NE(std::find(c.members.begin(), c.members.end(), r), c.members.end()) << what;
         for (int m : c.members) {
@@ -381,4 +380,159 @@ TEST(Schedule, EveryAlgorithmTagsMatchAtLargeWorlds) {
     }
   }
   EXPECT_GT(cases, 120);
+}
+
+namespace {
+
+// StarTrail's staged side transfers (schedule.hpp) of one pass, all ranks: every block sent is
+// received with the same field, rows and unit; the blocks a rank receives cover its key side (and
+// in the backward the gradients of its team's shards) once; a chunk pair is computed only after
+// the block holding its keys has been waited for, and a block's gradients leave only after the
+// last pair that writes them; the own K,V bundle leaves only once complete; the staged works keep
+// the unstaged order of every output row's chunk pairs (so sums and merges round alike).
+void check_staged(const std::vector<RankSchedule>& all, const Layout& layout,
+                  const PairTable& pairs, Algorithm algo, Pass pass, const std::string& what) {
+  const bool backward = pass == Pass::backward;
+  const int64_t l = layout.local_len();
+  const int cpr = pairs.chunks_per_rank();
+  const int split = std::min(cpr, kSideSplit);
+  std::map<std::tuple<int, int, int>, const SideBlock*> sent;  // (from, to, tag)
+  std::map<std::tuple<int, int, int>, const Xfer*> sides[2];   // [send] (from, to, tag)
+  for (const RankSchedule& rs : all)
+    for (const Xfer& x : rs.xfers) {
+      if (x.part == Part::side && x.send) sent[{rs.rank, x.peer, x.tag}] = &rs.side_blocks[x.slot];
+      sides[x.send][x.send ? std::make_tuple(rs.rank, x.peer, x.tag)
+                           : std::make_tuple(x.peer, rs.rank, x.tag)] = &x;
+    }
+  // Across ranks, every transfer (ring or side) is posted by both sides before either waits: the
+  // executor's deadlock freedom and the replay's order (schedule.hpp "Timing is logical").
+  for (const auto& [key, s] : sides[1]) {
+    const auto it = sides[0].find(key);
+    ASSERT_NE(it, sides[0].end()) << what;
+    const Xfer& r = *it->second;
+    EXPECT_LT(s->post_step, r.wait_step) << what << " transfer " << std::get<0>(key) << " -> "
+                                         << std::get<1>(key) << " tag " << std::get<2>(key);
+    EXPECT_LT(r.post_step, s->wait_step) << what << " transfer " << std::get<0>(key) << " -> "
+                                         << std::get<1>(key) << " tag " << std::get<2>(key);
+  }
+  for (const RankSchedule& rs : all) {
+    SCOPED_TRACE(what + " rank " + std::to_string(rs.rank));
+    ASSERT_EQ(rs.side_units, algo.team * split);
+    const int units = rs.side_units;
+    auto unit_of = [&](int kp, int kc) { return kp * split + kc * split / cpr; };
+    // Rows received per field, and the step each unit of k and v is waited at.
+    std::map<Field, std::vector<int>> rows;
+    std::vector<int> ready(units, 0);  // wait step of unit u's k and v (0: the side was ours)
+    std::vector<int> leaves(units, std::numeric_limits<int>::max());  // first dK,dV send post
+    bool received = false;
+    for (const Xfer& x : rs.xfers) {
+      ASSERT_LT(x.post_step, x.wait_step);
+      ASSERT_LT(x.wait_step, rs.num_steps);
+      if (x.part != Part::side) continue;
+      const SideBlock& b = rs.side_blocks[x.slot];
+      ASSERT_GE(b.unit, 0);
+      ASSERT_LT(b.unit, units);
+      EXPECT_EQ(b.piece, b.unit / split);
+      if (x.send) {
+        if (b.field == Field::dk || b.field == Field::dv)
+          leaves[b.unit] = std::min(leaves[b.unit], x.post_step);
+        continue;
+      }
+      const auto it = sent.find({x.peer, rs.rank, x.tag});
+      ASSERT_NE(it, sent.end()) << "side block received, not sent";
+      EXPECT_EQ(it->second->field, b.field);
+      EXPECT_EQ(it->second->unit, b.unit);
+      EXPECT_EQ(it->second->rows, b.rows);
+      EXPECT_EQ(it->second->row_begin, b.row_begin);
+      auto& cover = rows[b.field];
+      cover.resize(static_cast<size_t>(algo.team * l), 0);
+      for (int64_t i = 0; i < b.rows; ++i) ++cover[b.piece * l + b.row_begin + i];
+      if (b.field == Field::k || b.field == Field::v) {
+        received = true;
+        ready[b.unit] = std::max(ready[b.unit], x.wait_step);
+      }
+    }
+    for (const auto& [f, cover] : rows)
+      for (size_t i = 0; i < cover.size(); ++i) ASSERT_EQ(cover[i], 1) << "field " << int(f);
+    if (received) {
+      EXPECT_EQ(rows.size(), backward ? 4u : 2u);
+    }
+    // Works: one per step; a staged work holds its unit's pairs only and runs after its keys
+    // landed; the last step writing a unit's gradients comes before they leave.
+    std::set<int> steps;
+    std::map<std::pair<int, int>, std::pair<int, int>> last;  // (qp, qc) -> last (kp, kc)
+    for (const Work& w : rs.work) {
+      ASSERT_TRUE(steps.insert(w.step).second) << "two works at step " << w.step;
+      const bool own_keys = backward || w.origin == rs.member;  // pairs read our key side
+      for (const SubPair& p : w.pairs) {
+        const int u = unit_of(p.kp, p.kc);
+        if (w.unit >= 0) {
+          EXPECT_EQ(u, w.unit);
+        }
+        if (!own_keys) continue;
+        EXPECT_GE(w.step, ready[u]) << "pair read before its keys landed";
+        if (backward) {
+          EXPECT_LT(w.step, leaves[u]) << "gradient block sent before it was done";
+        }
+        // Per output row chunk, the own bundle's pairs come in (kp, kc) order across steps.
+        if (w.origin == rs.member) {
+          const std::pair<int, int> now{p.kp, p.kc};
+          const auto [it, fresh] = last.try_emplace({p.qp, p.qc}, now);
+          if (!fresh) {
+            EXPECT_LT(it->second, now) << "pair order changed";
+          }
+          it->second = now;
+        }
+      }
+    }
+    // Forward: the own K,V bundle is sent only once every block has landed.
+    if (!backward) {
+      for (const Xfer& x : rs.xfers) {
+        if (x.part != Part::data || !x.send || x.origin != rs.member) continue;
+        for (int u = 0; u < units; ++u) {
+          EXPECT_GE(x.post_step, ready[u]);  // a step's waits come before its posts
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Every StarTrail configuration up to world 64, every layout and mask, both passes and
+// placements.
+TEST(Schedule, StarTrailStagesItsSideTransfers) {
+  int cases = 0, received = 0;
+  for (int world : {4, 8, 9, 16, 18, 27, 32, 36, 64})
+    for (int c = 2; c * c <= world; ++c) {
+      if (world % (c * c)) continue;
+      for (Balance b :
+           {Balance::contiguous, Balance::zigzag, Balance::striped, Balance::block_striped})
+        for (const char* mk : {"full", "causal", "window", "docs", "blocks"}) {
+          if ((b == Balance::block_striped) != (std::string(mk) == "blocks")) continue;
+          if (world > 16 && (std::string(mk) == "docs" || std::string(mk) == "full")) continue;
+          const int64_t n = world * 2 * 5 + 3;
+          MaskSpec m = make_mask(mk, n, world);
+          Layout layout(b, n, world, m.block_size);
+          PairTable pairs(layout, m);
+          for (const char* placement : {"", ":rings"}) {
+            const std::string name = "startrail:" + std::to_string(c) + placement;
+            const Algorithm algo = Algorithm::parse(name);
+            const auto topo = schedule_topology(algo, longseq::comm::Topology(world));
+            for (Pass pass : {Pass::forward, Pass::backward}) {
+              const auto all = make_schedules(topo, layout, pairs, algo, pass);
+              const std::string what = name + " " + std::string(balance_name(b)) + " " + mk +
+                                       " world " + std::to_string(world) +
+                                       (pass == Pass::forward ? " fwd" : " bwd");
+              check_all_ranks(all, what);
+              check_staged(all, layout, pairs, algo, pass, what);
+              for (const RankSchedule& rs : all) received += !rs.side_blocks.empty();
+              ++cases;
+              if (::testing::Test::HasFailure()) return;
+            }
+          }
+        }
+    }
+  EXPECT_GT(cases, 100);
+  EXPECT_GT(received, 0);
 }

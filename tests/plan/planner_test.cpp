@@ -203,13 +203,13 @@ TEST(Simulator, OverlapAndCommBoundLimits) {
   m.flops_per_s = 1.0;
   // Compute-bound: each step computes 10 s, transfers take 1 s -> 4 steps of compute, hidden comm.
   m.flops = [](int, const attention::Work&) { return 10.0; };
-  m.bytes = [](const attention::Xfer&) { return 1.0; };
+  m.bytes = [](int, const attention::Xfer&) { return 1.0; };
   Timeline t = replay(set.ranks, m);
   EXPECT_DOUBLE_EQ(t.makespan, 40.0);
   EXPECT_EQ(t.ranks[0].messages_intra, 3);
   // Comm-bound: free compute, 5 s per hop -> 3 hops in sequence.
   m.flops = [](int, const attention::Work&) { return 0.0; };
-  m.bytes = [](const attention::Xfer&) { return 5.0; };
+  m.bytes = [](int, const attention::Xfer&) { return 5.0; };
   t = replay(set.ranks, m);
   EXPECT_DOUBLE_EQ(t.makespan, 15.0);
   const std::string svg = timeline_svg(t, "test");

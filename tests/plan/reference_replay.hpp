@@ -131,7 +131,7 @@ inline Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayM
     const int a = std::get<0>(k), b = std::get<1>(k);
     const int cls = m.same_node(a, b) ? 0 : 1;
     const Link& link = cls == 0 ? m.intra : m.inter;
-    const double bytes = m.bytes(*p.send);
+    const double bytes = m.bytes(a, *p.send);
     const double begin = std::max({p.post_send, p.post_recv, out_free[a][cls], in_free[b][cls]});
     p.done = begin + link.latency_s + bytes / link.bandwidth_Bps;
     out_free[a][cls] = in_free[b][cls] = p.done;
@@ -153,22 +153,16 @@ inline Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayM
         if (i >= list.size()) continue;
         const attention::Collective& c = list[i];
         using Op = attention::Collective::Op;
-        const bool p2p = c.op == Op::send_recv;
         std::vector<int> peers;  // one message to each entry, per field
         double start = now[r];
-        if (p2p) {
-          if (c.to != r) peers.push_back(c.to);
-          start = std::max({now[r], now[c.to], now[c.from]});
-        } else {
-          const int n = static_cast<int>(c.members.size());
-          const int me = static_cast<int>(std::find(c.members.begin(), c.members.end(), r) -
-                                          c.members.begin());
-          for (int x : c.members) start = std::max(start, now[x]);
-          for (int k = 1; k < n; ++k)
-            peers.push_back(c.op == Op::all_gather || c.op == Op::reduce_scatter
-                                ? c.members[(me + 1) % n]
-                                : c.members[(me + k) % n]);
-        }
+        const int n = static_cast<int>(c.members.size());
+        const int me =
+            static_cast<int>(std::find(c.members.begin(), c.members.end(), r) - c.members.begin());
+        for (int x : c.members) start = std::max(start, now[x]);
+        for (int k = 1; k < n; ++k)
+          peers.push_back(c.op == Op::all_gather || c.op == Op::reduce_scatter
+                              ? c.members[(me + 1) % n]
+                              : c.members[(me + k) % n]);
         std::array<double, 2> busy{0.0, 0.0};
         RankTimeline& rt = tl.ranks[r];
         for (attention::Field f : c.fields) {
@@ -176,11 +170,10 @@ inline Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayM
           for (int peer : peers) {
             const int cls = m.same_node(r, peer) ? 0 : 1;
             const Link& link = cls == 0 ? m.intra : m.inter;
-            busy[cls] +=
-                link.latency_s + b / (link.bandwidth_Bps * (p2p ? 1.0 : m.collective_efficiency));
+            busy[cls] += link.latency_s + b / (link.bandwidth_Bps * m.collective_efficiency);
             (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
             (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += b;
-            if (!p2p) rt.collective_bytes += b;
+            rt.collective_bytes += b;
           }
         }
         for (int cls = 0; cls < 2; ++cls)
@@ -212,7 +205,8 @@ inline Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayM
                           " that was not posted by both sides");
         double arrive = now[r];
         if (!x.send && m.wait_copy.bandwidth_Bps > 0) {
-          const double copy = m.wait_copy.latency_s + m.bytes(*p.send) / m.wait_copy.bandwidth_Bps;
+          const double copy =
+              m.wait_copy.latency_s + m.bytes(x.peer, *p.send) / m.wait_copy.bandwidth_Bps;
           tl.ranks[r].wait_copy_s += copy;
           arrive += copy;
         }
@@ -375,7 +369,7 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
   auto memoized = [&](std::vector<std::vector<double>>& memo, int rank, const attention::Work& w,
                       auto&& compute) {
     std::vector<double>& t = memo[cls[rank]];
-    if (t.empty()) return compute();
+    if (t.empty() || w.unit >= 0) return compute();  // a staged block: not the members' pairs
     const RankSchedule& rs = set.ranks[rank];
     const size_t qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
     double& v = t[qm * rs.q_pieces.size() + km];
@@ -385,7 +379,11 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
   std::vector<std::vector<double>> flops_memo = memo_table(), cost_memo = memo_table();
 
   ReplayModel m;
-  m.bytes = [&](const attention::Xfer& x) {
+  m.bytes = [&](int rank, const attention::Xfer& x) {
+    if (x.part == attention::Part::side) {
+      const attention::SideBlock& b = set.ranks[rank].side_blocks[x.slot];
+      return static_cast<double>(b.rows * attention::field_width(b.field, hq_s, hkv_s, p.d)) * e;
+    }
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
@@ -418,9 +416,7 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
     using Op = attention::Collective::Op;
     const int64_t home = l * attention::field_width(f, p.hq, p.hkv, p.d);
     const int64_t side = attention::field_width(f, hq_s, hkv_s, p.d);
-    const int64_t elems = c.op == Op::to_heads || c.op == Op::from_heads ? l * side
-                          : c.op == Op::send_recv                        ? rows_k * side
-                                                                         : home;
+    const int64_t elems = c.op == Op::to_heads || c.op == Op::from_heads ? l * side : home;
     return static_cast<double>(elems) * e;
   };
   m.collective_efficiency = hw.corrections.collective_efficiency;

@@ -30,8 +30,8 @@ using core::View;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// The schedule owns its tags (< 2 * world + 4); the passes get disjoint halves of comm's tag
-// space so a late forward message can never match a backward receive.
+// The schedule owns its tags (< 2 * world + 4 * team * kSideSplit); the passes get disjoint halves
+// of comm's tag space so a late forward message can never match a backward receive.
 int tag_base(Pass p) {
   return p == Pass::forward ? 0 : comm::kMaxTag / 2;
 }
@@ -290,13 +290,10 @@ comm::Group sub_group(const Collective& c, const comm::Group& group) {
 // of a run pays the split.
 //
 // Every field of every step is posted (iall_gather, ...) before any is waited, so they move
-// together instead of one after the other. A send_recv forwards what the steps before it
-// gathered: it first completes only those of its own fields (they were posted first, so their
-// waits need nothing posted after them), and the others stay in flight across it. The unpacking
-// after the waits runs in list order, so the results are those of running the steps one by one,
-// bit for bit.
+// together instead of one after the other. The unpacking after the waits runs in list order, so
+// the results are those of running the steps one by one, bit for bit.
 void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, const Dims& dm,
-                     Store& st, comm::Group& group, Pass pass, int threads) {
+                     Store& st, comm::Group& group, int threads) {
   using Op = Collective::Op;
   const int64_t l = dm.l, hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm);
   struct Posted {
@@ -312,13 +309,6 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
     for (Posted& p : posted)
       if (pick(p.field) && p.finish) p.finish();
     std::erase_if(posted, [&](const Posted& p) { return pick(p.field); });
-  };
-  // Fields a later send_recv of this list forwards: post them first.
-  std::vector<Field> forwarded;
-  for (const Collective& c : cs)
-    if (c.op == Op::send_recv) forwarded.insert(forwarded.end(), c.fields.begin(), c.fields.end());
-  auto is_forwarded = [&](Field f) {
-    return std::find(forwarded.begin(), forwarded.end(), f) != forwarded.end();
   };
   for (const Collective& c : cs) {
     const int n = static_cast<int>(c.members.size());
@@ -342,16 +332,7 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
            }});
       continue;
     }
-    if (c.op == Op::send_recv)
-      complete([&](Field f) {
-        return std::find(c.fields.begin(), c.fields.end(), f) != c.fields.end();
-      });
-    std::vector<Field> fields = c.fields;
-    std::stable_partition(fields.begin(), fields.end(), is_forwarded);
-    std::vector<comm::Request> p2p;
-    for (const Field f : fields) {
-      const int fi =
-          static_cast<int>(std::find(c.fields.begin(), c.fields.end(), f) - c.fields.begin());
+    for (const Field f : c.fields) {
       const int64_t eb = field_bytes(f, dm);
       const core::DType dt = eb == 2 ? core::DType::bf16 : core::DType::f32;
       const int64_t wh = field_width(f, dm.hq, dm.hkv, dm.d),
@@ -391,21 +372,10 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
                             }});
           break;
         }
-        case Op::send_recv: {
-          const int64_t bytes = l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * ws * eb;
-          if (c.to == group.rank() && c.from == group.rank()) break;
-          std::byte* fresh = st.make(bytes);
-          const int tag = tag_base(pass) + c.tag + fi;
-          p2p.push_back(group.isend(c.to, st.side_of(f), bytes, tag));
-          p2p.push_back(group.irecv(c.from, fresh, bytes, tag));
-          st.side_of(f) = fresh;
-          break;
-        }
         case Op::merge:
           break;
       }
     }
-    comm::wait_all(p2p);  // the send buffers are the fields' previous sides
   }
   complete([](Field) { return true; });
 }
@@ -471,7 +441,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   st.side = st.home;
   {
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
-    run_collectives(rs.pre, rs, dm, st, group, pass, spec.threads);
+    run_collectives(rs.pre, rs, dm, st, group, spec.threads);
   }
   // Output sides: home without collectives, else fresh buffers for this rank's pieces and heads.
   const bool aliased = rs.pre.empty();
@@ -495,7 +465,47 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   std::vector<core::Buffer<float>> gslots;
   for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(bl.bytes);
   for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(gel);
+
+  // Side transfers (StarTrail's staged initial transfer and its return, schedule.hpp): sends read
+  // the sides as they are now (the gathered team K,V; the dK,dV the ring computes); receives land
+  // in fresh sides, k and v in place of the gathered ones, dK,dV ([dK | dV], as the side) swapped
+  // in before `post`.
+  const std::array<std::byte*, kFields> send_from = st.side;
+  std::array<std::byte*, kFields> recv_into{};
+  std::byte* grads_back = nullptr;
+  for (const Xfer& x : rs.xfers) {
+    if (x.part != Part::side || x.send) continue;
+    const Field f = rs.side_blocks[x.slot].field;
+    std::byte*& into = recv_into[static_cast<size_t>(f)];
+    if (into) continue;
+    if (f == Field::k || f == Field::v) {
+      into = st.make(rows_k * hkv_s * d * sizeof(T));
+      st.side_of(f) = into;
+    } else {
+      if (!grads_back) grads_back = st.make(2 * kv_side * 4);
+      into = grads_back + (f == Field::dv ? kv_side * 4 : 0);
+    }
+  }
+  auto side_block = [&](const Xfer& x) {
+    const SideBlock& b = rs.side_blocks[x.slot];
+    const int64_t eb = b.field == Field::k || b.field == Field::v ? sizeof(T) : 4;
+    const int64_t ws = field_width(b.field, hq_s, hkv_s, d);
+    std::byte* base = (x.send ? send_from : recv_into)[static_cast<size_t>(b.field)];
+    LONGSEQ_CHECK(base != nullptr);
+    return std::make_pair(base + (b.piece * l + b.row_begin) * ws * eb,
+                          static_cast<size_t>(b.rows * ws * eb));
+  };
+  // The own bundle is packed where it is first needed: a query bundle at step 0; a K,V bundle,
+  // which the steps of its origin read from the key side itself, at its first send (in a staged
+  // StarTrail forward the key side is complete only then), or never when it is not sent.
+  int pack_step = -1;
   if (rs.own_slot >= 0) {
+    if (bq) pack_step = 0;
+    for (const Xfer& x : rs.xfers)
+      if (!bq && x.send && x.part == Part::data && x.origin == rs.member)
+        pack_step = pack_step < 0 ? x.post_step : std::min(pack_step, x.post_step);
+  }
+  auto pack_own = [&] {
     DataSlot& o = dslots[rs.own_slot];
     std::memcpy(o.at<T>(0), st.s<T>(bq ? Field::q : Field::k), bl.second);
     std::memcpy(o.at<T>(bl.second), st.s<T>(bq ? Field::dout : Field::v), bl.second);
@@ -503,7 +513,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       std::memcpy(o.at<float>(bl.dvec), st.s<float>(Field::dvec), rows_q * hq_s * 4);
       std::memcpy(o.at<float>(bl.lse), st.s<float>(Field::lse), rows_q * hq_s * 4);
     }
-  }
+  };
   float* home_grad = bq ? st.s<float>(Field::dq) : st.s<float>(Field::dk);
 
   BlockOps ops(hq_s, hkv_s, d, scale, spec.threads);
@@ -526,19 +536,28 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
         for (int64_t i = 0; i < gel; ++i) into[i] += from[i];
       }
     }
+    if (s == pack_step) pack_own();
     for (const Xfer& x : rs.xfers)
       if (x.post_step == s) {
-        if (x.part == Part::data)
+        if (x.part == Part::data) {
           tr.post(x, dslots[x.slot].bytes(), bl.bytes);
-        else
+        } else if (x.part == Part::grad) {
           tr.post(x, gslots[x.slot].data(), gel * sizeof(float));
+        } else {
+          const auto [ptr, bytes] = side_block(x);
+          tr.post(x, ptr, bytes);
+        }
       }
     if (wi >= rs.work.size() || rs.work[wi].step != s) continue;
     core::ScopedTimer t(compute_s);
     const Work& w = rs.work[wi++];
     float* gout = w.grad_slot < 0 ? home_grad : gslots[w.grad_slot].data();
-    if (w.grad_slot >= 0) std::fill(gout, gout + gel, 0.0f);
+    if (w.grad_slot >= 0 && w.clear_grad) std::fill(gout, gout + gel, 0.0f);
     DataSlot& b = dslots[w.slot];
+    // A K,V bundle's own steps read the key side (the same values the own slot holds once packed).
+    const bool own_kv = !bq && w.origin == rs.member;
+    const T* bk = own_kv ? ks : b.at<T>(0);
+    const T* bv = own_kv ? vs : b.at<T>(bl.second);
     const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
     for (const SubPair& p : w.pairs) {
       const int qr = rs.q_pieces[qm][p.qp], kr = rs.kv_pieces[km][p.kp];
@@ -551,8 +570,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       if (fwd) {
         const int64_t q_len = std::clamp<int64_t>(q_rows - qrow, 0, qc.len);
         if (q_len == 0) continue;
-        ops.forward_merge(qs + qo, qt, q_len, b.at<T>(0) + ko, b.at<T>(bl.second) + ko, kt, kc.len,
-                          kmask, st.s<float>(Field::o) + qo, st.s<float>(Field::lse) + ro);
+        ops.forward_merge(qs + qo, qt, q_len, bk + ko, bv + ko, kt, kc.len, kmask,
+                          st.s<float>(Field::o) + qo, st.s<float>(Field::lse) + ro);
       } else if (bq) {
         // Queries (and dO, D, LSE) from the bundle, keys from the key side; dQ into the bundle's
         // gradient.
@@ -561,7 +580,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
                      kmask, gout + qo, st.s<float>(Field::dk) + ko, st.s<float>(Field::dv) + ko);
       } else {
         // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient.
-        ops.backward(qs + qo, b.at<T>(0) + ko, b.at<T>(bl.second) + ko, st.s<T>(Field::dout) + qo,
+        ops.backward(qs + qo, bk + ko, bv + ko, st.s<T>(Field::dout) + qo,
                      st.s<float>(Field::lse) + ro, st.s<float>(Field::dvec) + ro, qt, qc.len, kt,
                      kc.len, kmask, st.s<float>(Field::dq) + qo, gout + ko, gout + kv_side + ko);
       }
@@ -569,10 +588,14 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     }
   }
   tr.wait_all();
+  if (grads_back) {  // the gradients of our team's shards that the other ranks computed
+    st.side_of(Field::dk) = grads_back;
+    st.side_of(Field::dv) = grads_back + kv_side * 4;
+  }
   if (stats) stats->steps += rs.num_steps;
   {
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
-    run_collectives(rs.post, rs, dm, st, group, pass, spec.threads);
+    run_collectives(rs.post, rs, dm, st, group, spec.threads);
   }
   if (!fwd && aliased) {
     std::memcpy(grads->dk.data(), st.s<float>(Field::dk), kv_side * sizeof(float));

@@ -565,19 +565,17 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
         const std::string part = core::cat(
             "team:", algo.team, ":", algo.placement == TeamPlacement::teams ? "teams" : "rings");
         const auto mem = cfg.team_ranks(cfg.team_of(rank));
-        const int tag = 2 * cfg.ring_len();
-        const int out = cfg.init_send_target(rank), in = cfg.init_recv_source(rank);
         using F = Field;
+        // The initial transfer of the gathered K,V and the return of dK,dV are side transfers
+        // of the ring (stage_side), not collective steps: they overlap the first step's compute.
         rs.pre.push_back({Op::all_gather,
                           fwd ? std::vector{F::q, F::k, F::v}
                               : std::vector{F::q, F::dout, F::dvec, F::lse, F::k, F::v},
                           mem, part});
-        rs.pre.push_back({Op::send_recv, {F::k, F::v}, {}, "", out, in, tag});
         if (fwd) {
           rs.post.push_back({Op::merge, {F::o, F::lse}, mem, part});
         } else {
           rs.post.push_back({Op::reduce_scatter, {F::dq}, mem, part});
-          rs.post.push_back({Op::send_recv, {F::dk, F::dv}, {}, "", in, out, tag + 2});
           rs.post.push_back({Op::reduce_scatter, {F::dk, F::dv}, mem, part});
         }
       }
@@ -590,6 +588,152 @@ RingSetup setup_schedule(RankSchedule& rs, int rank, const comm::Topology& topo,
   return {std::move(qp), std::move(kp), std::move(grid), route};
 }
 
+// StarTrail with teams (C > 1): the initial transfer of the team's K,V (Algorithm 2) and the
+// backward's return of their gradients as Part::side transfers of row blocks, and the steps that
+// read them cut block by block, so compute on the blocks that have landed hides the rest.
+//
+// Before (issue 31), both were send_recv collective steps: every rank waited for the whole
+// cross-host K,V before its first chunk pair, and for the whole dK,dV after its last, which was
+// most of StarTrail's wait on a 1 Gbit/s link. Now, with U = pieces x split blocks:
+//  * step 0 only posts: every block's receive and send (the gathered side is complete after
+//    `pre`), so the blocks travel back to back from the start;
+//  * the ring's step 0 (own bundle: forward K,V, backward Q against the own key side) becomes
+//    steps 1..U, block u's chunk pairs at step 1 + u, right after block u's wait; every later ring
+//    step moves by U. Blocks are taken in (piece, chunk) order, which is the order the unstaged
+//    work met its chunk pairs in for every output row, so the sums and merges round alike;
+//  * in the forward the own K,V bundle is complete only after the last block: its sends move from
+//    step 0 to step U (the executor packs the own slot there; the staged steps read the side);
+//  * in the backward the ring's last step is cut the same way (G > 1; for G = 1 it is the one
+//    already cut), and block u's dK,dV go back at the step after the last work that writes them;
+//    the receiver waits at one final step F, the same for every rank, before `post`.
+// Sends wait at the final step too: a slow send never stalls the sender's compute.
+void stage_side(RankSchedule& rs, const StarTrailConfig& cfg, const Layout& layout,
+                const PairTable& pairs, bool backward) {
+  const int c = cfg.c(), g_len = cfg.ring_len();
+  const int cpr = pairs.chunks_per_rank();
+  const int split = std::min(cpr, kSideSplit);
+  const int units = c * split;
+  const int64_t l = layout.local_len();
+  const bool bq = backward;  // StarTrail's backward circulates queries (bundle_is_query)
+  auto block_of = [&](int kc) { return kc * split / cpr; };
+  const std::vector<int> pieces(rs.kv_pieces[rs.member].begin(), rs.kv_pieces[rs.member].end());
+  LONGSEQ_CHECK(static_cast<int>(pieces.size()) == c);
+  rs.side_units = units;
+
+  auto shift_after = [&](int at, int by) {
+    for (Xfer& x : rs.xfers) {
+      if (x.post_step > at) x.post_step += by;
+      if (x.wait_step > at) x.wait_step += by;
+    }
+    for (Work& w : rs.work)
+      if (w.step > at) w.step += by;
+    for (Accumulate& a : rs.accumulates)
+      if (a.step > at) a.step += by;
+    rs.num_steps += by;
+  };
+  // The work at step `at` (if any) as one work per non-empty block, block u at step first + u.
+  auto cut = [&](int at, int first) {
+    auto it =
+        std::find_if(rs.work.begin(), rs.work.end(), [&](const Work& w) { return w.step == at; });
+    if (it == rs.work.end()) return;
+    Work whole = std::move(*it);
+    rs.work.erase(it);
+    std::vector<Work> parts(units);
+    for (const SubPair& p : whole.pairs) parts[p.kp * split + block_of(p.kc)].pairs.push_back(p);
+    bool first_part = true;
+    for (int u = 0; u < units; ++u) {
+      if (parts[u].pairs.empty()) continue;
+      Work& w = parts[u];
+      w.step = first + u;
+      w.origin = whole.origin;
+      w.slot = whole.slot;
+      w.grad_slot = whole.grad_slot;
+      w.unit = u;
+      w.clear_grad = first_part;
+      first_part = false;
+      rs.work.push_back(std::move(w));
+    }
+    std::stable_sort(rs.work.begin(), rs.work.end(),
+                     [](const Work& a, const Work& b) { return a.step < b.step; });
+  };
+
+  // Step 0 -> steps 1..U; everything after it moves by U.
+  shift_after(0, units);
+  if (!bq)
+    for (Xfer& x : rs.xfers)
+      if (x.part == Part::data && x.post_step == 0) x.post_step = units;
+  cut(0, 1);
+  if (backward && g_len > 1) {
+    // The ring's last step, the same on every rank: a shift that depended on the rank's own last
+    // work would move a transfer's post on one side and not its wait on the other.
+    const int last = g_len - 1 + units;
+    shift_after(last, units - 1);
+    cut(last, last);
+  }
+
+  // Blocks: the rows of every piece cut at its rank's chunk boundaries. Our key side holds the
+  // shards of `pieces`; the side we send (the gathered one) and the gradients we get back, our
+  // team's.
+  struct Rows {
+    int64_t begin, rows;
+  };
+  auto rows_of = [&](std::span<const int> ranks) {
+    std::vector<Rows> r(units);
+    for (int m = 0; m < c; ++m) {
+      const auto& chunks = layout.chunks(ranks[m]);
+      for (int b = 0; b < split; ++b) {
+        int kc0 = 0;
+        while (kc0 < cpr && block_of(kc0) < b) ++kc0;
+        int kc1 = kc0;
+        while (kc1 < cpr && block_of(kc1) == b) ++kc1;
+        const int64_t begin = b == 0 ? 0 : chunks[kc0].local_begin;
+        const int64_t end = b == split - 1 ? l : chunks[kc1].local_begin;
+        LONGSEQ_CHECK_MSG(begin <= end, "side block ", b, " of rank ", ranks[m], " rows ", begin,
+                          "..", end);
+        r[m * split + b] = {begin, end - begin};
+      }
+    }
+    return r;
+  };
+  const std::vector<Rows> side_rows = rows_of(pieces);
+  const std::vector<int> team = cfg.team_ranks(cfg.team_of(rs.rank));
+  const std::vector<Rows> team_rows = rows_of(team);
+  // The final step: after every post of every rank (so one bound for all ranks of the world).
+  const int bound = backward ? (g_len > 1 ? (g_len - 1) + 2 * units + 1 : units + 2) : 0;
+  const int final_step = std::max(rs.num_steps, bound);
+  rs.num_steps = final_step + 1;
+  const int out = cfg.init_send_target(rs.rank), in = cfg.init_recv_source(rs.rank);
+  const int n = static_cast<int>(rs.ring.size());
+  auto add = [&](bool send, int peer, Field f, int field, int u, const std::vector<Rows>& rows,
+                 int post, int wait) {
+    rs.side_blocks.push_back({f, u / split, u, rows[u].begin, rows[u].rows});
+    rs.xfers.push_back({send, peer, -1, Part::side, static_cast<int>(rs.side_blocks.size()) - 1,
+                        post, wait, 2 * n + field * units + u});
+  };
+  // Initial transfer: receive from `in`, send our gathered side to `out` (none to ourselves).
+  for (int u = 0; u < units; ++u)
+    for (int fi = 0; fi < 2; ++fi) {
+      const Field f = fi == 0 ? Field::k : Field::v;
+      if (in != rs.rank) add(false, in, f, fi, u, side_rows, 0, 1 + u);
+      if (out != rs.rank) add(true, out, f, fi, u, team_rows, 0, final_step);
+    }
+  if (!backward) return;
+  // Return: block u of dK,dV goes back to `in` once the last work that writes it is done; ours
+  // come from `out`.
+  std::vector<int> done(units, 0);
+  for (const Work& w : rs.work)
+    for (const SubPair& p : w.pairs) {
+      const int u = p.kp * split + block_of(p.kc);
+      done[u] = std::max(done[u], w.step);
+    }
+  for (int u = 0; u < units; ++u)
+    for (int fi = 2; fi < 4; ++fi) {
+      const Field f = fi == 2 ? Field::dk : Field::dv;
+      if (out != rs.rank) add(false, out, f, fi, u, team_rows, 0, final_step);
+      if (in != rs.rank) add(true, in, f, fi, u, side_rows, done[u] + 1, final_step);
+    }
+}
+
 }  // namespace
 
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
@@ -599,6 +743,9 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   const bool bq = bundle_is_query(algo, pass);
   const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
   plan_ring(rs, view, route_forest(view, bq, rs.member), pairs, bq, pass == Pass::backward);
+  if (algo.family == Algorithm::Family::startrail && algo.team > 1)
+    stage_side(rs, StarTrailConfig(topo.size(), algo.team, algo.placement), layout, pairs,
+               pass == Pass::backward);
   return rs;
 }
 
@@ -628,6 +775,10 @@ std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layou
     const RingView view(std::move(su.grid), su.route, std::move(su.qp), std::move(su.kp), pairs);
     const Forest forest = route_forest(view, bq);
     for (int r : members) plan_ring(out[r], view, forest, pairs, bq, pass == Pass::backward);
+  }
+  if (algo.family == Algorithm::Family::startrail && algo.team > 1) {
+    const StarTrailConfig cfg(world, algo.team, algo.placement);
+    for (int r = 0; r < world; ++r) stage_side(out[r], cfg, layout, pairs, pass == Pass::backward);
   }
   return out;
 }
@@ -700,17 +851,19 @@ PassBytes schedule_bytes(const RankSchedule& rs, const Algorithm& algo, Pass pas
           case Collective::Op::from_heads:
             b.collective += others * dm.l * field_width(f, hq, hkv, dm.d) * row;
             break;
-          case Collective::Op::send_recv:
-            if (c.to != rs.rank)
-              b.p2p += dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) *
-                       field_width(f, hq, hkv, dm.d) * row;
-            break;
         }
       }
   const int64_t data = static_cast<int64_t>(data_layout(rs, algo, pass, dm).bytes);
   const int64_t grad = grad_elems(rs, algo, pass, dm) * 4;
-  for (const Xfer& x : rs.xfers)
-    if (x.send && x.peer != rs.rank) b.p2p += x.part == Part::data ? data : grad;
+  for (const Xfer& x : rs.xfers) {
+    if (!x.send || x.peer == rs.rank) continue;
+    if (x.part == Part::side) {
+      const SideBlock& sb = rs.side_blocks[x.slot];
+      b.p2p += sb.rows * field_width(sb.field, hq, hkv, dm.d) * field_bytes(sb.field, dm);
+    } else {
+      b.p2p += x.part == Part::data ? data : grad;
+    }
+  }
   return b;
 }
 

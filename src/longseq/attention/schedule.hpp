@@ -5,13 +5,21 @@
 // planner replays them.
 //
 // A schedule has three phases. (1) `pre`: collective steps over sub-groups (all-gather of a
-// StarTrail team, Ulysses' all-to-all into head slices, StarTrail's initial point-to-point
-// transfer) that turn the rank's home tensors (its L tokens, all heads) into its *sides*: the
-// query side holds the shards of the ranks q_pieces[member] (L rows each, in that order), the key
-// side those of kv_pieces[member], both for this rank's head slice. The ring family has no
-// collectives and its sides are its home tensors. (2) The ring: the members of `ring` (world
-// ranks; a sub-ring for StarTrail and USP) pass bundles, described below. (3) `post`: collectives
-// that bring the sides' outputs home (Ulysses' all-to-all back, StarTrail's reduce-scatter).
+// StarTrail team, Ulysses' all-to-all into head slices) that turn the rank's home tensors (its L
+// tokens, all heads) into its *sides*: the query side holds the shards of the ranks
+// q_pieces[member] (L rows each, in that order), the key side those of kv_pieces[member], both
+// for this rank's head slice (StarTrail's key side arrives during the ring, see below). The ring
+// family has no collectives and its sides are its home tensors. (2) The ring: the members of `ring`
+// (world ranks; a sub-ring for StarTrail and USP) pass bundles, described below. (3) `post`:
+// collectives that bring the sides' outputs home (Ulysses' all-to-all back, StarTrail's
+// reduce-scatter).
+//
+// StarTrail's initial transfer of the team's K,V (Algorithm 2), and in the backward the return of
+// their gradients, are not collective steps but ring transfers of Part::side: row blocks of the
+// key side (`side_blocks`), posted at step 0 and each waited where the first chunk pair that reads
+// it is computed. The ring's first step is cut into one step per block (`Work::unit`), so the
+// compute on the blocks that have landed overlaps the transfer of the rest; a block's gradients go
+// back as soon as the last chunk pair that writes them is done (design: issue 31, item 4).
 //
 // The ring. Every member owns one *bundle*: the side that circulates (K,V in the forward and in
 // ring's backward; Q, dO, D, LSE in burst's backward). A bundle spreads from its origin along a
@@ -29,12 +37,15 @@
 // Timing is logical. At step s a rank (1) waits for the requests whose wait_step is s, (2) adds
 // received gradient partials, (3) posts all transfers whose post_step is s in one grouped call,
 // (4) computes the work of step s. Every request is posted at a step strictly before the step at
-// which either side waits for it, so by induction over steps no schedule can deadlock.
+// which either side waits for it, so by induction over steps no schedule can deadlock. (The
+// executor packs its own bundle into own_slot after the waits of step 0; a staged StarTrail
+// forward, whose own K,V bundle lands block by block, at the step of its first send instead.)
 //
 // Tags belong to the schedule: ring transfers take tags [0, 2n) (origin * 2 + part, n ring
-// members), point-to-point collective steps the tags after them; the executor adds a per-pass
-// base. Collectives run on cached sub-groups (comm::Group::split_cached) whose messages never
-// meet user tags. So no two transfers between one pair of ranks share a tag, at any world size.
+// members), side transfers the 4U tags after them (2n + field * U + block); the executor adds a
+// per-pass base. Collectives run on cached sub-groups (comm::Group::split_cached) whose messages
+// never meet user tags. So no two transfers between one pair of ranks share a tag, at any world
+// size.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -116,18 +127,20 @@ struct HeadSplit {
   int64_t kv_begin(int i) const { return replicated ? q_begin(i) / (hq / hkv) : i * kv_per; }
 };
 
-enum class Part : uint8_t { data, grad };
+/// data, grad: a bundle's parts. side: a row block of the key side or of its gradient
+/// (RankSchedule::side_blocks), StarTrail's initial transfer and its return.
+enum class Part : uint8_t { data, grad, side };
 
 /// One point-to-point transfer of the ring as seen from one side.
 struct Xfer {
   bool send = false;
   int peer = -1;    ///< world rank
-  int origin = -1;  ///< bundle origin (ring member)
+  int origin = -1;  ///< bundle origin (ring member); Part::side: -1
   Part part = Part::data;
-  int slot = -1;  ///< data or grad slot (by part) read from / written into
+  int slot = -1;  ///< data or grad slot (by part) read from / written into; side: block index
   int post_step = 0;
   int wait_step = 0;
-  int tag = 0;  ///< origin * 2 + part
+  int tag = 0;  ///< origin * 2 + part; Part::side: side_tag()
 };
 
 /// A chunk pair to compute: chunk qc of query piece qp (index into the query member's q_pieces)
@@ -142,12 +155,17 @@ struct SubPair {
 /// Forward and ring-backward: queries come from this rank's query side, keys from the bundle.
 /// Burst backward: queries come from the bundle, keys from the key side. grad_slot: where a
 /// backward step writes its contribution to the bundle's gradient (-1: our own bundle, home).
+/// unit >= 0: the pairs are those of one row block of the key side (StarTrail's staged first and
+/// last steps, RankSchedule::side_blocks / side_units); clear_grad: whether this work starts the
+/// bundle's gradient contribution (false for the later blocks of one bundle, which add to it).
 struct Work {
   int step = 0;
   int origin = -1;
   int slot = -1;
   int grad_slot = -1;
   std::vector<SubPair> pairs;
+  int unit = -1;
+  bool clear_grad = true;
 };
 
 /// At `step` (after waits), add grad slot `from` into grad slot `into` (-1: into our own gradient).
@@ -170,13 +188,11 @@ struct Collective {
     to_heads,        ///< all-to-all: home [L, H] -> side [n*L, H/n]: member j gets slice j
     from_heads,      ///< all-to-all back, side -> home; replicated kv heads summed
     merge,           ///< all-to-all of side (o, lse) row blocks, LSE-weighted merge into home
-    send_recv,       ///< point to point: side to `to`, new side from `from` (tags tag + field)
   };
   Op op = Op::all_gather;
   std::vector<Field> fields;
   std::vector<int> members;
   std::string partition;
-  int to = -1, from = -1, tag = 0;
 };
 
 /// By ring member, the world ranks whose shards that member's query side (or key side) holds: a
@@ -228,6 +244,20 @@ class Pieces {
   std::shared_ptr<Data> data_;
 };
 
+/// A row block of one field of the key side (k, v) or of its gradient (dk, dv): rows
+/// [piece * L + row_begin, piece * L + row_begin + rows) of the side, `unit` = piece * split +
+/// block. Part::side transfers move one each.
+struct SideBlock {
+  Field field = Field::k;
+  int piece = 0;
+  int unit = 0;
+  int64_t row_begin = 0, rows = 0;
+};
+
+/// Row blocks per key-side piece in StarTrail's staged steps (fewer when the layout has fewer
+/// chunks per rank; blocks end at chunk boundaries, so every chunk pair reads one block).
+inline constexpr int kSideSplit = 2;
+
 /// Everything one rank does in one pass.
 struct RankSchedule {
   int rank = 0;
@@ -245,6 +275,9 @@ struct RankSchedule {
   int head_slices = 1;  ///< Ulysses degree: the sides hold 1/head_slices of the heads
   int head_slice = 0;   ///< which slice (the rank's index in its Ulysses group)
   std::vector<Collective> pre, post;
+  /// Part::side transfers' blocks (Xfer::slot indexes them); empty without a side transfer.
+  std::vector<SideBlock> side_blocks;
+  int side_units = 0;  ///< key-side blocks the staged steps use (pieces x split); 0: no staging
 };
 
 /// The plan of `rank`. Pure: the same arguments give the same schedule on every rank.
@@ -289,7 +322,7 @@ int64_t side_hq(const RankSchedule& rs, const Dims& dm);
 int64_t side_hkv(const RankSchedule& rs, const Dims& dm);
 
 /// Bytes one rank sends in one pass by its schedule (what comm's counters see; self-transfers
-/// count zero): sub-group collectives, and point-to-point (ring and send_recv steps).
+/// count zero): sub-group collectives, and point-to-point (ring and side transfers).
 struct PassBytes {
   int64_t collective = 0, p2p = 0;
   int64_t total() const { return collective + p2p; }

@@ -387,10 +387,12 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
       }
     return t;
   };
+  // A staged work (Work::unit >= 0) is one block of its (query member, key member) pairs: not
+  // what the memo holds for the pair of members.
   auto memoized = [&](std::vector<std::vector<double>>& memo, int rank, const attention::Work& w,
                       auto&& compute) {
     std::vector<double>& t = memo[cls[rank]];
-    if (t.empty()) return compute();
+    if (t.empty() || w.unit >= 0) return compute();
     const RankSchedule& rs = set.ranks[rank];
     const size_t qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
     double& v = t[qm * rs.q_pieces.size() + km];
@@ -400,7 +402,11 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   std::vector<std::vector<double>> flops_memo = memo_table(), cost_memo = memo_table();
 
   ReplayModel m;
-  m.bytes = [&](const attention::Xfer& x) {
+  m.bytes = [&](int rank, const attention::Xfer& x) {
+    if (x.part == attention::Part::side) {
+      const attention::SideBlock& b = set.ranks[rank].side_blocks[x.slot];
+      return static_cast<double>(b.rows * attention::field_width(b.field, hq_s, hkv_s, p.d)) * e;
+    }
     return x.part == attention::Part::data ? data_b : grad_b;
   };
   m.flops = [&](int rank, const attention::Work& w) {
@@ -411,7 +417,7 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
       return static_cast<double>(rank_counts->at(qr, kr)) * per_pair;
     }
     return memoized(flops_memo, rank, w, [&] {
-      if (rank_counts) {
+      if (rank_counts && w.unit < 0) {
         const RankSchedule& rs = set.ranks[rank];
         const auto& qs = rs.q_pieces[bq ? w.origin : rs.member];
         const auto& ks = rs.kv_pieces[bq ? rs.member : w.origin];
@@ -449,9 +455,7 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     using Op = attention::Collective::Op;
     const int64_t home = l * attention::field_width(f, p.hq, p.hkv, p.d);
     const int64_t side = attention::field_width(f, hq_s, hkv_s, p.d);
-    const int64_t elems = c.op == Op::to_heads || c.op == Op::from_heads ? l * side
-                          : c.op == Op::send_recv                        ? rows_k * side
-                                                                         : home;
+    const int64_t elems = c.op == Op::to_heads || c.op == Op::from_heads ? l * side : home;
     return static_cast<double>(elems) * e;
   };
   m.collective_efficiency = hw.corrections.collective_efficiency;

@@ -244,22 +244,16 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
         if (i >= list.size()) continue;
         const attention::Collective& c = list[i];
         using Op = attention::Collective::Op;
-        const bool p2p = c.op == Op::send_recv;
         std::vector<int> peers;  // one message to each entry, per field
         double start = now[r];
-        if (p2p) {
-          if (c.to != r) peers.push_back(c.to);
-          start = std::max({now[r], now[c.to], now[c.from]});
-        } else {
-          const int n = static_cast<int>(c.members.size());
-          const int me = static_cast<int>(std::find(c.members.begin(), c.members.end(), r) -
-                                          c.members.begin());
-          for (int x : c.members) start = std::max(start, now[x]);
-          for (int k = 1; k < n; ++k)
-            peers.push_back(c.op == Op::all_gather || c.op == Op::reduce_scatter
-                                ? c.members[(me + 1) % n]
-                                : c.members[(me + k) % n]);
-        }
+        const int n = static_cast<int>(c.members.size());
+        const int me =
+            static_cast<int>(std::find(c.members.begin(), c.members.end(), r) - c.members.begin());
+        for (int x : c.members) start = std::max(start, now[x]);
+        for (int k = 1; k < n; ++k)
+          peers.push_back(c.op == Op::all_gather || c.op == Op::reduce_scatter
+                              ? c.members[(me + 1) % n]
+                              : c.members[(me + k) % n]);
         std::array<double, 2> busy{0.0, 0.0};
         RankTimeline& rt = tl.ranks[r];
         for (attention::Field f : c.fields) {
@@ -267,11 +261,10 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
           for (int peer : peers) {
             const int cls = m.same_node(r, peer) ? 0 : 1;
             const Link& link = cls == 0 ? m.intra : m.inter;
-            busy[cls] +=
-                link.latency_s + b / (link.bandwidth_Bps * (p2p ? 1.0 : m.collective_efficiency));
+            busy[cls] += link.latency_s + b / (link.bandwidth_Bps * m.collective_efficiency);
             (cls == 0 ? rt.messages_intra : rt.messages_inter) += 1;
             (cls == 0 ? rt.bytes_intra : rt.bytes_inter) += b;
-            if (!p2p) rt.collective_bytes += b;
+            rt.collective_bytes += b;
           }
         }
         for (int cls = 0; cls < 2; ++cls)
@@ -299,7 +292,7 @@ Timeline replay(const std::vector<RankSchedule>& schedules, const ReplayModel& m
       const Xfer& x = rs.xfers[i];
       if (!x.send) continue;
       const uint32_t id = index.id(r, i);
-      bytes[id] = m.bytes(x);
+      bytes[id] = m.bytes(r, x);
       cls[id] = m.same_node(r, x.peer) ? 0 : 1;
     }
     for (size_t i = 0; i < rs.work.size(); ++i) {

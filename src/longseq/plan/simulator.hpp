@@ -19,8 +19,11 @@
 // Collective steps (RankSchedule::pre before step 0, post after the last step): the members of a
 // sub-group start together, at the latest member's time; comm runs all-gather and reduce-scatter
 // as rings (n-1 messages to the next member) and all-to-alls as one message to every other
-// member, a send_recv step is one message each way. Intra- and inter-node rails run concurrently;
-// collectives get ReplayModel::collective_efficiency.
+// member. Intra- and inter-node rails run concurrently; collectives get
+// ReplayModel::collective_efficiency. The executor waits for every collective step where it runs
+// it, so they cost as blocking. StarTrail's initial transfer and its gradients' return are ring
+// transfers (Part::side), posted at step 0 and waited block by block: they overlap the compute
+// like any ring transfer.
 //
 // Because every request is posted at a step strictly before either side waits for it, replaying
 // all ranks step by step in lock-step order always knows a transfer's completion before a wait
@@ -68,8 +71,8 @@ struct Timeline {
 /// `flops` / `cost_flops` once per work item, all before the replay and rank by rank, not at the
 /// moment the replay reaches them.
 struct ReplayModel {
-  /// Bytes of one transfer (by its part: data or grad).
-  std::function<double(const attention::Xfer&)> bytes;
+  /// Bytes of one transfer of `rank`'s schedule (by its part: data, grad, or the side block).
+  std::function<double(int rank, const attention::Xfer&)> bytes;
   /// FLOPs of one step's work on `rank`, and the rate it runs at.
   std::function<double(int rank, const attention::Work&)> flops;
   double flops_per_s = 1;
@@ -81,8 +84,8 @@ struct ReplayModel {
   Link intra, inter;
   /// bandwidth_Bps > 0: the local backend's copy at the wait (see the file comment).
   Link wait_copy;
-  /// Bytes of one message of collective step `c` of `rank` for field `f` (a per-peer block; a
-  /// send_recv: the whole side). Unset: the schedules have no collective steps.
+  /// Bytes of one message of collective step `c` of `rank` for field `f` (a per-peer block).
+  /// Unset: the schedules have no collective steps.
   std::function<double(int rank, const attention::Collective& c, attention::Field f)> message_bytes;
   double collective_efficiency = 1;
   /// Record RankTimeline::spans (the drawing's input); off, a cluster-sized replay keeps only the
