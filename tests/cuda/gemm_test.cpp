@@ -220,24 +220,6 @@ TEST(CudaGemm, LargeShapeMatchesAndRepeatsBitwise) {
 
 // ---- linear -------------------------------------------------------------------------------------
 
-struct LinearRef {
-  std::vector<double> out, din, dw;
-};
-
-LinearRef linear_reference(const std::vector<float>& in, const std::vector<float>& w,
-                           const std::vector<float>& dout, int64_t t, int64_t k, int64_t n) {
-  LinearRef r{std::vector<double>(t * n, 0.0), std::vector<double>(t * k, 0.0),
-              std::vector<double>(n * k, 0.0)};
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t e = 0; e < k; ++e) {
-        r.out[i * n + j] += double(in[i * k + e]) * w[j * k + e];
-        r.din[i * k + e] += double(dout[i * n + j]) * w[j * k + e];
-        r.dw[j * k + e] += double(dout[i * n + j]) * in[i * k + e];
-      }
-  return r;
-}
-
 // tests/kernels/linear_test.cpp's shapes and tolerance (1e-5 + 1e-4 rel: sums of K, N or T
 // products of normal inputs and normal(0, 0.3) weights), plus a T past a few warps; accumulate
 // modes; din may be null or overwrite `in`.

@@ -103,4 +103,24 @@ inline std::vector<float> rounded(const std::vector<float>& x) {
   return out;
 }
 
+/// The linear layer's fp64 reference (nn.Linear's layout, w [N, K]): out = in w^T, din = dout w,
+/// dw = dout^T in, each a plain sum of products in fp64 (a matrix product has no twin in
+/// kernels/ref: the spec is the sum itself). Shared by the CPU linear test and the GPU's.
+struct LinearRef {
+  std::vector<double> out, din, dw;
+};
+inline LinearRef linear_reference(const std::vector<float>& in, const std::vector<float>& w,
+                                  const std::vector<float>& dout, int64_t t, int64_t k, int64_t n) {
+  LinearRef r{std::vector<double>(t * n, 0.0), std::vector<double>(t * k, 0.0),
+              std::vector<double>(n * k, 0.0)};
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t e = 0; e < k; ++e) {
+        r.out[i * n + j] += double(in[i * k + e]) * w[j * k + e];
+        r.din[i * k + e] += double(dout[i * n + j]) * w[j * k + e];
+        r.dw[j * k + e] += double(dout[i * n + j]) * in[i * k + e];
+      }
+  return r;
+}
+
 }  // namespace longseq::test::gemm

@@ -10,6 +10,7 @@
 
 #include <vector>
 
+#include "kernels/gemm_reference.hpp"
 #include "longseq/core/dtype.hpp"
 #include "model/model_test_util.hpp"
 
@@ -19,36 +20,17 @@ namespace kc = longseq::kernels::cpu;
 namespace lt = longseq::test;
 using longseq::core::DType;
 
-struct Ref {
-  std::vector<double> out, din, dw;
-};
-
-// out = in w^T, din = dout w, dw = dout^T in, all in fp64.
-Ref reference(const std::vector<float>& in, const std::vector<float>& w,
-              const std::vector<float>& dout, int64_t t, int64_t k, int64_t n) {
-  Ref r{std::vector<double>(t * n, 0.0), std::vector<double>(t * k, 0.0),
-        std::vector<double>(n * k, 0.0)};
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t e = 0; e < k; ++e) {
-        r.out[i * n + j] += double(in[i * k + e]) * w[j * k + e];
-        r.din[i * k + e] += double(dout[i * n + j]) * w[j * k + e];
-        r.dw[j * k + e] += double(dout[i * n + j]) * in[i * k + e];
-      }
-  return r;
-}
+using longseq::test::gemm::linear_reference;
+using longseq::test::gemm::rounded;
+using Ref = longseq::test::gemm::LinearRef;
 
 TEST(CpuLinear, ForwardBackwardMatchProducts) {
   const int64_t t = 7, k = 12, n = 9;
   auto in = lt::normal_f(t * k, 6), w = lt::normal_f(n * k, 7, 0.3), dout = lt::normal_f(t * n, 8);
-  auto rounded = [](std::vector<float> v) {
-    for (float& x : v) x = longseq::core::round_bf16(x);
-    return v;
-  };
   for (DType p : {DType::f32, DType::bf16}) {
     const bool f32 = p == DType::f32;
-    const Ref r = f32 ? reference(in, w, dout, t, k, n)
-                      : reference(rounded(in), rounded(w), rounded(dout), t, k, n);
+    const Ref r = f32 ? linear_reference(in, w, dout, t, k, n)
+                      : linear_reference(rounded(in), rounded(w), rounded(dout), t, k, n);
     const double tol = 1e-4, atol = 1e-5;
     const std::string tag = f32 ? " f32" : " bf16";
     std::vector<float> out(t * n), din(t * k), dw(n * k, 0.0f);
@@ -65,7 +47,7 @@ TEST(CpuLinear, AccumulatesAndSkipsNullInputGradient) {
   const int64_t t = 5, k = 4, n = 3;
   auto in = lt::normal_f(t * k, 9), w = lt::normal_f(n * k, 10, 0.3),
        dout = lt::normal_f(t * n, 11);
-  const Ref r = reference(in, w, dout, t, k, n);
+  const Ref r = linear_reference(in, w, dout, t, k, n);
   std::vector<float> out(t * n, 2.0f), din(t * k, -1.0f), dw(n * k, 0.5f);
   kc::linear_forward(in.data(), w.data(), t, k, n, out.data(), true, 1);
   kc::linear_backward(dout.data(), in.data(), w.data(), t, k, n, din.data(), true, dw.data(), 1);
