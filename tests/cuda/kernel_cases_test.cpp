@@ -26,20 +26,7 @@ class CudaKernelCases : public ::testing::TestWithParam<Param> {};
 TEST_P(CudaKernelCases, MatchesTheFp64Reference) {
   LONGSEQ_NEED_GPU();
   const auto& [backend, c] = GetParam();
-  RecordProperty("flops", std::to_string(c.flops));
-  RecordProperty("bytes", std::to_string(c.bytes));
-  const std::vector<lt::CaseOutput> outs = c.run(*backend);
-  ASSERT_FALSE(outs.empty());
-  for (const lt::CaseOutput& o : outs) {
-    EXPECT_FALSE(o.want.empty()) << o.name;
-    lt::expect_close(o.got, o.want, o.atol, o.rtol,
-                     backend->name() + " " + c.op + " " + c.shape + " " + o.name);
-  }
-}
-
-std::string case_name(const ::testing::TestParamInfo<Param>& info) {
-  const auto& [backend, c] = info.param;
-  return backend->name() + "_" + c.op + "_" + c.shape;
+  lt::check_case(*backend, c);
 }
 
 std::vector<std::shared_ptr<lt::KernelBackend>> cuda_backends() {
@@ -58,6 +45,6 @@ std::vector<lt::KernelCase> cuda_cases() {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaKernelCases,
                          ::testing::Combine(::testing::ValuesIn(cuda_backends()),
                                             ::testing::ValuesIn(cuda_cases())),
-                         case_name);
+                         lt::case_name);
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -854,6 +855,30 @@ inline const std::vector<KernelCase>& kernel_cases() {
       delta_case(37, 3, 130, 174),
   };
   return cases;
+}
+
+/// The registry's check of one case on one backend, the body of every device's TEST_P (as
+/// test-backend-ops runs one check over every backend): records the case's FLOPs and bytes, runs
+/// it, and holds each output to its tolerance against the fp64 reference.
+inline void check_case(KernelBackend& backend, const KernelCase& c) {
+  ::testing::Test::RecordProperty("flops", std::to_string(c.flops));
+  ::testing::Test::RecordProperty("bytes", std::to_string(c.bytes));
+  EXPECT_GT(c.flops, 0);
+  EXPECT_GT(c.bytes, 0);
+  const std::vector<CaseOutput> outs = c.run(backend);
+  ASSERT_FALSE(outs.empty());
+  for (const CaseOutput& o : outs) {
+    EXPECT_FALSE(o.want.empty()) << o.name;
+    expect_close(o.got, o.want, o.atol, o.rtol,
+                 backend.name() + " " + c.op + " " + c.shape + " " + o.name);
+  }
+}
+
+/// gtest's name of a (backend, case) parameter: backend_op_shape.
+inline std::string case_name(
+    const ::testing::TestParamInfo<std::tuple<std::shared_ptr<KernelBackend>, KernelCase>>& info) {
+  const auto& [backend, c] = info.param;
+  return backend->name() + "_" + c.op + "_" + c.shape;
 }
 
 }  // namespace longseq::test

@@ -22,22 +22,7 @@ class KernelCases : public ::testing::TestWithParam<Param> {};
 
 TEST_P(KernelCases, MatchesTheFp64Reference) {
   const auto& [backend, c] = GetParam();
-  RecordProperty("flops", std::to_string(c.flops));
-  RecordProperty("bytes", std::to_string(c.bytes));
-  EXPECT_GT(c.flops, 0);
-  EXPECT_GT(c.bytes, 0);
-  const std::vector<lt::CaseOutput> outs = c.run(*backend);
-  ASSERT_FALSE(outs.empty());
-  for (const lt::CaseOutput& o : outs) {
-    EXPECT_FALSE(o.want.empty()) << o.name;
-    lt::expect_close(o.got, o.want, o.atol, o.rtol,
-                     backend->name() + " " + c.op + " " + c.shape + " " + o.name);
-  }
-}
-
-std::string case_name(const ::testing::TestParamInfo<Param>& info) {
-  const auto& [backend, c] = info.param;
-  return backend->name() + "_" + c.op + "_" + c.shape;
+  lt::check_case(*backend, c);
 }
 
 // Whether every value of `o` is within its tolerance (expect_close's test, without reporting).
@@ -75,6 +60,6 @@ TEST(KernelCaseTolerances, RejectAPerturbationOfOnePartInAThousand) {
 INSTANTIATE_TEST_SUITE_P(Host, KernelCases,
                          ::testing::Combine(::testing::ValuesIn(lt::host_backends()),
                                             ::testing::ValuesIn(lt::kernel_cases())),
-                         case_name);
+                         lt::case_name);
 
 }  // namespace
