@@ -12,10 +12,11 @@
 #
 #   bash scripts/offline_deps.sh unpack DIR    the unpacking alone (build.sh calls it); prints the
 #                                              prefix
-# The packages are Debian 12's: oneDNN 2.6 (the GEMM library) and ICU 72 (the tokenizer). Their
-# own dependencies (libc, libstdc++, libgomp) are on every Linux that runs g++ 12 or later.
+# The packages are Debian 12's: oneDNN 2.6 (the GEMM library) and ICU 72 (the tokenizer), with the
+# OpenCL loader that Debian's oneDNN links (libOpenCL.so.1; a CUDA image need not have it). Their
+# other dependencies (libc, libstdc++, libgomp) are on every Linux that runs g++ 12 or later.
 set -euo pipefail
-PACKAGES=(libdnnl-dev libdnnl2 libicu-dev libicu72 icu-devtools)
+PACKAGES=(libdnnl-dev libdnnl2 ocl-icd-libopencl1 libicu-dev libicu72 icu-devtools)
 
 usage() {
   sed -n '2,18p' "$0" >&2
