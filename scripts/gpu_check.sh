@@ -10,11 +10,13 @@
 # and writes under OUTDIR: info.txt (longseq info: CPU, variants, CUDA runtime/driver, GPUs),
 # nvidia-smi.txt, ctest_cuda.xml (JUnit) and ctest_cuda.txt, one JSON per benchmark,
 # torch_kernels.json, cuda_attention_torch.json, compare.json / compare.txt (ours vs PyTorch and
-# the bandwidth floor, per kernel) and summary.txt (one screen). Exits non-zero when a cuda test or
+# the bandwidth floor, per kernel), attention_compare.json / .txt (ours vs SDPA's flash and cuDNN
+# backends, per shape), test_cuda.json with errors.json / errors.txt (each kernel's measured error
+# against its fp64 twin) and summary.txt (one screen). Exits non-zero when a cuda test or
 # a benchmark failed or no GPU was visible (skipped tests on a GPU machine are a failure here).
-# Time on an H100 (estimated, not yet measured): build 3-4 min, tests < 1 min, then each benchmark
-# and PyTorch script capped (GPU_CHECK_BENCH_S, default 90 s each), so the whole stays near 9
-# minutes at worst, inside one device call.
+# Time on the lent H200 (16 cores, 2026-11-26): build of these targets 38 s (niced, beside the
+# tests), tests 10 s, benchmarks and PyTorch scripts ~100 s; each benchmark and PyTorch script is
+# capped (GPU_CHECK_BENCH_S, default 90 s each), so the whole stays inside one device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bash scripts/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -38,6 +40,14 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi not found" > "$out/n
 rc=0
 ctest --test-dir "$BUILD_DIR" -L cuda --timeout 120 --output-on-failure \
   --output-junit "$out/ctest_cuda.xml" > "$out/ctest_cuda.txt" 2>&1 || rc=1
+# The same tests once more in one process (~10 s), for the errors they record against the fp64
+# twins (ctest's JUnit drops gtest's properties): errors.json / errors.txt, one row per kernel
+# output with its worst relative L2 and absolute error over the cases.
+TORCH_PYTHON=${TORCH_PYTHON:-python3}
+"$BUILD_DIR/tests/test_cuda" --gtest_brief=1 --gtest_output="json:$out/test_cuda.json" \
+  > "$out/test_cuda.txt" 2>&1 || rc=1
+"$TORCH_PYTHON" bench/cuda_test_errors.py "$out/test_cuda.json" --out "$out/errors.json" \
+  --text "$out/errors.txt" > /dev/null 2>&1 || echo "[gpu_check] error table failed" >&2
 t2=$(date +%s)
 benches=()
 # Each benchmark is capped (timeout) so that the whole check stays inside the GPU machine's
@@ -52,7 +62,6 @@ for b in "$BUILD_DIR"/bench/cuda_*_bench; do
 done
 # PyTorch on the same GPU: the kernels compared with cuda_kernels_bench, and the attention
 # bench's shapes through SDPA's flash and cuDNN backends (a missing torch is noted, not failed).
-TORCH_PYTHON=${TORCH_PYTHON:-python3}
 if [ -f "$out/cuda_kernels_bench.json" ]; then
   timeout "$cap" "$TORCH_PYTHON" bench/cuda_kernels_torch.py --out "$out/torch_kernels.json" \
     --ours "$out/cuda_kernels_bench.json" --compare "$out/compare.json" \
@@ -64,6 +73,12 @@ if "$TORCH_PYTHON" -c "import torch" > /dev/null 2>&1; then
     echo "[gpu_check] torch attention baseline failed or was cut (see $out/cuda_attention_torch.txt)" >&2
   benches+=("cuda_attention_torch")
 fi
+if [ -f "$out/cuda_attention_bench.json" ]; then
+  "$TORCH_PYTHON" bench/cuda_attention_compare.py "$out/cuda_attention_bench.json" \
+    "$out/cuda_attention_torch.json" --out "$out/attention_compare.json" \
+    --text "$out/attention_compare.txt" > /dev/null 2>&1 ||
+    echo "[gpu_check] attention comparison failed" >&2
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
@@ -71,11 +86,13 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
   grep -E 'tests passed|tests failed' "$out/ctest_cuda.txt" || true
   echo "skipped cuda tests: $skipped"
   echo "benchmarks: ${benches[*]:-none yet}"
+  cat "$out/errors.txt" 2>/dev/null || true
   if [ -f "$out/compare.txt" ]; then
     cat "$out/compare.txt"
   else
     tail -3 "$out/torch_kernels.txt" 2>/dev/null || true
   fi
+  cat "$out/attention_compare.txt" 2>/dev/null || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 if ! grep -q '    gpu 0:' "$out/info.txt"; then

@@ -403,6 +403,9 @@ TEST(CudaAdamW, ThreeStepsMatchAnFp64Loop) {
       rp[i] -= lr * upd;
     }
   }
+  lt::record_error(lt::download(dp, n), rp, "param");
+  lt::record_error(lt::download(dm, n), rm, "m");
+  lt::record_error(lt::download(dv, n), rv, "v");
   lt::expect_close(lt::download(dp, n), rp, 1e-6, 1e-6, "adamw param");
   lt::expect_close(lt::download(dm, n), rm, 1e-6, 1e-6, "adamw m");
   lt::expect_close(lt::download(dv, n), rv, 1e-12, 1e-6, "adamw v");

@@ -869,6 +869,7 @@ inline void check_case(KernelBackend& backend, const KernelCase& c) {
   ASSERT_FALSE(outs.empty());
   for (const CaseOutput& o : outs) {
     EXPECT_FALSE(o.want.empty()) << o.name;
+    record_error(o.got, o.want, o.name);
     expect_close(o.got, o.want, o.atol, o.rtol,
                  backend.name() + " " + c.op + " " + c.shape + " " + o.name);
   }

@@ -33,3 +33,12 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT LONGSEQ_NATIV
   set_tests_properties(kernels.portable_code PROPERTIES LABELS kernels TIMEOUT 120
                                                         SKIP_RETURN_CODE 77)
 endif()
+
+# kernels.errors_table: the per-kernel error table of scripts/gpu_check.sh (errors.txt), built from
+# the errors the tests record, checked on the CPU registry cases (tests/kernels/errors_table.sh).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME kernels.errors_table
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/errors_table.sh $<TARGET_FILE:test_kernels>
+                   ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/cuda_test_errors.py)
+  set_tests_properties(kernels.errors_table PROPERTIES LABELS kernels TIMEOUT 120)
+endif()
