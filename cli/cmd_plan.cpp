@@ -211,6 +211,14 @@ void print_explain(FILE* out, const plan::PlanOptions& o, const plan::Evaluation
                o.hw.corrections.source.c_str(), o.hw.corrections.gemm_efficiency,
                o.hw.corrections.attention_fwd_efficiency, o.hw.corrections.attention_bwd_efficiency,
                o.hw.corrections.collective_efficiency);
+  if (o.hw.attention_curve.enabled()) {
+    // The curve replaces the constant attention efficiencies per kernel call (hardware.hpp).
+    std::fprintf(out, "  measured attention efficiency by block length (%s):",
+                 o.hw.attention_curve.source.c_str());
+    for (const auto& pt : o.hw.attention_curve.points)
+      std::fprintf(out, " %.0f: %.3f/%.3f", pt.tokens, pt.fwd, pt.bwd);
+    std::fprintf(out, " (tokens: fwd/bwd); it replaces the constants above per kernel call\n");
+  }
   if (o.hw.tiles.enabled())
     std::fprintf(out,
                  "  empirical corrections: partial kernel tiles cost %.2f (fwd) / %.2f (bwd) x "

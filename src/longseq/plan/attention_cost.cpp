@@ -1,6 +1,7 @@
 #include "longseq/plan/attention_cost.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <set>
@@ -434,18 +435,33 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     });
   };
   // gamma = peak x (labelled) kernel efficiency, x the core share when ranks oversubscribe a host.
-  if (tq > 0) {
+  const BlockCurve& curve = hw.attention_curve;
+  if (tq > 0 || curve.enabled()) {
     // Time from the pairs the kernels compute (full tiles, partial tiles at the labelled relative
-    // cost); m.flops stays the useful (visible) FLOPs.
+    // cost), and with a block curve each kernel call (one per chunk pair, as the executor calls
+    // them) at its block length's efficiency instead of the constant one that flops_per_s holds;
+    // m.flops stays the useful (visible) FLOPs.
     const double partial_cost =
         fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd;
-    m.cost_flops = [&, partial_cost](int rank, const attention::Work& w) {
+    const double base_eff =
+        fwd ? hw.corrections.attention_fwd_efficiency : hw.corrections.attention_bwd_efficiency;
+    m.cost_flops = [&, partial_cost, base_eff](int rank, const attention::Work& w) {
       return memoized(cost_memo, rank, w, [&] {
         double f = 0;
-        for_pairs(rank, w, [&](const Chunk& q, const Chunk& k, PairKind) {
-          const TileWork t =
-              kernel_tile_work(q, k, set.layout.global_len(), p.mask, tq, tk, q_limit);
-          f += static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
+        for_pairs(rank, w, [&](const Chunk& q, const Chunk& k, PairKind kind) {
+          double pairs = 0;
+          if (tq > 0) {
+            const TileWork t =
+                kernel_tile_work(q, k, set.layout.global_len(), p.mask, tq, tk, q_limit);
+            pairs = static_cast<double>(t.full) + partial_cost * static_cast<double>(t.partial);
+          } else {
+            pairs = static_cast<double>(chunk_count(q, k, kind));
+          }
+          if (curve.enabled() && pairs > 0)
+            pairs *=
+                base_eff /
+                curve.at(std::sqrt(static_cast<double>(q.len) * static_cast<double>(k.len)), fwd);
+          f += pairs;
         });
         return f * per_pair;
       });

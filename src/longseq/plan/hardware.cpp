@@ -1,6 +1,7 @@
 #include "longseq/plan/hardware.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,10 +75,60 @@ const std::vector<core::Field<Hardware>> kFields = {
 };
 #undef HW
 
-// Written by calibrate or kept for readers, never read back.
-const std::vector<std::string> kIgnored = {"measurements", "intra.note", "inter.note"};
+// Written by calibrate or kept for readers, never read back. attention_curve is an array, read
+// apart from the scalar table (read_curve).
+const std::vector<std::string> kIgnored = {"measurements", "intra.note", "inter.note",
+                                           "attention_curve"};
+
+// "attention_curve": {"source": "...", "points": [{"tokens": 1024, "fwd": 0.08, "bwd": 0.06},
+// ...]}: tokens strictly increasing and >= 1, efficiencies in (0, 1.5].
+BlockCurve read_curve(const json& j, const std::string& where) {
+  BlockCurve c;
+  const std::string at = where + " attention_curve";
+  core::require(j.is_object(), "plan", at, " must be an object {source, points}");
+  for (const auto& [k, v] : j.items())
+    core::require(k == "source" || k == "points", "plan", at, ": unknown key '", k,
+                  "' (known: source, points)");
+  if (j.contains("source")) {
+    core::require(j["source"].is_string(), "plan", at, ".source must be a string");
+    c.source = j["source"].get<std::string>();
+  }
+  core::require(j.contains("points") && j["points"].is_array() && !j["points"].empty(), "plan", at,
+                ".points must be a non-empty array of {tokens, fwd, bwd}");
+  for (size_t i = 0; i < j["points"].size(); ++i) {
+    const json& p = j["points"][i];
+    const std::string pi = core::cat(at, ".points[", i, "]");
+    core::require(p.is_object() && p.size() == 3 && p.contains("tokens") && p.contains("fwd") &&
+                      p.contains("bwd"),
+                  "plan", pi, " must be {tokens, fwd, bwd}, got ", p.dump());
+    for (const char* k : {"tokens", "fwd", "bwd"})
+      core::require(p[k].is_number(), "plan", pi, ".", k, " must be a number, got ", p[k].dump());
+    BlockCurve::Point pt{p["tokens"].get<double>(), p["fwd"].get<double>(), p["bwd"].get<double>()};
+    core::require(pt.tokens >= 1, "plan", pi, ".tokens ", pt.tokens, " must be >= 1");
+    core::require(pt.fwd > 0 && pt.fwd <= 1.5 && pt.bwd > 0 && pt.bwd <= 1.5, "plan", pi,
+                  " efficiencies fwd ", pt.fwd, " bwd ", pt.bwd, " must be in (0, 1.5]");
+    core::require(c.points.empty() || pt.tokens > c.points.back().tokens, "plan", pi, ".tokens ",
+                  pt.tokens, " must be larger than the previous point's ",
+                  c.points.empty() ? 0.0 : c.points.back().tokens);
+    c.points.push_back(pt);
+  }
+  return c;
+}
 
 }  // namespace
+
+double BlockCurve::at(double tokens, bool fwd) const {
+  LONGSEQ_CHECK_MSG(!points.empty() && tokens > 0, "BlockCurve::at tokens ", tokens);
+  const auto eff = [fwd](const Point& p) { return fwd ? p.fwd : p.bwd; };
+  if (tokens <= points.front().tokens) return eff(points.front());
+  if (tokens >= points.back().tokens) return eff(points.back());
+  size_t i = 1;
+  while (points[i].tokens < tokens) ++i;
+  const Point &a = points[i - 1], &b = points[i];
+  const double t =
+      (std::log2(tokens) - std::log2(a.tokens)) / (std::log2(b.tokens) - std::log2(a.tokens));
+  return eff(a) + t * (eff(b) - eff(a));
+}
 
 const std::vector<core::Field<Hardware>>& hardware_fields() {
   return kFields;
@@ -96,6 +147,7 @@ Hardware parse_hardware(const std::string& json_text, std::string_view what) {
   hw.name = std::string(what);
   core::fields_from_json(kFields, hw, j, "plan", where, kIgnored);
   core::check_fields(kFields, hw, "plan", where + ": ");
+  if (j.contains("attention_curve")) hw.attention_curve = read_curve(j["attention_curve"], where);
   // Every rank of a node sends at once in the ring schedules, so each gets its share of the NICs.
   hw.inter.bandwidth_Bps = hw.inter_node_bandwidth_Bps / hw.gpus_per_node;
   core::require(!hw.mpi_measured || hw.mpi.bandwidth_Bps > 0, "plan", where,
@@ -104,7 +156,14 @@ Hardware parse_hardware(const std::string& json_text, std::string_view what) {
 }
 
 std::string hardware_to_json(const Hardware& hw) {
-  return core::fields_to_json(kFields, hw).dump(2) + "\n";
+  json j = core::fields_to_json(kFields, hw);
+  if (hw.attention_curve.enabled()) {
+    json pts = json::array();
+    for (const BlockCurve::Point& p : hw.attention_curve.points)
+      pts.push_back({{"tokens", p.tokens}, {"fwd", p.fwd}, {"bwd", p.bwd}});
+    j["attention_curve"] = {{"source", hw.attention_curve.source}, {"points", pts}};
+  }
+  return j.dump(2) + "\n";
 }
 
 std::string data_dir() {

@@ -36,6 +36,24 @@ struct Corrections {
   std::string source;  ///< where the numbers come from
 };
 
+/// The attention kernels' efficiency as a function of the block length (issue "GPU II" item 6):
+/// kernels lose much of their rate on short blocks, and a ring step's block is N/P (or N/2P)
+/// tokens. Points (tokens, forward efficiency, backward efficiency) measured on square blocks
+/// (bench/cuda_attention_bench's sweep: L x L blocks, batch keeping the work equal), tokens
+/// strictly increasing. A kernel call of lq queries and lk keys runs at the efficiency of
+/// L = sqrt(lq lk), interpolated linearly in log2 L between points and held at the end points
+/// outside them. Empty: the constant attention_*_efficiency of Corrections.
+struct BlockCurve {
+  struct Point {
+    double tokens = 0, fwd = 0, bwd = 0;
+  };
+  std::vector<Point> points;
+  std::string source;  ///< the measurement (bench run, GPU, date)
+  bool enabled() const { return !points.empty(); }
+  /// Efficiency at a block of `tokens` (> 0) for the forward (fwd) or backward pass.
+  double at(double tokens, bool fwd) const;
+};
+
 /// The block kernels' tiling (kernels/cpu/attention.hpp kForwardTile*, kBackwardTile*). When set
 /// (q > 0), a work item costs the (q, k) pairs the kernels compute rather than the visible ones:
 /// empty tiles skipped, full tiles whole, partial tiles over their trimmed rectangle (the same
@@ -58,6 +76,9 @@ struct Hardware {
   Link intra, inter;  ///< inter.bandwidth_Bps is the node's inter-node bandwidth / gpus_per_node
   double inter_node_bandwidth_Bps = 0;  ///< as given in the profile, for the record
   Corrections corrections;
+  /// The block-length curve of the attention efficiency (GPU profiles measured by longseq's
+  /// bench); where set, it replaces corrections.attention_*_efficiency per kernel call.
+  BlockCurve attention_curve;
 
   // --- One host of threads (the comm local backend); both 0 on GPU clusters. ---------------------
   /// > 0: every rank is a thread on one host with this many cores. A rank computes at
