@@ -169,9 +169,12 @@ RmsOut rmsnorm_gpu(const std::vector<float>& x, const std::vector<float>& w,
 TEST(CudaRmsNorm, MatchesTheFp64TwinOnOddAndLargeShapes) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
-  // 1 row; C = 33; C past one block of 256 threads; T past one 64-row group of dweight's first
-  // stage and C past 16 blocks of columns.
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {7, 33}, {3, 1000}, {130, 4099}};
+  // 1 row; C = 33; C past one block of 256 threads; T past several 16-row groups of dweight's
+  // first stage and C past 16 blocks of columns (the scalar path: C % 4 != 0). The float4 path
+  // (C % 4 == 0, C <= 8192): 250 float4 (one per thread, some idle); C = 4096 (4 per thread) with
+  // a ragged last group (33 = 2 x 16 + 1); 1501 float4 (8 per thread, the last ragged).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},      {7, 33},    {3, 1000},
+                                                {130, 4099}, {33, 4096}, {18, 6004}};
   uint64_t seed = 100;
   for (auto [t, c] : shapes) {
     const float eps = 1e-5f;
@@ -250,8 +253,9 @@ TEST(CudaRmsNorm, BitwiseReproducibleOnAnyStream) {
 TEST(CudaSwiglu, MatchesTheFp64TwinPastTheGridCap) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
-  // 2^24 + 37 values: more than the 2^16 blocks x 256 threads of one grid, so the grid-stride
-  // loop's second round runs.
+  // 2^24 + 37 values: more than the 2^16 blocks x 256 threads of one grid, so the backward's
+  // grid-stride loop's second round runs (the forward's float4 loop takes 4 values per thread);
+  // 37 and 2^24 + 37 leave one value past the last float4.
   for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}, (int64_t{1} << 24) + 37}) {
     auto g = lt::normal_f(n, 50, 3.0), u = lt::normal_f(n, 51), dout = lt::normal_f(n, 52);
     if (n >= 4) {  // the tails: exp overflows to inf (sigmoid 0), or sigmoid rounds to 1
@@ -294,6 +298,14 @@ TEST(CudaSwiglu, OutputsMayOverwriteTheirInputs) {
   kcu::swiglu_backward(dd.data(), g3.data(), u3.data(), n, g3.data(), u3.data(), ex);
   EXPECT_EQ(lt::download(g3, n), want_dg);
   EXPECT_EQ(lt::download(u3, n), want_du);
+
+  // Pointers one float past 16-byte alignment take the forward's scalar loop: same expression,
+  // same bits as the float4 loop on the same values.
+  Buffer<float> out1(n, ex.device);
+  kcu::swiglu_forward(dg.data() + 1, du.data() + 1, n - 1, out1.data() + 1, ex);
+  const auto got1 = lt::download(out1, n);
+  EXPECT_EQ(std::vector<float>(got1.begin() + 1, got1.end()),
+            std::vector<float>(want_out.begin() + 1, want_out.end()));
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
