@@ -26,9 +26,11 @@
 //    ratio with a few ulps of error times lr <= 6e-3, then one rounding of p).
 //  * LM head at bf16 compute, against the fp64 twin on the bf16-rounded hidden and weight (so the
 //    logits' operands are the same): loss sum within the registry's fp32 bound (the logits'
-//    products of bf16 values are exact in fp32, only their fp32 sums round); dhidden and dweight
+//    products of bf16 values are exact in fp32, only their fp32 sums round) plus the logits'
+//    rounding to bf16, sum over counted rows of 2^-9 (max |z| + |z_label|); dhidden and dweight
 //    within 2^-8 sum |terms| + the fp32 bound (dlogits rounded to bf16, relative 2^-9, before
-//    its products; 2x margin for the fp32 softmax before it).
+//    its products; 2x margin for the fp32 softmax before it) plus what the logits' rounding does
+//    to the softmax (a factor within exp(+-2^-8 max |z|) on each p_j), carried by the products.
 //  * Embedding: the gather is a copy (exact); the backward is compared bit for bit with the
 //    CPU's fp32 loop in token order (model::embedding_backward's), which the GPU kernel follows.
 #include <gtest/gtest.h>
@@ -550,40 +552,72 @@ LmHeadOut run_lm_head(const LmHeadInputs& in, longseq::core::DType compute, int6
   return out;
 }
 
-// Several token tiles, the last one partial (300 = 2 x 128 + 44), V past one 1024-thread block.
+// Several token tiles, the last one partial (300 = 2 x 128 + 44), V past one 512-thread block:
+// V = 1500 (V % 8 != 0: the row kernel's 2-byte path) and V = 4104 (8 x 513: its 16-byte path,
+// one thread with a second group).
 TEST(CudaLmHead, Bf16ComputeMatchesTheFp64TwinOnRoundedOperands) {
   LONGSEQ_NEED_GPU();
-  const LmHeadInputs in = lm_head_inputs(300, 64, 1500, 400);
-  const LmHeadOut got = run_lm_head(in, longseq::core::DType::bf16, 128);
-  EXPECT_EQ(got.loss.count, in.count);
-  std::vector<double> h(in.h.size()), w(in.w.size());
-  for (size_t i = 0; i < h.size(); ++i) h[i] = longseq::core::round_bf16(in.h[i]);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = longseq::core::round_bf16(in.w[i]);
-  const double gs = 1.0 / static_cast<double>(in.count);
-  const kr::LmHeadDims d{in.t, in.c, in.v};
-  const auto want = kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d);
-  std::vector<double> rdh(h.size()), rdw(w.size());
-  kr::lm_head_ce_backward(h.data(), w.data(), in.labels.data(), d, gs, rdh.data(), rdw.data());
-  const lt::kernel_cases_detail::LmHeadBounds fp32 = lt::kernel_cases_detail::lm_head_bounds(
-      h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, gs);
-  // sum |terms| of dhidden and dweight: |dlogits| times |w| or |h|, from the twin's dlogits.
-  std::vector<double> lse(in.t), g(in.t * in.v, 0.0), z(in.t * in.v);
-  kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d, nullptr, lse.data());
-  lt::kernel_cases_detail::linear_ref_forward(h.data(), w.data(), in.t, in.c, in.v, z.data());
-  for (int64_t i = 0; i < in.t; ++i) {
-    if (in.labels[i] == kr::kIgnoreIndex) continue;
-    for (int64_t j = 0; j < in.v; ++j)
-      g[i * in.v + j] = gs * (std::exp(z[i * in.v + j] - lse[i]) - (j == in.labels[i] ? 1.0 : 0.0));
+  for (int64_t v : {int64_t{1500}, int64_t{4104}}) {
+    const std::string at = " v" + std::to_string(v);
+    const LmHeadInputs in = lm_head_inputs(300, 64, v, 400);
+    const LmHeadOut got = run_lm_head(in, longseq::core::DType::bf16, 128);
+    EXPECT_EQ(got.loss.count, in.count);
+    std::vector<double> h(in.h.size()), w(in.w.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = longseq::core::round_bf16(in.h[i]);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = longseq::core::round_bf16(in.w[i]);
+    const double gs = 1.0 / static_cast<double>(in.count);
+    const kr::LmHeadDims d{in.t, in.c, in.v};
+    const auto want = kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d);
+    std::vector<double> rdh(h.size()), rdw(w.size());
+    kr::lm_head_ce_backward(h.data(), w.data(), in.labels.data(), d, gs, rdh.data(), rdw.data());
+    const lt::kernel_cases_detail::LmHeadBounds fp32 = lt::kernel_cases_detail::lm_head_bounds(
+        h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, gs);
+    // sum |terms| of dhidden and dweight: |dlogits| times |w| or |h|, from the twin's dlogits.
+    // The logits' bf16 rounding (lm_head.hpp): each logit moves by at most 2^-9 |z| beyond the
+    // fp32 error, so lse by at most 2^-9 max |z| of its row and loss_t by 2^-9 (max |z| +
+    // |z_label|); softmax p_j by a factor within exp(+-a_t), a_t = 2^-8 max |z|, so dlogits by at
+    // most gs p_j (e^a_t - 1) (g16), which the products carry as sum g16 |w| or g16 |h|.
+    std::vector<double> lse(in.t), g(in.t * in.v, 0.0), g16(in.t * in.v, 0.0), z(in.t * in.v);
+    kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d, nullptr, lse.data());
+    lt::kernel_cases_detail::linear_ref_forward(h.data(), w.data(), in.t, in.c, in.v, z.data());
+    double loss16 = 0;
+    for (int64_t i = 0; i < in.t; ++i) {
+      if (in.labels[i] == kr::kIgnoreIndex) continue;
+      double zmax = 0;
+      for (int64_t j = 0; j < in.v; ++j) zmax = std::max(zmax, std::fabs(z[i * in.v + j]));
+      loss16 += 0x1p-9 * (zmax + std::fabs(z[i * in.v + in.labels[i]]));
+      const double grow = std::expm1(0x1p-8 * zmax);
+      for (int64_t j = 0; j < in.v; ++j) {
+        const double p = std::exp(z[i * in.v + j] - lse[i]);
+        g[i * in.v + j] = gs * (p - (j == in.labels[i] ? 1.0 : 0.0));
+        g16[i * in.v + j] = gs * p * grow;
+      }
+    }
+    std::vector<double> a(rdh.size()), b(rdw.size()), dh_abs(rdh.size()), dw_abs(rdw.size());
+    lt::kernel_cases_detail::linear_ref_backward(g.data(), h.data(), w.data(), in.t, in.c, in.v,
+                                                 a.data(), b.data(), dh_abs.data(), dw_abs.data());
+    std::vector<double> dh16(rdh.size()), dw16(rdw.size());
+    lt::kernel_cases_detail::linear_ref_backward(g16.data(), h.data(), w.data(), in.t, in.c, in.v,
+                                                 a.data(), b.data(), dh16.data(), dw16.data());
+    const double r16 = 0x1p-8;
+    using lt::kernel_cases_detail::max_of;
+    EXPECT_NEAR(got.loss.sum, want.sum, fp32.loss + loss16) << at;
+    lt::expect_close(got.dh, rdh, r16 * max_of(dh_abs) + fp32.dhidden + max_of(dh16), 0,
+                     "lm_head bf16 dhidden" + at);
+    lt::expect_close(got.dw, rdw, r16 * max_of(dw_abs) + fp32.dweight + max_of(dw16), 0,
+                     "lm_head bf16 dweight" + at);
   }
-  std::vector<double> a(rdh.size()), b(rdw.size()), dh_abs(rdh.size()), dw_abs(rdw.size());
-  lt::kernel_cases_detail::linear_ref_backward(g.data(), h.data(), w.data(), in.t, in.c, in.v,
-                                               a.data(), b.data(), dh_abs.data(), dw_abs.data());
-  const double r16 = 0x1p-8;
-  EXPECT_NEAR(got.loss.sum, want.sum, fp32.loss);
-  lt::expect_close(got.dh, rdh, r16 * lt::kernel_cases_detail::max_of(dh_abs) + fp32.dhidden, 0,
-                   "lm_head bf16 dhidden");
-  lt::expect_close(got.dw, rdw, r16 * lt::kernel_cases_detail::max_of(dw_abs) + fp32.dweight, 0,
-                   "lm_head bf16 dweight");
+}
+
+// bf16 compute twice: the same bits (the bf16 row kernel's fixed order, plans fixed per shape).
+TEST(CudaLmHead, Bf16ComputeIsBitwiseReproducible) {
+  LONGSEQ_NEED_GPU();
+  const LmHeadInputs in = lm_head_inputs(200, 40, 704, 430);
+  const LmHeadOut a = run_lm_head(in, longseq::core::DType::bf16, 0);
+  const LmHeadOut b = run_lm_head(in, longseq::core::DType::bf16, 0);
+  EXPECT_EQ(a.loss.sum, b.loss.sum);
+  EXPECT_EQ(a.dh, b.dh);
+  EXPECT_EQ(a.dw, b.dw);
 }
 
 // The same call twice gives the same bits (fixed reductions, plans fixed per shape), and another
