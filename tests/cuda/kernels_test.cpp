@@ -452,8 +452,10 @@ TEST(CudaEmbedding, ForwardGathersAndBackwardEqualsTheCpuLoopBitForBit) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
   // 1 token; C = 33 with a tiny vocabulary (many repeats); C past a block of 256 threads with V
-  // past 2^16 (17 sort bits); T past one block of the keys kernel.
-  const EmbeddingCase cases[] = {{1, 1, 1}, {300, 33, 7}, {1000, 300, 70001}, {5000, 64, 50}};
+  // past 2^16 (17 sort bits); T past one block of the keys kernel. C % 4 == 0 takes the
+  // forward's float4 path: 300, 64, and 2052 (513 float4: a thread with three of one chunk).
+  const EmbeddingCase cases[] = {
+      {1, 1, 1}, {300, 33, 7}, {1000, 300, 70001}, {5000, 64, 50}, {60, 2052, 300}};
   uint64_t seed = 200;
   for (const EmbeddingCase& e : cases) {
     std::vector<int32_t> tokens;
