@@ -647,21 +647,25 @@ TEST(CudaLmHead, BitwiseReproducibleAndTileIndependentUpToRounding) {
 // the device), with the CPU's message; the first bad row is the one named.
 TEST(CudaLmHead, RefusesALabelOutsideTheVocabularyNamingIt) {
   LONGSEQ_NEED_GPU();
-  LmHeadInputs in = lm_head_inputs(9, 8, 50, 420);
-  in.labels[4] = 52;
-  in.labels[6] = -7;
-  try {
-    run_lm_head(in, longseq::core::DType::f32, 4);
-    ADD_FAILURE() << "accepted label 52";
-  } catch (const longseq::core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[model] label 52 at row 4 outside the vocabulary [0, 50) "
-                                         "and not the ignore index -100"),
-              std::string::npos)
-        << e.what();
+  // f32 and bf16 compute (their row kernels differ); V = 48 at bf16 takes its 16-byte path.
+  for (auto [p, v] : {std::pair{longseq::core::DType::f32, int64_t{50}},
+                      std::pair{longseq::core::DType::bf16, int64_t{48}}}) {
+    LmHeadInputs in = lm_head_inputs(9, 8, v, 420);
+    in.labels[4] = 52;
+    in.labels[6] = -7;
+    try {
+      run_lm_head(in, p, 4);
+      ADD_FAILURE() << "accepted label 52";
+    } catch (const longseq::core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[model] label 52 at row 4 outside the vocabulary [0, " +
+                                           std::to_string(v) + ") and not the ignore index -100"),
+                std::string::npos)
+          << e.what();
+    }
+    in.labels[4] = 1;
+    in.labels[6] = 2;
+    EXPECT_NO_THROW(run_lm_head(in, p, 4));  // the device stays usable
   }
-  in.labels[4] = 1;
-  in.labels[6] = 2;
-  EXPECT_NO_THROW(run_lm_head(in, longseq::core::DType::f32, 4));  // the device stays usable
 }
 
 TEST(CudaLmHead, RefusesAnEmptyVocabularyNamingTheDims) {
