@@ -300,13 +300,19 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
   check_dims(t, c);
   if (t == 0 || c == 0) return;
   const int64_t groups = (t + kRowsPerGroup - 1) / kRowsPerGroup;
+  const bool vec = c % 4 == 0 && c <= kMaxVecC && aligned16(dout) && aligned16(x) &&
+                   aligned16(weight) && aligned16(dx);
+  // Checked before the scratch is allocated, so that a refusal leaks nothing.
+  const int64_t col_blocks = (c + kBlock - 1) / kBlock;
+  LONGSEQ_CHECK_MSG(vec || col_blocks <= 65535, "rmsnorm_backward c=", c,
+                    " exceeds the grid's y limit");
+  const int64_t col_slabs = (c + 31) / 32;
+  LONGSEQ_CHECK_MSG(col_slabs < (int64_t{1} << 31), "rmsnorm_backward c=", c);
   float* partial = nullptr;
   LONGSEQ_CUDA_CALL(cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                     static_cast<size_t>(groups * c) * sizeof(float), s));
   // cudaMallocAsync returns at least 256-byte aligned memory, so partial's rows (C % 4 == 0) are
   // 16-byte aligned too.
-  const bool vec = c % 4 == 0 && c <= kMaxVecC && aligned16(dout) && aligned16(x) &&
-                   aligned16(weight) && aligned16(dx);
   if (vec) {
     switch (vec_per_thread(c)) {
       case 1:
@@ -327,14 +333,10 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
     rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(t), kBlock, 0, s>>>(dout, x, weight, rstd, c,
                                                                            dx, accumulate);
     LONGSEQ_CUDA_LAUNCHED();
-    const int64_t col_blocks = (c + kBlock - 1) / kBlock;
-    LONGSEQ_CHECK_MSG(col_blocks <= 65535, "rmsnorm_backward c=", c, " exceeds the grid's y limit");
     const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(col_blocks));
     rmsnorm_dweight_partial_kernel<<<grid, kBlock, 0, s>>>(dout, x, rstd, t, c, partial);
     LONGSEQ_CUDA_LAUNCHED();
   }
-  const int64_t col_slabs = (c + 31) / 32;
-  LONGSEQ_CHECK_MSG(col_slabs < (int64_t{1} << 31), "rmsnorm_backward c=", c);
   rmsnorm_dweight_sum_kernel<<<static_cast<unsigned>(col_slabs), dim3(32, kSumLanes), 0, s>>>(
       partial, groups, c, dweight);
   LONGSEQ_CUDA_LAUNCHED();
