@@ -255,9 +255,9 @@ TEST(CudaRmsNorm, BitwiseReproducibleOnAnyStream) {
 TEST(CudaSwiglu, MatchesTheFp64TwinPastTheGridCap) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
-  // 2^24 + 37 values: more than the 2^16 blocks x 256 threads of one grid, so the backward's
-  // grid-stride loop's second round runs (the forward's float4 loop takes 4 values per thread);
-  // 37 and 2^24 + 37 leave one value past the last float4.
+  // 2^24 + 37 values: more than the 2^16 blocks x 256 threads of one grid, so the grid-stride
+  // loop's second round runs for the scalar loops (the float4 ones take 4 values per thread and
+  // reach it at 2^26); 37 and 2^24 + 37 leave one value past the last float4.
   for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}, (int64_t{1} << 24) + 37}) {
     auto g = lt::normal_f(n, 50, 3.0), u = lt::normal_f(n, 51), dout = lt::normal_f(n, 52);
     if (n >= 4) {  // the tails: exp overflows to inf (sigmoid 0), or sigmoid rounds to 1
@@ -301,13 +301,19 @@ TEST(CudaSwiglu, OutputsMayOverwriteTheirInputs) {
   EXPECT_EQ(lt::download(g3, n), want_dg);
   EXPECT_EQ(lt::download(u3, n), want_du);
 
-  // Pointers one float past 16-byte alignment take the forward's scalar loop: same expression,
-  // same bits as the float4 loop on the same values.
-  Buffer<float> out1(n, ex.device);
+  // Pointers one float past 16-byte alignment take the scalar loops: the same expressions as the
+  // float4 loops (only FMA contraction could differ between the two: 1-2 ulp of O(1) values).
+  Buffer<float> out1(n, ex.device), dg1(n, ex.device), du1(n, ex.device);
   kcu::swiglu_forward(dg.data() + 1, du.data() + 1, n - 1, out1.data() + 1, ex);
-  const auto got1 = lt::download(out1, n);
-  EXPECT_EQ(std::vector<float>(got1.begin() + 1, got1.end()),
-            std::vector<float>(want_out.begin() + 1, want_out.end()));
+  kcu::swiglu_backward(dd.data() + 1, dg.data() + 1, du.data() + 1, n - 1, dg1.data() + 1,
+                       du1.data() + 1, ex);
+  const auto tail = [](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + 1, v.end());
+  };
+  const auto wide = [&](const std::vector<float>& v) { return lt::widen(tail(v)); };
+  lt::expect_close(tail(lt::download(out1, n)), wide(want_out), 1e-6, 1e-6, "swiglu out unaligned");
+  lt::expect_close(tail(lt::download(dg1, n)), wide(want_dg), 1e-6, 1e-6, "swiglu dgate unaligned");
+  lt::expect_close(tail(lt::download(du1, n)), wide(want_du), 1e-6, 1e-6, "swiglu dup unaligned");
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
