@@ -202,6 +202,14 @@ const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  if (key.kind == Kind::bf16_out_bf16) {
+    // Split-K partial sums reduced in the output type (in place in C, or bf16 in the workspace)
+    // would round more than once; only no split or fp32 partials keep "the fp32 result rounded
+    // once" (gemm.hpp). Scheme NONE (0) passes any mask.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc,
