@@ -206,7 +206,13 @@ int main(int argc, char** argv) {
                   kcu::rmsnorm_backward(dout.data(), x.data(), w.data(), rstd.data(), t, c,
                                         dx.data(), dw.data(), false, ex);
                 }),
-        fl * (3.0 * t * c + 2.0 * c + t), 0);
+        // + the weight gradient's partial sums [T / 16, C], written once and read once
+        fl * (3.0 * t * c + 2.0 * c + t +
+              2.0 *
+                  static_cast<double>((t + kcu::kRmsNormRowsPerGroup - 1) /
+                                      kcu::kRmsNormRowsPerGroup) *
+                  c),
+        0);
   }
   {  // SwiGLU over [T/4, F]
     const int64_t tm = t / 4;

@@ -3,7 +3,8 @@
 // wider than the rows with NaN in the padding (a product that ignored ld, or wrote past N, shows
 // NaN), three (alpha, beta) pairs. Plus what the GPU path adds: operands at every pointer
 // alignment (cuBLASLt is told each one), the plain-kernel fallback on its own, beta = 0 over NaN,
-// K = 0, a shape large enough for tensor-core tiles and split-K, and bitwise repetition.
+// K = 0, a shape large enough for tensor-core tiles and split-K, bitwise repetition, and bf16
+// output (gemm_bf16_out_bf16).
 //
 // Tolerance (gemm_test.cpp's rule, inputs uniform in [-1, 1]): |got - ref| <= (1e-6 + 4e-7 (K +
 // 2)) (1 + |ref|), the worst-case growth of an fp32 sum of K products of magnitude <= 1 with a
@@ -201,6 +202,42 @@ TEST(CudaGemm, BetaZeroOverwritesNanAndKZeroScales) {
   for (float x : lt::download(c2, m * n)) ASSERT_EQ(x, 4.0f);
   kcu::gemm_bf16(ex, false, false, m, n, 0, 1.0f, a16.data(), 1, b16.data(), n, 0.0f, c2.data(), n);
   for (float x : lt::download(c2, m * n)) ASSERT_EQ(x, 0.0f);
+}
+
+// bf16 operands, bf16 C (the LM head's logits): every case of all_cases with beta 0 (C is
+// overwritten; it starts NaN, so an element not written or a write into the padding shows), on
+// cuBLASLt and, through K = 0, the zero-fill kernel. Tolerance: the fp32 rule above, plus the one
+// rounding of the fp32 result to bf16, half an ulp: 2^-9 |C| (2^-8 |ref| covers it with the fp32
+// error on top).
+TEST(CudaGemm, Bf16OutputRoundsTheFp32ResultOnce) {
+  LONGSEQ_NEED_GPU();
+  const Exec ex = lt::gpu_exec();
+  uint64_t seed = 8000;
+  std::vector<Case> cases = all_cases();
+  cases.push_back({false, true, 5, 7, 0, 1.0f, 0.0f});  // K = 0: zeros
+  for (Case c : cases) {
+    c.beta = 0.0f;
+    const Operands o = make(c, seed++);
+    auto da = lt::upload(to_bf16_vec(o.a)), db = lt::upload(to_bf16_vec(o.b));
+    auto dc = lt::upload(to_bf16_vec(std::vector<float>(o.c0.size(), NAN)));
+    kcu::gemm_bf16_out_bf16(ex, c.ta, c.tb, c.m, c.n, c.kk, c.alpha, da.data(), o.lda, db.data(),
+                            o.ldb, dc.data(), o.ldc);
+    const std::vector<bf16> got = lt::download(dc, o.c0.size());
+    const auto ref = naive(c, rounded(o.a), o.lda, rounded(o.b), o.ldb, o.c0, o.ldc);
+    const double tol = 1e-6 + 4e-7 * static_cast<double>(c.kk + 2);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        const double r = ref[i * c.n + j];
+        ASSERT_NEAR(longseq::core::to_f32(got[i * o.ldc + j]), r,
+                    tol * (1.0 + std::abs(r)) + 0x1p-8 * std::abs(r))
+            << "gemm_bf16_out_bf16 " << c.str() << " at (" << i << "," << j << ")";
+      }
+      for (int64_t j = c.n; j < o.ldc; ++j)
+        ASSERT_TRUE(std::isnan(longseq::core::to_f32(got[i * o.ldc + j])))
+            << "gemm_bf16_out_bf16 " << c.str() << " wrote past n";
+    }
+  }
+  report_stats("after bf16 output");
 }
 
 // Large enough for tensor-core tiles (bf16), many thread blocks and split-K; repeated calls with

@@ -26,9 +26,11 @@
 //    ratio with a few ulps of error times lr <= 6e-3, then one rounding of p).
 //  * LM head at bf16 compute, against the fp64 twin on the bf16-rounded hidden and weight (so the
 //    logits' operands are the same): loss sum within the registry's fp32 bound (the logits'
-//    products of bf16 values are exact in fp32, only their fp32 sums round); dhidden and dweight
+//    products of bf16 values are exact in fp32, only their fp32 sums round) plus the logits'
+//    rounding to bf16, sum over counted rows of 2^-9 (max |z| + |z_label|); dhidden and dweight
 //    within 2^-8 sum |terms| + the fp32 bound (dlogits rounded to bf16, relative 2^-9, before
-//    its products; 2x margin for the fp32 softmax before it).
+//    its products; 2x margin for the fp32 softmax before it) plus what the logits' rounding does
+//    to the softmax (a factor within exp(+-2^-8 max |z|) on each p_j), carried by the products.
 //  * Embedding: the gather is a copy (exact); the backward is compared bit for bit with the
 //    CPU's fp32 loop in token order (model::embedding_backward's), which the GPU kernel follows.
 #include <gtest/gtest.h>
@@ -169,9 +171,12 @@ RmsOut rmsnorm_gpu(const std::vector<float>& x, const std::vector<float>& w,
 TEST(CudaRmsNorm, MatchesTheFp64TwinOnOddAndLargeShapes) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
-  // 1 row; C = 33; C past one block of 256 threads; T past one 64-row group of dweight's first
-  // stage and C past 16 blocks of columns.
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {7, 33}, {3, 1000}, {130, 4099}};
+  // 1 row; C = 33; C past one block of 256 threads; T past several 16-row groups of dweight's
+  // first stage and C past 16 blocks of columns (the scalar path: C % 4 != 0). The float4 path
+  // (C % 4 == 0, C <= 8192): 250 float4 (one per thread, some idle); C = 4096 (4 per thread) with
+  // a ragged last group (33 = 2 x 16 + 1); 1501 float4 (8 per thread, the last ragged).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},      {7, 33},    {3, 1000},
+                                                {130, 4099}, {33, 4096}, {18, 6004}};
   uint64_t seed = 100;
   for (auto [t, c] : shapes) {
     const float eps = 1e-5f;
@@ -251,7 +256,8 @@ TEST(CudaSwiglu, MatchesTheFp64TwinPastTheGridCap) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
   // 2^24 + 37 values: more than the 2^16 blocks x 256 threads of one grid, so the grid-stride
-  // loop's second round runs.
+  // loop's second round runs for the scalar loops (the float4 ones take 4 values per thread and
+  // reach it at 2^26); 37 and 2^24 + 37 leave one value past the last float4.
   for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}, (int64_t{1} << 24) + 37}) {
     auto g = lt::normal_f(n, 50, 3.0), u = lt::normal_f(n, 51), dout = lt::normal_f(n, 52);
     if (n >= 4) {  // the tails: exp overflows to inf (sigmoid 0), or sigmoid rounds to 1
@@ -294,6 +300,20 @@ TEST(CudaSwiglu, OutputsMayOverwriteTheirInputs) {
   kcu::swiglu_backward(dd.data(), g3.data(), u3.data(), n, g3.data(), u3.data(), ex);
   EXPECT_EQ(lt::download(g3, n), want_dg);
   EXPECT_EQ(lt::download(u3, n), want_du);
+
+  // Pointers one float past 16-byte alignment take the scalar loops: the same expressions as the
+  // float4 loops (only FMA contraction could differ between the two: 1-2 ulp of O(1) values).
+  Buffer<float> out1(n, ex.device), dg1(n, ex.device), du1(n, ex.device);
+  kcu::swiglu_forward(dg.data() + 1, du.data() + 1, n - 1, out1.data() + 1, ex);
+  kcu::swiglu_backward(dd.data() + 1, dg.data() + 1, du.data() + 1, n - 1, dg1.data() + 1,
+                       du1.data() + 1, ex);
+  const auto tail = [](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + 1, v.end());
+  };
+  const auto wide = [&](const std::vector<float>& v) { return lt::widen(tail(v)); };
+  lt::expect_close(tail(lt::download(out1, n)), wide(want_out), 1e-6, 1e-6, "swiglu out unaligned");
+  lt::expect_close(tail(lt::download(dg1, n)), wide(want_dg), 1e-6, 1e-6, "swiglu dgate unaligned");
+  lt::expect_close(tail(lt::download(du1, n)), wide(want_du), 1e-6, 1e-6, "swiglu dup unaligned");
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
@@ -441,8 +461,10 @@ TEST(CudaEmbedding, ForwardGathersAndBackwardEqualsTheCpuLoopBitForBit) {
   LONGSEQ_NEED_GPU();
   const Exec ex = lt::gpu_exec();
   // 1 token; C = 33 with a tiny vocabulary (many repeats); C past a block of 256 threads with V
-  // past 2^16 (17 sort bits); T past one block of the keys kernel.
-  const EmbeddingCase cases[] = {{1, 1, 1}, {300, 33, 7}, {1000, 300, 70001}, {5000, 64, 50}};
+  // past 2^16 (17 sort bits); T past one block of the keys kernel. C % 4 == 0 takes the
+  // forward's float4 path: 300, 64, and 2052 (513 float4: a thread with three of one chunk).
+  const EmbeddingCase cases[] = {
+      {1, 1, 1}, {300, 33, 7}, {1000, 300, 70001}, {5000, 64, 50}, {60, 2052, 300}};
   uint64_t seed = 200;
   for (const EmbeddingCase& e : cases) {
     std::vector<int32_t> tokens;
@@ -541,40 +563,72 @@ LmHeadOut run_lm_head(const LmHeadInputs& in, longseq::core::DType compute, int6
   return out;
 }
 
-// Several token tiles, the last one partial (300 = 2 x 128 + 44), V past one 1024-thread block.
+// Several token tiles, the last one partial (300 = 2 x 128 + 44), V past one 512-thread block:
+// V = 1500 (V % 8 != 0: the row kernel's 2-byte path) and V = 4104 (8 x 513: its 16-byte path,
+// one thread with a second group).
 TEST(CudaLmHead, Bf16ComputeMatchesTheFp64TwinOnRoundedOperands) {
   LONGSEQ_NEED_GPU();
-  const LmHeadInputs in = lm_head_inputs(300, 64, 1500, 400);
-  const LmHeadOut got = run_lm_head(in, longseq::core::DType::bf16, 128);
-  EXPECT_EQ(got.loss.count, in.count);
-  std::vector<double> h(in.h.size()), w(in.w.size());
-  for (size_t i = 0; i < h.size(); ++i) h[i] = longseq::core::round_bf16(in.h[i]);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = longseq::core::round_bf16(in.w[i]);
-  const double gs = 1.0 / static_cast<double>(in.count);
-  const kr::LmHeadDims d{in.t, in.c, in.v};
-  const auto want = kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d);
-  std::vector<double> rdh(h.size()), rdw(w.size());
-  kr::lm_head_ce_backward(h.data(), w.data(), in.labels.data(), d, gs, rdh.data(), rdw.data());
-  const lt::kernel_cases_detail::LmHeadBounds fp32 = lt::kernel_cases_detail::lm_head_bounds(
-      h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, gs);
-  // sum |terms| of dhidden and dweight: |dlogits| times |w| or |h|, from the twin's dlogits.
-  std::vector<double> lse(in.t), g(in.t * in.v, 0.0), z(in.t * in.v);
-  kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d, nullptr, lse.data());
-  lt::kernel_cases_detail::linear_ref_forward(h.data(), w.data(), in.t, in.c, in.v, z.data());
-  for (int64_t i = 0; i < in.t; ++i) {
-    if (in.labels[i] == kr::kIgnoreIndex) continue;
-    for (int64_t j = 0; j < in.v; ++j)
-      g[i * in.v + j] = gs * (std::exp(z[i * in.v + j] - lse[i]) - (j == in.labels[i] ? 1.0 : 0.0));
+  for (int64_t v : {int64_t{1500}, int64_t{4104}}) {
+    const std::string at = " v" + std::to_string(v);
+    const LmHeadInputs in = lm_head_inputs(300, 64, v, 400);
+    const LmHeadOut got = run_lm_head(in, longseq::core::DType::bf16, 128);
+    EXPECT_EQ(got.loss.count, in.count);
+    std::vector<double> h(in.h.size()), w(in.w.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = longseq::core::round_bf16(in.h[i]);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = longseq::core::round_bf16(in.w[i]);
+    const double gs = 1.0 / static_cast<double>(in.count);
+    const kr::LmHeadDims d{in.t, in.c, in.v};
+    const auto want = kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d);
+    std::vector<double> rdh(h.size()), rdw(w.size());
+    kr::lm_head_ce_backward(h.data(), w.data(), in.labels.data(), d, gs, rdh.data(), rdw.data());
+    const lt::kernel_cases_detail::LmHeadBounds fp32 = lt::kernel_cases_detail::lm_head_bounds(
+        h, w, in.labels, in.t, in.c, in.v, kr::kIgnoreIndex, gs);
+    // sum |terms| of dhidden and dweight: |dlogits| times |w| or |h|, from the twin's dlogits.
+    // The logits' bf16 rounding (lm_head.hpp): each logit moves by at most 2^-9 |z| beyond the
+    // fp32 error, so lse by at most 2^-9 max |z| of its row and loss_t by 2^-9 (max |z| +
+    // |z_label|); softmax p_j by a factor within exp(+-a_t), a_t = 2^-8 max |z|, so dlogits by at
+    // most gs p_j (e^a_t - 1) (g16), which the products carry as sum g16 |w| or g16 |h|.
+    std::vector<double> lse(in.t), g(in.t * in.v, 0.0), g16(in.t * in.v, 0.0), z(in.t * in.v);
+    kr::lm_head_ce_forward(h.data(), w.data(), in.labels.data(), d, nullptr, lse.data());
+    lt::kernel_cases_detail::linear_ref_forward(h.data(), w.data(), in.t, in.c, in.v, z.data());
+    double loss16 = 0;
+    for (int64_t i = 0; i < in.t; ++i) {
+      if (in.labels[i] == kr::kIgnoreIndex) continue;
+      double zmax = 0;
+      for (int64_t j = 0; j < in.v; ++j) zmax = std::max(zmax, std::fabs(z[i * in.v + j]));
+      loss16 += 0x1p-9 * (zmax + std::fabs(z[i * in.v + in.labels[i]]));
+      const double grow = std::expm1(0x1p-8 * zmax);
+      for (int64_t j = 0; j < in.v; ++j) {
+        const double p = std::exp(z[i * in.v + j] - lse[i]);
+        g[i * in.v + j] = gs * (p - (j == in.labels[i] ? 1.0 : 0.0));
+        g16[i * in.v + j] = gs * p * grow;
+      }
+    }
+    std::vector<double> a(rdh.size()), b(rdw.size()), dh_abs(rdh.size()), dw_abs(rdw.size());
+    lt::kernel_cases_detail::linear_ref_backward(g.data(), h.data(), w.data(), in.t, in.c, in.v,
+                                                 a.data(), b.data(), dh_abs.data(), dw_abs.data());
+    std::vector<double> dh16(rdh.size()), dw16(rdw.size());
+    lt::kernel_cases_detail::linear_ref_backward(g16.data(), h.data(), w.data(), in.t, in.c, in.v,
+                                                 a.data(), b.data(), dh16.data(), dw16.data());
+    const double r16 = 0x1p-8;
+    using lt::kernel_cases_detail::max_of;
+    EXPECT_NEAR(got.loss.sum, want.sum, fp32.loss + loss16) << at;
+    lt::expect_close(got.dh, rdh, r16 * max_of(dh_abs) + fp32.dhidden + max_of(dh16), 0,
+                     "lm_head bf16 dhidden" + at);
+    lt::expect_close(got.dw, rdw, r16 * max_of(dw_abs) + fp32.dweight + max_of(dw16), 0,
+                     "lm_head bf16 dweight" + at);
   }
-  std::vector<double> a(rdh.size()), b(rdw.size()), dh_abs(rdh.size()), dw_abs(rdw.size());
-  lt::kernel_cases_detail::linear_ref_backward(g.data(), h.data(), w.data(), in.t, in.c, in.v,
-                                               a.data(), b.data(), dh_abs.data(), dw_abs.data());
-  const double r16 = 0x1p-8;
-  EXPECT_NEAR(got.loss.sum, want.sum, fp32.loss);
-  lt::expect_close(got.dh, rdh, r16 * lt::kernel_cases_detail::max_of(dh_abs) + fp32.dhidden, 0,
-                   "lm_head bf16 dhidden");
-  lt::expect_close(got.dw, rdw, r16 * lt::kernel_cases_detail::max_of(dw_abs) + fp32.dweight, 0,
-                   "lm_head bf16 dweight");
+}
+
+// bf16 compute twice: the same bits (the bf16 row kernel's fixed order, plans fixed per shape).
+TEST(CudaLmHead, Bf16ComputeIsBitwiseReproducible) {
+  LONGSEQ_NEED_GPU();
+  const LmHeadInputs in = lm_head_inputs(200, 40, 704, 430);
+  const LmHeadOut a = run_lm_head(in, longseq::core::DType::bf16, 0);
+  const LmHeadOut b = run_lm_head(in, longseq::core::DType::bf16, 0);
+  EXPECT_EQ(a.loss.sum, b.loss.sum);
+  EXPECT_EQ(a.dh, b.dh);
+  EXPECT_EQ(a.dw, b.dw);
 }
 
 // The same call twice gives the same bits (fixed reductions, plans fixed per shape), and another
@@ -602,21 +656,25 @@ TEST(CudaLmHead, BitwiseReproducibleAndTileIndependentUpToRounding) {
 // the device), with the CPU's message; the first bad row is the one named.
 TEST(CudaLmHead, RefusesALabelOutsideTheVocabularyNamingIt) {
   LONGSEQ_NEED_GPU();
-  LmHeadInputs in = lm_head_inputs(9, 8, 50, 420);
-  in.labels[4] = 52;
-  in.labels[6] = -7;
-  try {
-    run_lm_head(in, longseq::core::DType::f32, 4);
-    ADD_FAILURE() << "accepted label 52";
-  } catch (const longseq::core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[model] label 52 at row 4 outside the vocabulary [0, 50) "
-                                         "and not the ignore index -100"),
-              std::string::npos)
-        << e.what();
+  // f32 and bf16 compute (their row kernels differ); V = 48 at bf16 takes its 16-byte path.
+  for (auto [p, v] : {std::pair{longseq::core::DType::f32, int64_t{50}},
+                      std::pair{longseq::core::DType::bf16, int64_t{48}}}) {
+    LmHeadInputs in = lm_head_inputs(9, 8, v, 420);
+    in.labels[4] = 52;
+    in.labels[6] = -7;
+    try {
+      run_lm_head(in, p, 4);
+      ADD_FAILURE() << "accepted label 52";
+    } catch (const longseq::core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[model] label 52 at row 4 outside the vocabulary [0, " +
+                                           std::to_string(v) + ") and not the ignore index -100"),
+                std::string::npos)
+          << e.what();
+    }
+    in.labels[4] = 1;
+    in.labels[6] = 2;
+    EXPECT_NO_THROW(run_lm_head(in, p, 4));  // the device stays usable
   }
-  in.labels[4] = 1;
-  in.labels[6] = 2;
-  EXPECT_NO_THROW(run_lm_head(in, longseq::core::DType::f32, 4));  // the device stays usable
 }
 
 TEST(CudaLmHead, RefusesAnEmptyVocabularyNamingTheDims) {

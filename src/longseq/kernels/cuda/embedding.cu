@@ -1,8 +1,8 @@
 // The embedding on a GPU (contracts in embedding.hpp). Forward: one block per token row copying
-// its weight row (or zeros). Backward: keys (id, or V for rows that contribute nothing) and values
-// (positions) sorted by CUB's stable radix sort; then one block per sorted index, of which only
-// the first index of each id's run works: it walks the run (positions ascending) adding dout rows
-// into dweight, a thread per column.
+// its weight row (or zeros), over float4 where C and the pointers allow. Backward: keys (id, or V
+// for rows that contribute nothing) and values (positions) sorted by CUB's stable radix sort; then
+// one block per sorted index, of which only the first index of each id's run works: it walks the
+// run (positions ascending) adding dout rows into dweight, a thread per column.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -37,6 +37,36 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const int64_t* p
   }
   const float* w = weight + static_cast<int64_t>(id) * c;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) o[j] = w[j];
+}
+
+// The same over float4 (C % 4 == 0, weight and out 16-byte aligned): each thread issues up to
+// kChunk 16-byte loads before its first store (a store might alias a later load as far as the
+// compiler knows, so a plain loop keeps one load in flight per thread).
+constexpr int kChunk = 4;
+__global__ void embedding_forward_vec_kernel(const int32_t* tokens, const int64_t* pos,
+                                             const float* weight, int64_t c, int64_t v, float* out,
+                                             unsigned long long* bad_row) {
+  const int64_t row = blockIdx.x;
+  const int64_t nv = c / 4;
+  const int64_t step = blockDim.x;
+  auto* o = reinterpret_cast<float4*>(out + row * c);
+  const int32_t id = tokens[row];
+  const bool valid = id >= 0 && id < v;
+  if (pos[row] < 0 || !valid) {
+    if (pos[row] >= 0 && threadIdx.x == 0) atomicMin(bad_row, static_cast<unsigned long long>(row));
+    for (int64_t j = threadIdx.x; j < nv; j += step) o[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    return;
+  }
+  const auto* w = reinterpret_cast<const float4*>(weight + static_cast<int64_t>(id) * c);
+  for (int64_t j0 = threadIdx.x; j0 < nv; j0 += kChunk * step) {
+    float4 r[kChunk];
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u)
+      if (j0 + u * step < nv) r[u] = w[j0 + u * step];
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u)
+      if (j0 + u * step < nv) o[j0 + u * step] = r[u];
+  }
 }
 
 // keys[t] = id for a contributing row, V otherwise (sorted last, skipped); values[t] = t.
@@ -91,8 +121,13 @@ void embedding_forward(const int32_t* tokens, const int64_t* pos, const float* w
   if (t == 0) return;
   unsigned long long* bad = stream_alloc<unsigned long long>(1, s);
   LONGSEQ_CUDA_CALL(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), s));  // kNoBadRow
-  embedding_forward_kernel<<<static_cast<unsigned>(t), kBlock, 0, s>>>(tokens, pos, weight, c, v,
-                                                                       out, bad);
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (c % 4 == 0 && aligned16(weight) && aligned16(out))
+    embedding_forward_vec_kernel<<<static_cast<unsigned>(t), kBlock, 0, s>>>(tokens, pos, weight, c,
+                                                                             v, out, bad);
+  else
+    embedding_forward_kernel<<<static_cast<unsigned>(t), kBlock, 0, s>>>(tokens, pos, weight, c, v,
+                                                                         out, bad);
   LONGSEQ_CUDA_LAUNCHED();
   unsigned long long bad_row = kNoBadRow;
   LONGSEQ_CUDA_CALL(cudaMemcpyAsync(&bad_row, bad, sizeof(bad_row), cudaMemcpyDeviceToHost, s));

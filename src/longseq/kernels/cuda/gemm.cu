@@ -67,13 +67,27 @@ __device__ inline float widen(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 
+// C's element type: fp32, or bf16 rounded to nearest even (gemm_bf16_out_bf16).
+__device__ inline void store(float* c, float v) {
+  *c = v;
+}
+__device__ inline void store(__nv_bfloat16* c, float v) {
+  *c = __float2bfloat16_rn(v);
+}
+__device__ inline float load(const float* c) {
+  return *c;
+}
+__device__ inline float load(const __nv_bfloat16* c) {
+  return __bfloat162float(*c);
+}
+
 // C = alpha op(A) op(B) + beta C (beta == 0: C not read), one element of C per iteration of a
 // grid-stride loop, fp32 accumulation in K order. The fallback and the reference of last resort:
 // obviously correct, slow.
-template <class T>
+template <class T, class O>
 __global__ void gemm_simple_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                                    const T* a, int64_t lda, const T* b, int64_t ldb, float beta,
-                                   float* c, int64_t ldc) {
+                                   O* c, int64_t ldc) {
   const int64_t total = m * n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -85,19 +99,20 @@ __global__ void gemm_simple_kernel(bool ta, bool tb, int64_t m, int64_t n, int64
       const float bv = widen(tb ? b[j * ldb + p] : b[p * ldb + j]);
       acc += av * bv;
     }
-    float* cij = c + i * ldc + j;
-    *cij = beta == 0.0f ? alpha * acc : alpha * acc + beta * *cij;
+    O* cij = c + i * ldc + j;
+    store(cij, beta == 0.0f ? alpha * acc : alpha * acc + beta * load(cij));
   }
 }
 
 // C = beta C over M x N (beta == 0 writes zeros): the whole product when K == 0.
-__global__ void scale_kernel(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+template <class O>
+__global__ void scale_kernel(int64_t m, int64_t n, float beta, O* c, int64_t ldc) {
   const int64_t total = m * n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += stride) {
-    float* cij = c + (idx / n) * ldc + idx % n;
-    *cij = beta == 0.0f ? 0.0f : beta * *cij;
+    O* cij = c + (idx / n) * ldc + idx % n;
+    store(cij, beta == 0.0f ? 0.0f : beta * load(cij));
   }
 }
 
@@ -113,7 +128,8 @@ __global__ void round_bf16_kernel(const float* src, int64_t rows, int64_t cols, 
 
 // ---- cuBLASLt state -----------------------------------------------------------------------------
 
-enum class Kind : int { f32, bf16 };
+// Operand and output types: fp32 -> fp32, bf16 -> fp32, bf16 -> bf16.
+enum class Kind : int { f32, bf16, bf16_out_bf16 };
 
 struct PlanKey {
   int device;
@@ -168,7 +184,8 @@ const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
   const uint64_t lb_rows = key.ta ? key.m : key.k, lb_cols = key.ta ? key.k : key.m;
   LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.la, in_type, la_rows, la_cols, key.ldb));
   LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.lb, in_type, lb_rows, lb_cols, key.lda));
-  LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, static_cast<uint64_t>(key.n),
+  const cudaDataType_t out_type = key.kind == Kind::bf16_out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.lc, out_type, static_cast<uint64_t>(key.n),
                                                  static_cast<uint64_t>(key.m), key.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -185,6 +202,14 @@ const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  if (key.kind == Kind::bf16_out_bf16) {
+    // Split-K partial sums reduced in the output type (in place in C, or bf16 in the workspace)
+    // would round more than once; only no split or fp32 partials keep "the fp32 result rounded
+    // once" (gemm.hpp). Scheme NONE (0) passes any mask.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc,
@@ -201,24 +226,25 @@ const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
   return st.plans.emplace(key, p).first->second;
 }
 
-template <class T>
+template <class T, class O>
 void simple(cudaStream_t s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-            const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_simple_kernel<T><<<detail::grid_for(m * n), kBlock, 0, s>>>(ta, tb, m, n, k, alpha, a, lda,
-                                                                   b, ldb, beta, c, ldc);
+            const T* a, int64_t lda, const T* b, int64_t ldb, float beta, O* c, int64_t ldc) {
+  gemm_simple_kernel<T, O><<<detail::grid_for(m * n), kBlock, 0, s>>>(ta, tb, m, n, k, alpha, a,
+                                                                      lda, b, ldb, beta, c, ldc);
   LONGSEQ_CUDA_LAUNCHED();
 }
 
-// The shared path of gemm_f32 and gemm_bf16 (T = float or __nv_bfloat16).
-template <class T>
+// The shared path of gemm_f32, gemm_bf16 and gemm_bf16_out_bf16 (T = float or __nv_bfloat16,
+// O = float or __nv_bfloat16, matching `kind`).
+template <class T, class O>
 void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, int64_t m,
          int64_t n, int64_t k, float alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
-         float beta, float* c, int64_t ldc) {
+         float beta, O* c, int64_t ldc) {
   const cudaStream_t s = detail::stream(exec, name);
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    scale_kernel<<<detail::grid_for(m * n), kBlock, 0, s>>>(m, n, beta, c, ldc);
+    scale_kernel<O><<<detail::grid_for(m * n), kBlock, 0, s>>>(m, n, beta, c, ldc);
     LONGSEQ_CUDA_LAUNCHED();
     return;
   }
@@ -289,6 +315,13 @@ void gemm_bf16(const core::Exec& exec, bool ta, bool tb, int64_t m, int64_t n, i
   static_assert(sizeof(core::bf16) == sizeof(__nv_bfloat16), "bf16 is 16 bits on both sides");
   run(exec, "gemm_bf16", Kind::bf16, ta, tb, m, n, k, alpha, as_nv(a), lda, as_nv(b), ldb, beta, c,
       ldc);
+}
+
+void gemm_bf16_out_bf16(const core::Exec& exec, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const core::bf16* a, int64_t lda, const core::bf16* b,
+                        int64_t ldb, core::bf16* c, int64_t ldc) {
+  run(exec, "gemm_bf16_out_bf16", Kind::bf16_out_bf16, ta, tb, m, n, k, alpha, as_nv(a), lda,
+      as_nv(b), ldb, 0.0f, reinterpret_cast<__nv_bfloat16*>(c), ldc);
 }
 
 void gemm_f32_simple(const core::Exec& exec, bool ta, bool tb, int64_t m, int64_t n, int64_t k,

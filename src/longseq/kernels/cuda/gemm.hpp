@@ -10,8 +10,9 @@
 //
 // Precision: gemm_f32 multiplies in exact fp32 (CUBLAS_COMPUTE_32F: TF32 is never used);
 // gemm_bf16 takes bf16 operands and accumulates and writes fp32 (CUBLAS_COMPUTE_32F, C and D
-// fp32). `gemm` is kernels::gemm_parallel's twin: fp32 operands multiplied at `compute` precision
-// (bf16: both operands rounded to bf16, round-to-nearest-even, into stream-ordered scratch).
+// fp32); gemm_bf16_out_bf16 the same with C and D bf16 (the fp32 result rounded once). `gemm` is
+// kernels::gemm_parallel's twin: fp32 operands multiplied at `compute` precision (bf16: both
+// operands rounded to bf16, round-to-nearest-even, into stream-ordered scratch).
 //
 // How: the row-major product is the column-major product C^T = op(B)^T op(A)^T, handed to
 // cublasLtMatmul as such (no copies). One cuBLASLt handle per GPU, one 32 MiB workspace per (GPU,
@@ -39,6 +40,13 @@ void gemm_f32(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int
 void gemm_bf16(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                float alpha, const core::bf16* a, int64_t lda, const core::bf16* b, int64_t ldb,
                float beta, float* c, int64_t ldc);
+
+/// bf16 operands, fp32 accumulation, C = alpha op(A) op(B) rounded once to bf16 (nearest even);
+/// C is overwritten (no beta). For a product whose output only feeds bf16 work (the LM head's
+/// logits at bf16 compute): half the bytes of an fp32 C.
+void gemm_bf16_out_bf16(const core::Exec& exec, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                        int64_t k, float alpha, const core::bf16* a, int64_t lda,
+                        const core::bf16* b, int64_t ldb, core::bf16* c, int64_t ldc);
 
 /// fp32 operands multiplied at `compute` precision (f32: gemm_f32; bf16: operands rounded to bf16,
 /// then gemm_bf16). Other dtypes are a caller bug (LONGSEQ_CHECK).
