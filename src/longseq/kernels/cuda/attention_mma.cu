@@ -4,9 +4,9 @@
 // Layout of the work: 4 warps per thread block, 64-token tiles, each warp owns 16 rows of the
 // block's own tile (queries in the forward and dq passes, keys in the dk/dv pass), so softmax
 // statistics and accumulators stay in the warp's registers. Tiles are staged in shared memory
-// (row stride D + 8 elements: the padding spreads a column's rows over the banks); fragments are
-// read from it with plain 32-bit loads (or two 16-bit loads where the operand is transposed).
-// This is the correctness-first version: no cp.async pipelining, no ldmatrix, no wgmma.
+// (row stride D + 8 elements = 16 bytes more than a row: the 8 row addresses of an ldmatrix
+// matrix fall in 8 distinct 16-byte bank groups, conflict-free); fragments are read from it with
+// ldmatrix (.trans for the operand read column-wise). No cp.async pipelining, no wgmma yet.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 and c = lane % 4:
@@ -51,44 +51,76 @@ __device__ __forceinline__ uint32_t pack_f(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ uint32_t pack_h(bf16_t lo, bf16_t hi) {
-  const uint32_t l = *reinterpret_cast<const uint16_t*>(&lo);
-  const uint32_t h = *reinterpret_cast<const uint16_t*>(&hi);
-  return l | (h << 16);
+// Shared-memory address of a generic pointer into shared memory (ldmatrix / cp.async operand).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Two adjacent bf16 (even index) as one register.
-__device__ __forceinline__ uint32_t ld2(const bf16_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+// ldmatrix: each of the four 8 x 8 b16 matrices has its 8 row addresses (16 bytes each) given by
+// lanes 8j..8j+7 (matrix j); register j of lane t then holds row t / 4, elements 2 (t % 4) and
+// 2 (t % 4) + 1 of matrix j, or with .trans rows 2 (t % 4) and 2 (t % 4) + 1 of column t / 4:
+// with g = t / 4, c = t % 4 exactly one fragment register of the layouts above.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
-// A fragment of rows [r0, r0 + 16) and columns [k0, k0 + 16) of a row-major shared tile.
+// Element offset of this lane's row address in a 16 x 16 block of a row-major tile for the A
+// fragment and for the transposed-B pair below: lanes 0-7 rows 0-7 / columns 0-7 (matrix 0 ->
+// a[0] = A[g][2c..]), lanes 8-15 rows 8-15 / columns 0-7 (a[1] = A[g+8][2c..]), lanes 16-23 rows
+// 0-7 / columns 8-15 (a[2] = A[g][2c+8..]), lanes 24-31 rows 8-15 / columns 8-15 (a[3]).
 template <int LD>
-__device__ __forceinline__ void load_a(const bf16_t* s, int r0, int k0, int g, int c,
-                                       uint32_t (&a)[4]) {
-  a[0] = ld2(s + (r0 + g) * LD + k0 + 2 * c);
-  a[1] = ld2(s + (r0 + g + 8) * LD + k0 + 2 * c);
-  a[2] = ld2(s + (r0 + g) * LD + k0 + 2 * c + 8);
-  a[3] = ld2(s + (r0 + g + 8) * LD + k0 + 2 * c + 8);
+__device__ __forceinline__ int lane_off_a(int lane) {
+  return (lane & 15) * LD + (lane >> 4) * 8;
+}
+// The same for load_b_t: lanes 0-7 rows 0-7 / columns 0-7 (b[0] of the first n-block), 8-15 rows
+// 0-7 / columns 8-15 (its b[1]), 16-23 rows 8-15 / columns 0-7 and 24-31 rows 8-15 / columns
+// 8-15 (b[0], b[1] of the second n-block).
+template <int LD>
+__device__ __forceinline__ int lane_off_bt(int lane) {
+  return ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
 }
 
-// B fragment where B[kk][n] = tile[n0 + n][k0 + kk] (the product with a tile's transpose: S = Q K^T
-// reads K this way): adjacent kk are adjacent in the row.
+// A fragment of rows [r0, r0 + 16) and columns [k0, k0 + 16) of a row-major shared tile; `s` is
+// the tile's shared address plus 2 lane_off_a bytes.
 template <int LD>
-__device__ __forceinline__ void load_b_t(const bf16_t* s, int n0, int k0, int g, int c,
-                                         uint32_t (&b)[2]) {
-  b[0] = ld2(s + (n0 + g) * LD + k0 + 2 * c);
-  b[1] = ld2(s + (n0 + g) * LD + k0 + 2 * c + 8);
+__device__ __forceinline__ void load_a(uint32_t s, int r0, int k0, uint32_t (&a)[4]) {
+  ldsm_x4(a, s + 2u * static_cast<uint32_t>(r0 * LD + k0));
 }
 
-// B fragment where B[kk][n] = tile[k0 + kk][n0 + n] (the product with the tile itself: P V reads
-// V this way): adjacent kk are a row apart.
+// B fragments of two adjacent n-blocks (n0 and n0 + 8) where B[kk][n] = tile[n0 + n][k0 + kk] (the
+// product with a tile's transpose: S = Q K^T reads K this way): each 8 x 8 matrix is 8 rows of
+// the tile, non-transposed. `s` includes 2 lane_off_bt bytes.
 template <int LD>
-__device__ __forceinline__ void load_b(const bf16_t* s, int k0, int n0, int g, int c,
-                                       uint32_t (&b)[2]) {
-  const bf16_t* p = s + (k0 + 2 * c) * LD + n0 + g;
-  b[0] = pack_h(p[0], p[LD]);
-  b[1] = pack_h(p[8 * LD], p[9 * LD]);
+__device__ __forceinline__ void load_b_t(uint32_t s, int n0, int k0, uint32_t (&b)[2][2]) {
+  uint32_t r[4];
+  ldsm_x4(r, s + 2u * static_cast<uint32_t>(n0 * LD + k0));
+  b[0][0] = r[0];
+  b[0][1] = r[1];
+  b[1][0] = r[2];
+  b[1][1] = r[3];
+}
+
+// B fragments of two adjacent n-blocks (n0 and n0 + 8) where B[kk][n] = tile[k0 + kk][n0 + n]
+// (the product with the tile itself: P V reads V this way): .trans turns the 8 x 8 matrix at tile
+// rows k0.., columns n0.. into {tile[k0 + 2c][n0 + g], tile[k0 + 2c + 1][n0 + g]} = b[0]. Lane
+// addresses as lane_off_a: matrix 0 rows k0..+7 / columns n0..+7 (b[0] of n0), matrix 1 rows
+// k0+8..+15 (b[1] of n0), matrices 2, 3 the same at columns n0+8.. (the second n-block). `s`
+// includes 2 lane_off_a bytes.
+template <int LD>
+__device__ __forceinline__ void load_b(uint32_t s, int k0, int n0, uint32_t (&b)[2][2]) {
+  uint32_t r[4];
+  ldsm_x4_t(r, s + 2u * static_cast<uint32_t>(k0 * LD + n0));
+  b[0][0] = r[0];
+  b[0][1] = r[1];
+  b[1][0] = r[2];
+  b[1][1] = r[3];
 }
 
 // Copies rows [0, n) of a [*, stride] bf16 matrix (row i at base + i * stride, D values) into a
@@ -155,9 +187,12 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(const AttnParams 
   load_tile<D, LD>(qs, q + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
   load_meta(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
   __syncthreads();
+  const uint32_t qs_a = smem_addr(qs) + 2 * lane_off_a<LD>(lane);
+  const uint32_t ks_bt = smem_addr(ks) + 2 * lane_off_bt<LD>(lane);
+  const uint32_t vs_a = smem_addr(vs) + 2 * lane_off_a<LD>(lane);
   uint32_t qa[D / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a<LD>(qs, r0, kk * 16, g, c, qa[kk]);
+  for (int kk = 0; kk < D / 16; ++kk) load_a<LD>(qs_a, r0, kk * 16, qa[kk]);
 
   float oacc[D / 8][4];
 #pragma unroll
@@ -182,15 +217,16 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(const AttnParams 
 
       float s[kTile / 8][4];
 #pragma unroll
-      for (int j = 0; j < kTile / 8; ++j) {
-        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int jp = 0; jp < kTile / 16; ++jp)
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t b[2];
-          load_b_t<LD>(ks, j * 8, kk * 16, g, c, b);
-          mma16816(s[j], qa[kk], b);
+          uint32_t b[2][2];
+          load_b_t<LD>(ks_bt, jp * 16, kk * 16, b);
+          mma16816(s[2 * jp], qa[kk], b[0]);
+          mma16816(s[2 * jp + 1], qa[kk], b[1]);
         }
-      }
       // Scale into the log2 domain; mask. Full tiles skip the predicate, but a ragged last key
       // tile still cuts its columns past kn.
       const bool per_element = kind != kFull;
@@ -241,10 +277,11 @@ __global__ void __launch_bounds__(kThreads) mma_forward_kernel(const AttnParams 
             pack_f(s[2 * kc][0], s[2 * kc][1]), pack_f(s[2 * kc][2], s[2 * kc][3]),
             pack_f(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_f(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          uint32_t b[2];
-          load_b<LD>(vs, kc * 16, i * 8, g, c, b);
-          mma16816(oacc[i], a, b);
+        for (int ip = 0; ip < D / 16; ++ip) {
+          uint32_t b[2][2];
+          load_b<LD>(vs_a, kc * 16, ip * 16, b);
+          mma16816(oacc[2 * ip], a, b[0]);
+          mma16816(oacc[2 * ip + 1], a, b[1]);
         }
       }
     }
@@ -297,6 +334,12 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
   const int kn = detail::tile_len(p.tk - k0);
   const float sl2 = p.scale * kLog2e;
   const int rows[2] = {r0 + g, r0 + g + 8};  // key rows of this thread
+  const uint32_t ks_a = smem_addr(ks) + 2 * lane_off_a<LD>(lane);
+  const uint32_t vs_a = smem_addr(vs) + 2 * lane_off_a<LD>(lane);
+  const uint32_t qs_a = smem_addr(qs) + 2 * lane_off_a<LD>(lane);
+  const uint32_t qs_bt = smem_addr(qs) + 2 * lane_off_bt<LD>(lane);
+  const uint32_t dos_a = smem_addr(dos) + 2 * lane_off_a<LD>(lane);
+  const uint32_t dos_bt = smem_addr(dos) + 2 * lane_off_bt<LD>(lane);
 
   load_tile<D, LD>(ks, k + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
   load_tile<D, LD>(vs, v + (k0 * p.hkv + hk) * D, static_cast<int64_t>(p.hkv) * D, kn);
@@ -329,7 +372,8 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
           delta_s[i] = i < qn ? p.delta[(q0 + i) * p.hq + h] : 0.0f;
         }
         __syncthreads();
-#pragma unroll
+        // Not unrolled at D = 128: dk, dv hold 128 registers, and both halves unrolled spill.
+#pragma unroll(D == 128 ? 1 : 2)
         for (int half = 0; half < 2; ++half) {
           float st[kHalf / 8][4], dpt[kHalf / 8][4];
 #pragma unroll
@@ -339,15 +383,17 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
 #pragma unroll
           for (int kk = 0; kk < D / 16; ++kk) {
             uint32_t ka[4], va[4];
-            load_a<LD>(ks, r0, kk * 16, g, c, ka);
-            load_a<LD>(vs, r0, kk * 16, g, c, va);
+            load_a<LD>(ks_a, r0, kk * 16, ka);
+            load_a<LD>(vs_a, r0, kk * 16, va);
 #pragma unroll
-            for (int j = 0; j < kHalf / 8; ++j) {
-              uint32_t b[2];
-              load_b_t<LD>(qs, half * kHalf + j * 8, kk * 16, g, c, b);
-              mma16816(st[j], ka, b);
-              load_b_t<LD>(dos, half * kHalf + j * 8, kk * 16, g, c, b);
-              mma16816(dpt[j], va, b);
+            for (int jp = 0; jp < kHalf / 16; ++jp) {
+              uint32_t b[2][2];
+              load_b_t<LD>(qs_bt, half * kHalf + jp * 16, kk * 16, b);
+              mma16816(st[2 * jp], ka, b[0]);
+              mma16816(st[2 * jp + 1], ka, b[1]);
+              load_b_t<LD>(dos_bt, half * kHalf + jp * 16, kk * 16, b);
+              mma16816(dpt[2 * jp], va, b[0]);
+              mma16816(dpt[2 * jp + 1], va, b[1]);
             }
           }
           // P^T and dS^T = P^T (dP^T - delta), element (key rows[e/2], query col).
@@ -376,12 +422,14 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
                                     pack_f(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
                                     pack_f(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
-              uint32_t b[2];
-              load_b<LD>(dos, half * kHalf + kc * 16, i * 8, g, c, b);
-              mma16816(dv[i], pa, b);
-              load_b<LD>(qs, half * kHalf + kc * 16, i * 8, g, c, b);
-              mma16816(dk[i], da, b);
+            for (int ip = 0; ip < D / 16; ++ip) {
+              uint32_t b[2][2];
+              load_b<LD>(dos_a, half * kHalf + kc * 16, ip * 16, b);
+              mma16816(dv[2 * ip], pa, b[0]);
+              mma16816(dv[2 * ip + 1], pa, b[1]);
+              load_b<LD>(qs_a, half * kHalf + kc * 16, ip * 16, b);
+              mma16816(dk[2 * ip], da, b[0]);
+              mma16816(dk[2 * ip + 1], da, b[1]);
             }
           }
         }
@@ -434,6 +482,11 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
   const int qn = detail::tile_len(p.tq - q0);
   const float sl2 = p.scale * kLog2e;
   const int rows[2] = {r0 + g, r0 + g + 8};
+  const uint32_t qs_a = smem_addr(qs) + 2 * lane_off_a<LD>(lane);
+  const uint32_t dos_a = smem_addr(dos) + 2 * lane_off_a<LD>(lane);
+  const uint32_t ks_a = smem_addr(ks) + 2 * lane_off_a<LD>(lane);
+  const uint32_t ks_bt = smem_addr(ks) + 2 * lane_off_bt<LD>(lane);
+  const uint32_t vs_bt = smem_addr(vs) + 2 * lane_off_bt<LD>(lane);
 
   load_tile<D, LD>(qs, q + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
   load_tile<D, LD>(dos, dout + (q0 * p.hq + h) * D, static_cast<int64_t>(p.hq) * D, qn);
@@ -471,15 +524,17 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t qa[4], da[4];
-        load_a<LD>(qs, r0, kk * 16, g, c, qa);
-        load_a<LD>(dos, r0, kk * 16, g, c, da);
+        load_a<LD>(qs_a, r0, kk * 16, qa);
+        load_a<LD>(dos_a, r0, kk * 16, da);
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j) {
-          uint32_t b[2];
-          load_b_t<LD>(ks, j * 8, kk * 16, g, c, b);
-          mma16816(s[j], qa, b);
-          load_b_t<LD>(vs, j * 8, kk * 16, g, c, b);
-          mma16816(dp[j], da, b);
+        for (int jp = 0; jp < kTile / 16; ++jp) {
+          uint32_t b[2][2];
+          load_b_t<LD>(ks_bt, jp * 16, kk * 16, b);
+          mma16816(s[2 * jp], qa, b[0]);
+          mma16816(s[2 * jp + 1], qa, b[1]);
+          load_b_t<LD>(vs_bt, jp * 16, kk * 16, b);
+          mma16816(dp[2 * jp], da, b[0]);
+          mma16816(dp[2 * jp + 1], da, b[1]);
         }
       }
 #pragma unroll
@@ -500,10 +555,11 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
                                pack_f(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
                                pack_f(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          uint32_t b[2];
-          load_b<LD>(ks, kc * 16, i * 8, g, c, b);
-          mma16816(dq[i], a, b);
+        for (int ip = 0; ip < D / 16; ++ip) {
+          uint32_t b[2][2];
+          load_b<LD>(ks_a, kc * 16, ip * 16, b);
+          mma16816(dq[2 * ip], a, b[0]);
+          mma16816(dq[2 * ip + 1], a, b[1]);
         }
       }
     }
