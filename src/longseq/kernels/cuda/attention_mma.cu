@@ -1,14 +1,14 @@
 // The tensor-core attention kernels (contracts in attention.hpp): bf16 inputs, D = 64 or 128,
 // mma.sync.m16n8k16 (bf16 x bf16 -> fp32; sm_80 and later), FlashAttention-2's schedule.
 //
-// Layout of the work: 64-token tiles; a thread block owns one or two of them (8 warps and 128
-// rows in the forward), each warp 16 of the block's rows (queries in the forward and dq passes,
-// keys in the dk/dv pass), so softmax statistics and accumulators stay in the warp's registers.
-// Tiles are staged in shared memory (row stride D + 8 elements = 16 bytes more than a row: the 8
-// row addresses of an ldmatrix matrix fall in 8 distinct 16-byte bank groups, conflict-free);
-// fragments are read from it with ldmatrix (.trans for the operand read column-wise). Streamed
-// tiles arrive by cp.async into two stages, the next tile's copy overlapping the current tile's
-// products. No wgmma yet.
+// Layout of the work: 64-token tiles; a thread block owns two of them (8 warps, 128 rows; fewer
+// at the end; the k*Warps constants below), each warp 16 of the block's rows (queries in the
+// forward and dq passes, keys in the dk/dv pass), so softmax statistics and accumulators stay in
+// the warp's registers. Tiles are staged in shared memory (row stride D + 8 elements = 16 bytes
+// more than a row: the 8 row addresses of an ldmatrix matrix fall in 8 distinct 16-byte bank
+// groups, conflict-free); fragments are read from it with ldmatrix (.trans for the operand read
+// column-wise). Streamed tiles arrive by cp.async into two stages, the next tile's copy overlapping
+// the current tile's products. No wgmma yet.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 and c = lane % 4:
@@ -33,8 +33,6 @@ namespace {
 
 using bf16_t = __nv_bfloat16;
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
@@ -211,13 +209,22 @@ __device__ __forceinline__ int next_tile(const uint8_t (*kinds)[kClassChunk], in
   return count;
 }
 
-__device__ __forceinline__ void classify_chunk(const AttnParams& p, const TileSummary& mine,
-                                               bool mine_is_q, const TileSummary* others, int base,
-                                               int count, uint8_t* kinds) {
+// Kinds of the block's own NT tiles (mine[0, n); q tiles if mine_is_q, else key tiles) against
+// the other side's tiles [base, base + count): kinds[hf][i] for own tile hf and other tile
+// base + i, empty for hf >= n (past the end). NT * kClassChunk threads, one pair each. The
+// leading barrier: the previous chunk's kinds and stages are no longer read.
+template <int NT>
+__device__ __forceinline__ void classify_tiles(const AttnParams& p, bool mine_is_q,
+                                               const TileSummary* mine, int n,
+                                               const TileSummary* others, int base, int count,
+                                               uint8_t (*kinds)[kClassChunk]) {
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads)
-    kinds[i] = mine_is_q ? classify_dev(p, mine, others[base + i])
-                         : classify_dev(p, others[base + i], mine);
+  const int i = static_cast<int>(threadIdx.x) % kClassChunk;
+  const int hf = static_cast<int>(threadIdx.x) / kClassChunk;
+  if (i < count)
+    kinds[hf][i] = hf >= n     ? kEmpty
+                   : mine_is_q ? classify_dev(p, mine[hf], others[base + i])
+                               : classify_dev(p, others[base + i], mine[hf]);
   __syncthreads();
 }
 
@@ -292,16 +299,8 @@ __global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnPara
   int stage = 0;
   for (int base = 0; base < p.nkt; base += kClassChunk) {
     const int count = min(kClassChunk, p.nkt - base);
-    // Threads [128 hf, 128 hf + 128) classify for q tile kFwdQTiles qb + hf (empty if absent).
-    // The leading barrier: the previous chunk's kinds and stages are no longer read.
-    __syncthreads();
-    {
-      const int i = tid % kClassChunk, hf = tid / kClassChunk;
-      if (i < count)
-        kinds[hf][i] =
-            hf < nq ? classify_dev(p, p.qtiles[kFwdQTiles * qb + hf], p.ktiles[base + i]) : kEmpty;
-    }
-    __syncthreads();
+    classify_tiles<kFwdQTiles>(p, true, p.qtiles + kFwdQTiles * qb, nq, p.ktiles, base, count,
+                               kinds);
     int t = next_tile<kFwdQTiles>(kinds, 0, count);
     if (t < count) issue(stage, base + t);
     cp_async_commit();
@@ -420,54 +419,63 @@ __global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnPara
 
 // ---- backward: dk, dv ---------------------------------------------------------------------
 
-// Block (key tile, kv head); each warp owns 16 keys and computes the transposed products
-// S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments of
+// Block (kDkdvKTiles key tiles, kv head); each warp owns 16 keys (warps 0-3 the first key tile,
+// 4-7 the second, each half with its own tile kinds as in the forward) and computes the transposed
+// products S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments of
 // dV += P^T dO and dK += dS^T Q. Steps: query tiles in order, within each the heads of the group
-// in order; each step's Q, dO, positions, lse and delta are streamed (double-buffered).
+// in order; each step's Q, dO, positions, lse and delta are streamed (double-buffered) and shared
+// by all the block's warps.
+constexpr int kDkdvWarps = 8;
+constexpr int kDkdvKTiles = kDkdvWarps / 4;
+constexpr int kDkdvThreads = 32 * kDkdvWarps;
+constexpr int kDkdvRows = 16 * kDkdvWarps;
+
 template <int D>
-__global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kDkdvThreads) mma_dkdv_kernel(const AttnParams p) {
+  static_assert(kDkdvRows == kDkdvKTiles * kTile && kDkdvThreads == kDkdvKTiles * kClassChunk);
   constexpr int LD = ld_of<D>();
   constexpr int kHalf = kTile / 2;  // queries per inner step (keeps S^T and dP^T at 16 floats)
   constexpr uint32_t kStageBytes = kTile * LD * sizeof(bf16_t);
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* ks = reinterpret_cast<bf16_t*>(smem);
-  bf16_t* vs = ks + kTile * LD;
-  bf16_t* qs = vs + kTile * LD;       // 2 stages
-  bf16_t* dos = qs + 2 * kTile * LD;  // 2 stages
-  __shared__ int64_t qpos_s[2][kTile], kpos_s[kTile];
-  __shared__ int32_t qdoc_s[2][kTile], kdoc_s[kTile];
+  bf16_t* ks = reinterpret_cast<bf16_t*>(smem);  // kDkdvRows x LD
+  bf16_t* vs = ks + kDkdvRows * LD;              // kDkdvRows x LD
+  bf16_t* qs = vs + kDkdvRows * LD;              // 2 stages of kTile x LD
+  bf16_t* dos = qs + 2 * kTile * LD;             // 2 stages
+  __shared__ int64_t qpos_s[2][kTile], kpos_s[kDkdvRows];
+  __shared__ int32_t qdoc_s[2][kTile], kdoc_s[kDkdvRows];
   __shared__ float lse_s[2][kTile], delta_s[2][kTile];
-  __shared__ uint8_t kinds[1][kClassChunk];
+  __shared__ uint8_t kinds[kDkdvKTiles][kClassChunk];
   const bf16_t* q = static_cast<const bf16_t*>(p.q);
   const bf16_t* k = static_cast<const bf16_t*>(p.k);
   const bf16_t* v = static_cast<const bf16_t*>(p.v);
   const bf16_t* dout = static_cast<const bf16_t*>(p.dout);
-  const int kt = static_cast<int>(blockIdx.x), hk = static_cast<int>(blockIdx.y);
+  const int kb = static_cast<int>(blockIdx.x), hk = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
-  const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-  const int kn = detail::tile_len(p.tk - k0);
+  const int g = lane >> 2, c = lane & 3, r0 = warp * 16, own = warp >> 2;  // own: key tile
+  const int64_t k0 = static_cast<int64_t>(kb) * kDkdvRows;
+  const int kn = p.tk - k0 < kDkdvRows ? static_cast<int>(p.tk - k0) : kDkdvRows;
+  const int nk = min(kDkdvKTiles, p.nkt - kDkdvKTiles * kb);  // key tiles in this block
   const float sl2 = p.scale * kLog2e;
   const int rows[2] = {r0 + g, r0 + g + 8};  // key rows of this thread
   const int64_t q_stride = static_cast<int64_t>(p.hq) * D;
 
-  load_tile_async<D, LD, kTile, kThreads>(ks, k + (k0 * p.hkv + hk) * D,
-                                          static_cast<int64_t>(p.hkv) * D, kn);
-  load_tile_async<D, LD, kTile, kThreads>(vs, v + (k0 * p.hkv + hk) * D,
-                                          static_cast<int64_t>(p.hkv) * D, kn);
-  load_meta_async<kTile, kThreads>(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s, kdoc_s);
+  load_tile_async<D, LD, kDkdvRows, kDkdvThreads>(ks, k + (k0 * p.hkv + hk) * D,
+                                                  static_cast<int64_t>(p.hkv) * D, kn);
+  load_tile_async<D, LD, kDkdvRows, kDkdvThreads>(vs, v + (k0 * p.hkv + hk) * D,
+                                                  static_cast<int64_t>(p.hkv) * D, kn);
+  load_meta_async<kDkdvRows, kDkdvThreads>(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s, kdoc_s);
   cp_async_commit();
   // Q, dO, positions, lse, delta of query tile qt, head h into stage st. lse = -inf for rows
   // past qn (and for rows that saw nothing): P = 0 below.
   auto issue = [&](int st, int qt, int h) {
     const int64_t q0 = static_cast<int64_t>(qt) * kTile;
     const int qn = detail::tile_len(p.tq - q0);
-    load_tile_async<D, LD, kTile, kThreads>(qs + st * kTile * LD, q + (q0 * p.hq + h) * D, q_stride,
-                                            qn);
-    load_tile_async<D, LD, kTile, kThreads>(dos + st * kTile * LD, dout + (q0 * p.hq + h) * D,
-                                            q_stride, qn);
-    load_meta_async<kTile, kThreads>(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s[st], qdoc_s[st]);
-    for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
+    load_tile_async<D, LD, kTile, kDkdvThreads>(qs + st * kTile * LD, q + (q0 * p.hq + h) * D,
+                                                q_stride, qn);
+    load_tile_async<D, LD, kTile, kDkdvThreads>(dos + st * kTile * LD, dout + (q0 * p.hq + h) * D,
+                                                q_stride, qn);
+    load_meta_async<kTile, kDkdvThreads>(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s[st], qdoc_s[st]);
+    for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kDkdvThreads) {
       if (i < qn) {
         cp_async_small<4>(&lse_s[st][i], p.lse_in + (q0 + i) * p.hq + h);
         cp_async_small<4>(&delta_s[st][i], p.delta + (q0 + i) * p.hq + h);
@@ -490,12 +498,12 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
 
-  const TileSummary mine = p.ktiles[kt];
   int stage = 0;
   for (int base = 0; base < p.nqt; base += kClassChunk) {
     const int count = min(kClassChunk, p.nqt - base);
-    classify_chunk(p, mine, false, p.qtiles, base, count, kinds[0]);
-    int t = next_tile<1>(kinds, 0, count), gi = 0;
+    classify_tiles<kDkdvKTiles>(p, false, p.ktiles + kDkdvKTiles * kb, nk, p.qtiles, base, count,
+                                kinds);
+    int t = next_tile<kDkdvKTiles>(kinds, 0, count), gi = 0;
     if (t < count) issue(stage, base + t, hk * p.group);
     cp_async_commit();
     while (t < count) {
@@ -505,77 +513,79 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
       int tn = t, gn = gi + 1;
       if (gn == p.group) {
         gn = 0;
-        tn = next_tile<1>(kinds, t + 1, count);
+        tn = next_tile<kDkdvKTiles>(kinds, t + 1, count);
       }
       if (tn < count) issue(stage ^ 1, base + tn, hk * p.group + gn);
       cp_async_commit();
 
-      const uint8_t kind = kinds[0][t];
-      const uint32_t qs_a = qs_a0 + stage * kStageBytes, qs_bt = qs_bt0 + stage * kStageBytes;
-      const uint32_t dos_a = dos_a0 + stage * kStageBytes, dos_bt = dos_bt0 + stage * kStageBytes;
-      const int64_t* qpos = qpos_s[stage];
-      const int32_t* qdoc = qdoc_s[stage];
-      const float* lse = lse_s[stage];
-      const float* dlt = delta_s[stage];
-      // Not unrolled at D = 128: dk, dv hold 128 registers, and both halves unrolled spill.
+      const uint8_t kind = kinds[own][t];
+      if (kind != kEmpty) {  // warp-uniform; else this warp's key tile does not see the step
+        const uint32_t qs_a = qs_a0 + stage * kStageBytes, qs_bt = qs_bt0 + stage * kStageBytes;
+        const uint32_t dos_a = dos_a0 + stage * kStageBytes, dos_bt = dos_bt0 + stage * kStageBytes;
+        const int64_t* qpos = qpos_s[stage];
+        const int32_t* qdoc = qdoc_s[stage];
+        const float* lse = lse_s[stage];
+        const float* dlt = delta_s[stage];
+        // Not unrolled at D = 128: dk, dv hold 128 registers, and both halves unrolled spill.
 #pragma unroll(D == 128 ? 1 : 2)
-      for (int half = 0; half < 2; ++half) {
-        float st[kHalf / 8][4], dpt[kHalf / 8][4];
+        for (int half = 0; half < 2; ++half) {
+          float st[kHalf / 8][4], dpt[kHalf / 8][4];
 #pragma unroll
-        for (int j = 0; j < kHalf / 8; ++j)
+          for (int j = 0; j < kHalf / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+            for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t ka[4], va[4];
-          load_a<LD>(ks_a, r0, kk * 16, ka);
-          load_a<LD>(vs_a, r0, kk * 16, va);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t ka[4], va[4];
+            load_a<LD>(ks_a, r0, kk * 16, ka);
+            load_a<LD>(vs_a, r0, kk * 16, va);
 #pragma unroll
-          for (int jp = 0; jp < kHalf / 16; ++jp) {
-            uint32_t b[2][2];
-            load_b_t<LD>(qs_bt, half * kHalf + jp * 16, kk * 16, b);
-            mma16816(st[2 * jp], ka, b[0]);
-            mma16816(st[2 * jp + 1], ka, b[1]);
-            load_b_t<LD>(dos_bt, half * kHalf + jp * 16, kk * 16, b);
-            mma16816(dpt[2 * jp], va, b[0]);
-            mma16816(dpt[2 * jp + 1], va, b[1]);
+            for (int jp = 0; jp < kHalf / 16; ++jp) {
+              uint32_t b[2][2];
+              load_b_t<LD>(qs_bt, half * kHalf + jp * 16, kk * 16, b);
+              mma16816(st[2 * jp], ka, b[0]);
+              mma16816(st[2 * jp + 1], ka, b[1]);
+              load_b_t<LD>(dos_bt, half * kHalf + jp * 16, kk * 16, b);
+              mma16816(dpt[2 * jp], va, b[0]);
+              mma16816(dpt[2 * jp + 1], va, b[1]);
+            }
           }
-        }
-        // P^T and dS^T = P^T (dP^T - delta), element (key rows[e/2], query col); lse in the
-        // log2 domain (-inf stays -inf).
+          // P^T and dS^T = P^T (dP^T - delta), element (key rows[e/2], query col); lse in the
+          // log2 domain (-inf stays -inf).
 #pragma unroll
-        for (int j = 0; j < kHalf / 8; ++j)
+          for (int j = 0; j < kHalf / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = half * kHalf + j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
-            const float lse2 = lse[col] * kLog2e;
-            bool vis = lse2 != -INFINITY && row < kn;
-            if (vis && kind != kFull)
-              vis = visible_dev(p, qpos[col], kpos_s[row], qdoc[col], kdoc_s[row]);
-            const float pr = vis ? exp2f(st[j][e] * sl2 - lse2) : 0.0f;
-            st[j][e] = pr;
-            dpt[j][e] = pr * (dpt[j][e] - dlt[col]);
-          }
-          // dV += P^T dO, dK += dS^T Q (k dimension: this half's 32 queries).
+            for (int e = 0; e < 4; ++e) {
+              const int col = half * kHalf + j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+              const float lse2 = lse[col] * kLog2e;
+              bool vis = lse2 != -INFINITY && row < kn;
+              if (vis && kind != kFull)
+                vis = visible_dev(p, qpos[col], kpos_s[row], qdoc[col], kdoc_s[row]);
+              const float pr = vis ? exp2f(st[j][e] * sl2 - lse2) : 0.0f;
+              st[j][e] = pr;
+              dpt[j][e] = pr * (dpt[j][e] - dlt[col]);
+            }
+            // dV += P^T dO, dK += dS^T Q (k dimension: this half's 32 queries).
 #pragma unroll
-        for (int kc = 0; kc < kHalf / 16; ++kc) {
-          const uint32_t pa[4] = {pack_f(st[2 * kc][0], st[2 * kc][1]),
-                                  pack_f(st[2 * kc][2], st[2 * kc][3]),
-                                  pack_f(st[2 * kc + 1][0], st[2 * kc + 1][1]),
-                                  pack_f(st[2 * kc + 1][2], st[2 * kc + 1][3])};
-          const uint32_t da[4] = {pack_f(dpt[2 * kc][0], dpt[2 * kc][1]),
-                                  pack_f(dpt[2 * kc][2], dpt[2 * kc][3]),
-                                  pack_f(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
-                                  pack_f(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+          for (int kc = 0; kc < kHalf / 16; ++kc) {
+            const uint32_t pa[4] = {pack_f(st[2 * kc][0], st[2 * kc][1]),
+                                    pack_f(st[2 * kc][2], st[2 * kc][3]),
+                                    pack_f(st[2 * kc + 1][0], st[2 * kc + 1][1]),
+                                    pack_f(st[2 * kc + 1][2], st[2 * kc + 1][3])};
+            const uint32_t da[4] = {pack_f(dpt[2 * kc][0], dpt[2 * kc][1]),
+                                    pack_f(dpt[2 * kc][2], dpt[2 * kc][3]),
+                                    pack_f(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
+                                    pack_f(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
 #pragma unroll
-          for (int ip = 0; ip < D / 16; ++ip) {
-            uint32_t b[2][2];
-            load_b<LD>(dos_a, half * kHalf + kc * 16, ip * 16, b);
-            mma16816(dv[2 * ip], pa, b[0]);
-            mma16816(dv[2 * ip + 1], pa, b[1]);
-            load_b<LD>(qs_a, half * kHalf + kc * 16, ip * 16, b);
-            mma16816(dk[2 * ip], da, b[0]);
-            mma16816(dk[2 * ip + 1], da, b[1]);
+            for (int ip = 0; ip < D / 16; ++ip) {
+              uint32_t b[2][2];
+              load_b<LD>(dos_a, half * kHalf + kc * 16, ip * 16, b);
+              mma16816(dv[2 * ip], pa, b[0]);
+              mma16816(dv[2 * ip + 1], pa, b[1]);
+              load_b<LD>(qs_a, half * kHalf + kc * 16, ip * 16, b);
+              mma16816(dk[2 * ip], da, b[0]);
+              mma16816(dk[2 * ip + 1], da, b[1]);
+            }
           }
         }
       }
@@ -607,49 +617,57 @@ __global__ void __launch_bounds__(kThreads) mma_dkdv_kernel(const AttnParams p) 
 
 // ---- backward: dq -------------------------------------------------------------------------
 
-// Block (query tile, query head); each warp owns 16 queries: S = Q K^T and dP = dO V^T as in
-// the forward, dS = P (dP - delta) reused as the A fragment of dQ += dS K. Key tiles in order,
-// streamed (double-buffered) as in the forward.
+// Block (kDqQTiles query tiles, query head); each warp owns 16 queries (warps 0-3 the first
+// tile, 4-7 the second, each with its own tile kinds as in the forward): S = Q K^T and
+// dP = dO V^T as in the forward, dS = P (dP - delta) reused as the A fragment of dQ += dS K. Key
+// tiles in order, streamed (double-buffered) as in the forward.
+constexpr int kDqWarps = 8;
+constexpr int kDqQTiles = kDqWarps / 4;
+constexpr int kDqThreads = 32 * kDqWarps;
+constexpr int kDqRows = 16 * kDqWarps;
+
 template <int D>
-__global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kDqThreads) mma_dq_kernel(const AttnParams p) {
+  static_assert(kDqRows == kDqQTiles * kTile && kDqThreads == kDqQTiles * kClassChunk);
   constexpr int LD = ld_of<D>();
   constexpr uint32_t kStageBytes = kTile * LD * sizeof(bf16_t);
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* qs = reinterpret_cast<bf16_t*>(smem);
-  bf16_t* dos = qs + kTile * LD;
-  bf16_t* ks = dos + kTile * LD;     // 2 stages
-  bf16_t* vs = ks + 2 * kTile * LD;  // 2 stages
-  __shared__ int64_t qpos_s[kTile], kpos_s[2][kTile];
-  __shared__ int32_t qdoc_s[kTile], kdoc_s[2][kTile];
-  __shared__ uint8_t kinds[1][kClassChunk];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem);  // kDqRows x LD
+  bf16_t* dos = qs + kDqRows * LD;               // kDqRows x LD
+  bf16_t* ks = dos + kDqRows * LD;               // 2 stages of kTile x LD
+  bf16_t* vs = ks + 2 * kTile * LD;              // 2 stages
+  __shared__ int64_t qpos_s[kDqRows], kpos_s[2][kTile];
+  __shared__ int32_t qdoc_s[kDqRows], kdoc_s[2][kTile];
+  __shared__ uint8_t kinds[kDqQTiles][kClassChunk];
   const bf16_t* q = static_cast<const bf16_t*>(p.q);
   const bf16_t* k = static_cast<const bf16_t*>(p.k);
   const bf16_t* v = static_cast<const bf16_t*>(p.v);
   const bf16_t* dout = static_cast<const bf16_t*>(p.dout);
-  const int qt = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
+  const int qb = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
-  const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int qn = detail::tile_len(p.tq - q0);
+  const int g = lane >> 2, c = lane & 3, r0 = warp * 16, own = warp >> 2;  // own: q tile
+  const int64_t q0 = static_cast<int64_t>(qb) * kDqRows;
+  const int qn = p.tq - q0 < kDqRows ? static_cast<int>(p.tq - q0) : kDqRows;
+  const int nq = min(kDqQTiles, p.nqt - kDqQTiles * qb);  // q tiles in this block
   const float sl2 = p.scale * kLog2e;
   const int rows[2] = {r0 + g, r0 + g + 8};
   const int64_t kv_stride = static_cast<int64_t>(p.hkv) * D;
 
-  load_tile_async<D, LD, kTile, kThreads>(qs, q + (q0 * p.hq + h) * D,
-                                          static_cast<int64_t>(p.hq) * D, qn);
-  load_tile_async<D, LD, kTile, kThreads>(dos, dout + (q0 * p.hq + h) * D,
-                                          static_cast<int64_t>(p.hq) * D, qn);
-  load_meta_async<kTile, kThreads>(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
+  load_tile_async<D, LD, kDqRows, kDqThreads>(qs, q + (q0 * p.hq + h) * D,
+                                              static_cast<int64_t>(p.hq) * D, qn);
+  load_tile_async<D, LD, kDqRows, kDqThreads>(dos, dout + (q0 * p.hq + h) * D,
+                                              static_cast<int64_t>(p.hq) * D, qn);
+  load_meta_async<kDqRows, kDqThreads>(p.qpos, p.qdoc, p.docs, q0, qn, qpos_s, qdoc_s);
   cp_async_commit();
   // K, V and metadata of key tile kt into stage st.
   auto issue = [&](int st, int kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
     const int kn = detail::tile_len(p.tk - k0);
-    load_tile_async<D, LD, kTile, kThreads>(ks + st * kTile * LD, k + (k0 * p.hkv + hk) * D,
-                                            kv_stride, kn);
-    load_tile_async<D, LD, kTile, kThreads>(vs + st * kTile * LD, v + (k0 * p.hkv + hk) * D,
-                                            kv_stride, kn);
-    load_meta_async<kTile, kThreads>(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s[st], kdoc_s[st]);
+    load_tile_async<D, LD, kTile, kDqThreads>(ks + st * kTile * LD, k + (k0 * p.hkv + hk) * D,
+                                              kv_stride, kn);
+    load_tile_async<D, LD, kTile, kDqThreads>(vs + st * kTile * LD, v + (k0 * p.hkv + hk) * D,
+                                              kv_stride, kn);
+    load_meta_async<kTile, kDqThreads>(p.kpos, p.kdoc, p.docs, k0, kn, kpos_s[st], kdoc_s[st]);
   };
   float lse2[2], delta[2];
 #pragma unroll
@@ -667,71 +685,72 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(const AttnParams p) {
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
 
-  const TileSummary mine = p.qtiles[qt];
   int stage = 0;
   for (int base = 0; base < p.nkt; base += kClassChunk) {
     const int count = min(kClassChunk, p.nkt - base);
-    classify_chunk(p, mine, true, p.ktiles, base, count, kinds[0]);
-    int t = next_tile<1>(kinds, 0, count);
+    classify_tiles<kDqQTiles>(p, true, p.qtiles + kDqQTiles * qb, nq, p.ktiles, base, count, kinds);
+    int t = next_tile<kDqQTiles>(kinds, 0, count);
     if (t < count) issue(stage, base + t);
     cp_async_commit();
     while (t < count) {
       cp_async_wait_all();  // tile t (and, the first time, Q, dO) has landed
       __syncthreads();      // for every thread; nobody reads stage ^ 1 (tile t - 1) any more
-      const int tn = next_tile<1>(kinds, t + 1, count);
+      const int tn = next_tile<kDqQTiles>(kinds, t + 1, count);
       if (tn < count) issue(stage ^ 1, base + tn);
       cp_async_commit();
 
-      const uint8_t kind = kinds[0][t];
-      const int kn = detail::tile_len(p.tk - static_cast<int64_t>(base + t) * kTile);
-      const uint32_t ks_a = ks_a0 + stage * kStageBytes, ks_bt = ks_bt0 + stage * kStageBytes;
-      const uint32_t vs_bt = vs_bt0 + stage * kStageBytes;
-      const int64_t* kpos = kpos_s[stage];
-      const int32_t* kdoc = kdoc_s[stage];
-      float s[kTile / 8][4], dp[kTile / 8][4];
+      const uint8_t kind = kinds[own][t];
+      if (kind != kEmpty) {  // warp-uniform; else this warp's q tile does not see the tile
+        const int kn = detail::tile_len(p.tk - static_cast<int64_t>(base + t) * kTile);
+        const uint32_t ks_a = ks_a0 + stage * kStageBytes, ks_bt = ks_bt0 + stage * kStageBytes;
+        const uint32_t vs_bt = vs_bt0 + stage * kStageBytes;
+        const int64_t* kpos = kpos_s[stage];
+        const int32_t* kdoc = kdoc_s[stage];
+        float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
-      for (int j = 0; j < kTile / 8; ++j)
+        for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t qa[4], da[4];
-        load_a<LD>(qs_a, r0, kk * 16, qa);
-        load_a<LD>(dos_a, r0, kk * 16, da);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t qa[4], da[4];
+          load_a<LD>(qs_a, r0, kk * 16, qa);
+          load_a<LD>(dos_a, r0, kk * 16, da);
 #pragma unroll
-        for (int jp = 0; jp < kTile / 16; ++jp) {
-          uint32_t b[2][2];
-          load_b_t<LD>(ks_bt, jp * 16, kk * 16, b);
-          mma16816(s[2 * jp], qa, b[0]);
-          mma16816(s[2 * jp + 1], qa, b[1]);
-          load_b_t<LD>(vs_bt, jp * 16, kk * 16, b);
-          mma16816(dp[2 * jp], da, b[0]);
-          mma16816(dp[2 * jp + 1], da, b[1]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kTile / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j * 8 + 2 * c + (e & 1), r = e >> 1, row = rows[r];
-          bool vis = lse2[r] != -INFINITY && col < kn;
-          if (vis && kind != kFull)
-            vis = visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col]);
-          const float pr = vis ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
-          dp[j][e] = pr * (dp[j][e] - delta[r]);
+          for (int jp = 0; jp < kTile / 16; ++jp) {
+            uint32_t b[2][2];
+            load_b_t<LD>(ks_bt, jp * 16, kk * 16, b);
+            mma16816(s[2 * jp], qa, b[0]);
+            mma16816(s[2 * jp + 1], qa, b[1]);
+            load_b_t<LD>(vs_bt, jp * 16, kk * 16, b);
+            mma16816(dp[2 * jp], da, b[0]);
+            mma16816(dp[2 * jp + 1], da, b[1]);
+          }
         }
 #pragma unroll
-      for (int kc = 0; kc < kTile / 16; ++kc) {
-        const uint32_t a[4] = {pack_f(dp[2 * kc][0], dp[2 * kc][1]),
-                               pack_f(dp[2 * kc][2], dp[2 * kc][3]),
-                               pack_f(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                               pack_f(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+        for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
-        for (int ip = 0; ip < D / 16; ++ip) {
-          uint32_t b[2][2];
-          load_b<LD>(ks_a, kc * 16, ip * 16, b);
-          mma16816(dq[2 * ip], a, b[0]);
-          mma16816(dq[2 * ip + 1], a, b[1]);
+          for (int e = 0; e < 4; ++e) {
+            const int col = j * 8 + 2 * c + (e & 1), r = e >> 1, row = rows[r];
+            bool vis = lse2[r] != -INFINITY && col < kn;
+            if (vis && kind != kFull)
+              vis = visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col]);
+            const float pr = vis ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+            dp[j][e] = pr * (dp[j][e] - delta[r]);
+          }
+#pragma unroll
+        for (int kc = 0; kc < kTile / 16; ++kc) {
+          const uint32_t a[4] = {pack_f(dp[2 * kc][0], dp[2 * kc][1]),
+                                 pack_f(dp[2 * kc][2], dp[2 * kc][3]),
+                                 pack_f(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                                 pack_f(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+          for (int ip = 0; ip < D / 16; ++ip) {
+            uint32_t b[2][2];
+            load_b<LD>(ks_a, kc * 16, ip * 16, b);
+            mma16816(dq[2 * ip], a, b[0]);
+            mma16816(dq[2 * ip + 1], a, b[1]);
+          }
         }
       }
       stage ^= 1;
@@ -785,16 +804,20 @@ void mma_forward(const AttnParams& p, cudaStream_t s) {
 
 void mma_backward(const AttnParams& p, cudaStream_t s) {
   // dk/dv first, then dq: both only read q, k, v, dout, lse and delta, and write disjoint
-  // outputs, so the order is free; fixed for the bits. Shared memory: the block's own two tiles
-  // and two stages of the two streamed ones (6 tiles).
-  const dim3 gk(static_cast<unsigned>(p.nkt), static_cast<unsigned>(p.hkv));
-  const dim3 gq(static_cast<unsigned>(p.nqt), static_cast<unsigned>(p.hq));
+  // outputs, so the order is free; fixed for the bits. Shared memory: the block's own two
+  // matrices (K, V or Q, dO) of 1 or 2 tiles each and two stages of the two streamed ones
+  // (4 tiles): 136 KiB at D = 128 with 8 warps.
+  const dim3 gk(static_cast<unsigned>((p.nkt + kDkdvKTiles - 1) / kDkdvKTiles),
+                static_cast<unsigned>(p.hkv));
+  const dim3 gq(static_cast<unsigned>((p.nqt + kDqQTiles - 1) / kDqQTiles),
+                static_cast<unsigned>(p.hq));
+  constexpr int kDkdvTiles = 2 * kDkdvKTiles + 4, kDqTiles = 2 * kDqQTiles + 4;
   if (p.d == 64) {
-    launch(mma_dkdv_kernel<64>, gk, kThreads, tiles_bytes<64>(6), p, s);
-    launch(mma_dq_kernel<64>, gq, kThreads, tiles_bytes<64>(6), p, s);
+    launch(mma_dkdv_kernel<64>, gk, kDkdvThreads, tiles_bytes<64>(kDkdvTiles), p, s);
+    launch(mma_dq_kernel<64>, gq, kDqThreads, tiles_bytes<64>(kDqTiles), p, s);
   } else {
-    launch(mma_dkdv_kernel<128>, gk, kThreads, tiles_bytes<128>(6), p, s);
-    launch(mma_dq_kernel<128>, gq, kThreads, tiles_bytes<128>(6), p, s);
+    launch(mma_dkdv_kernel<128>, gk, kDkdvThreads, tiles_bytes<128>(kDkdvTiles), p, s);
+    launch(mma_dq_kernel<128>, gq, kDqThreads, tiles_bytes<128>(kDqTiles), p, s);
   }
 }
 
