@@ -51,6 +51,14 @@ __device__ __forceinline__ uint32_t pack_f(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// 2^x by MUFU.EX2 with denormal results flushed to 0 (what exp2f adds beside the MUFU is their
+// handling; they sit far below the resolution of P in bf16); exp2(-inf) = 0 as before.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Shared-memory address of a generic pointer into shared memory (ldmatrix / cp.async operand).
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -260,7 +268,10 @@ __global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnPara
   const bf16_t* q = static_cast<const bf16_t*>(p.q);
   const bf16_t* k = static_cast<const bf16_t*>(p.k);
   const bf16_t* v = static_cast<const bf16_t*>(p.v);
-  const int qb = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
+  // Query blocks in reverse launch order: under a causal mask the last ones see the most keys,
+  // and starting them first leaves the short ones to fill the tail of the grid.
+  const int qb = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y), hk = h / p.group;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3, r0 = warp * 16, half = warp >> 2;
   const int64_t q0 = static_cast<int64_t>(qb) * kFwdRows;
@@ -361,13 +372,13 @@ __global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnPara
           // A row that has seen nothing yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0),
           // never -inf - -inf = NaN.
           const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-          const float alpha = exp2f(m[r] - m_use);
+          const float alpha = exp2_ftz(m[r] - m_use);
           m[r] = m_new;
           float sum = 0.0f;
 #pragma unroll
           for (int j = 0; j < kTile / 8; ++j) {
-            s[j][2 * r] = exp2f(s[j][2 * r] - m_use);
-            s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - m_use);
+            s[j][2 * r] = exp2_ftz(s[j][2 * r] - m_use);
+            s[j][2 * r + 1] = exp2_ftz(s[j][2 * r + 1] - m_use);
             sum += s[j][2 * r] + s[j][2 * r + 1];
           }
           l[r] = l[r] * alpha + sum;
@@ -561,7 +572,7 @@ __global__ void __launch_bounds__(kDkdvThreads) mma_dkdv_kernel(const AttnParams
               bool vis = lse2 != -INFINITY && row < kn;
               if (vis && kind != kFull)
                 vis = visible_dev(p, qpos[col], kpos_s[row], qdoc[col], kdoc_s[row]);
-              const float pr = vis ? exp2f(st[j][e] * sl2 - lse2) : 0.0f;
+              const float pr = vis ? exp2_ftz(st[j][e] * sl2 - lse2) : 0.0f;
               st[j][e] = pr;
               dpt[j][e] = pr * (dpt[j][e] - dlt[col]);
             }
@@ -643,7 +654,10 @@ __global__ void __launch_bounds__(kDqThreads) mma_dq_kernel(const AttnParams p) 
   const bf16_t* k = static_cast<const bf16_t*>(p.k);
   const bf16_t* v = static_cast<const bf16_t*>(p.v);
   const bf16_t* dout = static_cast<const bf16_t*>(p.dout);
-  const int qb = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), hk = h / p.group;
+  // Query blocks in reverse launch order: under a causal mask the last ones see the most keys,
+  // and starting them first leaves the short ones to fill the tail of the grid.
+  const int qb = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y), hk = h / p.group;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2, c = lane & 3, r0 = warp * 16, own = warp >> 2;  // own: q tile
   const int64_t q0 = static_cast<int64_t>(qb) * kDqRows;
@@ -735,7 +749,7 @@ __global__ void __launch_bounds__(kDqThreads) mma_dq_kernel(const AttnParams p) 
             bool vis = lse2[r] != -INFINITY && col < kn;
             if (vis && kind != kFull)
               vis = visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col]);
-            const float pr = vis ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+            const float pr = vis ? exp2_ftz(s[j][e] * sl2 - lse2[r]) : 0.0f;
             dp[j][e] = pr * (dp[j][e] - delta[r]);
           }
 #pragma unroll
