@@ -22,8 +22,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
+#include "longseq/core/error.hpp"
+#include "longseq/kernels/cuda/attention.hpp"
 #include "longseq/kernels/cuda/attention_common.cuh"
 #include "longseq/kernels/cuda/launch.cuh"
 
@@ -243,18 +246,14 @@ __host__ __device__ constexpr int ld_of() {
 
 // ---- forward ------------------------------------------------------------------------------
 
-// kFwdWarps = 8: 128 queries per block (q tiles 2 b and 2 b + 1; warps 0-3 own the first, 4-7
+// NT = 2: 8 warps, 128 queries per block (q tiles 2 b and 2 b + 1; warps 0-3 own the first, 4-7
 // the second), so each K/V tile in shared memory serves twice the queries of a 64-row block.
 // Each q tile keeps its own tile kind (kinds[half]), exactly the 64 x 64 classification: a K/V
 // tile is loaded when either half sees it, and a warp whose half does not skips the products.
-// kFwdWarps = 4 is the one-q-tile block (same code, kFwdQTiles = 1).
-constexpr int kFwdWarps = 8;
-constexpr int kFwdQTiles = kFwdWarps / 4;  // q tiles per block
-constexpr int kFwdThreads = 32 * kFwdWarps;
-constexpr int kFwdRows = 16 * kFwdWarps;
-
-template <int D>
-__global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnParams p) {
+// NT = 1: the one-q-tile block of 4 warps (same code; for grids too small to fill the GPU).
+template <int D, int NT>
+__global__ void __launch_bounds__(128 * NT) mma_forward_kernel(const AttnParams p) {
+  constexpr int kFwdQTiles = NT, kFwdThreads = 128 * NT, kFwdRows = 64 * NT;
   static_assert(kFwdRows == kFwdQTiles * kTile && kFwdThreads == kFwdQTiles * kClassChunk);
   constexpr int LD = ld_of<D>();
   constexpr uint32_t kStageBytes = kTile * LD * sizeof(bf16_t);  // one K or V stage
@@ -430,19 +429,16 @@ __global__ void __launch_bounds__(kFwdThreads) mma_forward_kernel(const AttnPara
 
 // ---- backward: dk, dv ---------------------------------------------------------------------
 
-// Block (kDkdvKTiles key tiles, kv head); each warp owns 16 keys (warps 0-3 the first key tile,
-// 4-7 the second, each half with its own tile kinds as in the forward) and computes the transposed
-// products S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments of
-// dV += P^T dO and dK += dS^T Q. Steps: query tiles in order, within each the heads of the group
+// Block (NT key tiles, kv head); each warp owns 16 keys (with NT = 2 warps 0-3 the first key
+// tile, 4-7 the second, each half with its own tile kinds as in the forward) and computes the
+// transposed products S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments
+// of dV += P^T dO and dK += dS^T Q. Steps: query tiles in order, within each the heads of the group
 // in order; each step's Q, dO, positions, lse and delta are streamed (double-buffered) and shared
 // by all the block's warps.
-constexpr int kDkdvWarps = 8;
-constexpr int kDkdvKTiles = kDkdvWarps / 4;
-constexpr int kDkdvThreads = 32 * kDkdvWarps;
-constexpr int kDkdvRows = 16 * kDkdvWarps;
-
-template <int D>
-__global__ void __launch_bounds__(kDkdvThreads) mma_dkdv_kernel(const AttnParams p) {
+// NT (1 or 2) key tiles per block, 4 NT warps.
+template <int D, int NT>
+__global__ void __launch_bounds__(128 * NT) mma_dkdv_kernel(const AttnParams p) {
+  constexpr int kDkdvKTiles = NT, kDkdvThreads = 128 * NT, kDkdvRows = 64 * NT;
   static_assert(kDkdvRows == kDkdvKTiles * kTile && kDkdvThreads == kDkdvKTiles * kClassChunk);
   constexpr int LD = ld_of<D>();
   constexpr int kHalf = kTile / 2;  // queries per inner step (keeps S^T and dP^T at 16 floats)
@@ -628,17 +624,14 @@ __global__ void __launch_bounds__(kDkdvThreads) mma_dkdv_kernel(const AttnParams
 
 // ---- backward: dq -------------------------------------------------------------------------
 
-// Block (kDqQTiles query tiles, query head); each warp owns 16 queries (warps 0-3 the first
-// tile, 4-7 the second, each with its own tile kinds as in the forward): S = Q K^T and
+// Block (NT query tiles, query head); each warp owns 16 queries (with NT = 2 warps 0-3 the
+// first tile, 4-7 the second, each with its own tile kinds as in the forward): S = Q K^T and
 // dP = dO V^T as in the forward, dS = P (dP - delta) reused as the A fragment of dQ += dS K. Key
 // tiles in order, streamed (double-buffered) as in the forward.
-constexpr int kDqWarps = 8;
-constexpr int kDqQTiles = kDqWarps / 4;
-constexpr int kDqThreads = 32 * kDqWarps;
-constexpr int kDqRows = 16 * kDqWarps;
-
-template <int D>
-__global__ void __launch_bounds__(kDqThreads) mma_dq_kernel(const AttnParams p) {
+// NT (1 or 2) query tiles per block, 4 NT warps.
+template <int D, int NT>
+__global__ void __launch_bounds__(128 * NT) mma_dq_kernel(const AttnParams p) {
+  constexpr int kDqQTiles = NT, kDqThreads = 128 * NT, kDqRows = 64 * NT;
   static_assert(kDqRows == kDqQTiles * kTile && kDqThreads == kDqQTiles * kClassChunk);
   constexpr int LD = ld_of<D>();
   constexpr uint32_t kStageBytes = kTile * LD * sizeof(bf16_t);
@@ -803,36 +796,89 @@ size_t tiles_bytes(int n) {
   return static_cast<size_t>(n) * kTile * ld_of<D>() * sizeof(bf16_t);
 }
 
+// set_attention_block_tiles: 0 = chosen per launch, else forced to 1 or 2.
+std::atomic<int> g_block_tiles{0};
+
+// Whether to launch blocks of two tiles (8 warps; NT = 2): where they fill the GPU. Their
+// registers allow one per SM, so with fewer such blocks than SMs, blocks of one tile (4 warps,
+// two per SM) spread the same work over twice as many SMs. Either gives the same bits: each
+// warp's arithmetic, tile order and skips are the same.
+bool two_tile_blocks(int64_t blocks_of_two) {
+  if (const int forced = g_block_tiles.load(std::memory_order_relaxed)) return forced == 2;
+  int dev = 0, sms = 0;
+  LONGSEQ_CUDA_CALL(cudaGetDevice(&dev));
+  LONGSEQ_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return blocks_of_two >= sms;
+}
+
+// One block per NT q tiles (the last one may hold fewer), 128 NT threads; shared memory: Q
+// (NT tiles) and two stages of K and V (4 tiles), 102 KiB at D = 128 and NT = 2.
+template <int D, int NT>
+void forward_nt(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((p.nqt + NT - 1) / NT), static_cast<unsigned>(p.hq));
+  launch(mma_forward_kernel<D, NT>, grid, 128 * NT, tiles_bytes<D>(NT + 4), p, s);
+}
+
+// Shared memory of the backward kernels: the block's own two matrices (K, V or Q, dO) of NT
+// tiles each and two stages of the two streamed ones (4 tiles): 136 KiB at D = 128 and NT = 2.
+template <int D, int NT>
+void dkdv_nt(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((p.nkt + NT - 1) / NT), static_cast<unsigned>(p.hkv));
+  launch(mma_dkdv_kernel<D, NT>, grid, 128 * NT, tiles_bytes<D>(2 * NT + 4), p, s);
+}
+
+template <int D, int NT>
+void dq_nt(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((p.nqt + NT - 1) / NT), static_cast<unsigned>(p.hq));
+  launch(mma_dq_kernel<D, NT>, grid, 128 * NT, tiles_bytes<D>(2 * NT + 4), p, s);
+}
+
+// dk/dv first, then dq: both only read q, k, v, dout, lse and delta, and write disjoint outputs,
+// so the order is free; fixed for the bits.
+template <int D>
+void backward_d(const AttnParams& p, cudaStream_t s) {
+  if (two_tile_blocks((p.nkt + 1) / 2 * static_cast<int64_t>(p.hkv)))
+    dkdv_nt<D, 2>(p, s);
+  else
+    dkdv_nt<D, 1>(p, s);
+  if (two_tile_blocks((p.nqt + 1) / 2 * static_cast<int64_t>(p.hq)))
+    dq_nt<D, 2>(p, s);
+  else
+    dq_nt<D, 1>(p, s);
+}
+
+template <int D>
+void forward_d(const AttnParams& p, cudaStream_t s) {
+  if (two_tile_blocks((p.nqt + 1) / 2 * static_cast<int64_t>(p.hq)))
+    forward_nt<D, 2>(p, s);
+  else
+    forward_nt<D, 1>(p, s);
+}
+
 }  // namespace
 
 void mma_forward(const AttnParams& p, cudaStream_t s) {
-  // One block per kFwdQTiles q tiles (the last one may hold fewer); shared memory: Q
-  // (kFwdQTiles tiles) and two stages of K and V (4 tiles), 102 KiB at D = 128 with 8 warps.
-  const dim3 grid(static_cast<unsigned>((p.nqt + kFwdQTiles - 1) / kFwdQTiles),
-                  static_cast<unsigned>(p.hq));
   if (p.d == 64)
-    launch(mma_forward_kernel<64>, grid, kFwdThreads, tiles_bytes<64>(kFwdQTiles + 4), p, s);
+    forward_d<64>(p, s);
   else
-    launch(mma_forward_kernel<128>, grid, kFwdThreads, tiles_bytes<128>(kFwdQTiles + 4), p, s);
+    forward_d<128>(p, s);
 }
 
 void mma_backward(const AttnParams& p, cudaStream_t s) {
-  // dk/dv first, then dq: both only read q, k, v, dout, lse and delta, and write disjoint
-  // outputs, so the order is free; fixed for the bits. Shared memory: the block's own two
-  // matrices (K, V or Q, dO) of 1 or 2 tiles each and two stages of the two streamed ones
-  // (4 tiles): 136 KiB at D = 128 with 8 warps.
-  const dim3 gk(static_cast<unsigned>((p.nkt + kDkdvKTiles - 1) / kDkdvKTiles),
-                static_cast<unsigned>(p.hkv));
-  const dim3 gq(static_cast<unsigned>((p.nqt + kDqQTiles - 1) / kDqQTiles),
-                static_cast<unsigned>(p.hq));
-  constexpr int kDkdvTiles = 2 * kDkdvKTiles + 4, kDqTiles = 2 * kDqQTiles + 4;
-  if (p.d == 64) {
-    launch(mma_dkdv_kernel<64>, gk, kDkdvThreads, tiles_bytes<64>(kDkdvTiles), p, s);
-    launch(mma_dq_kernel<64>, gq, kDqThreads, tiles_bytes<64>(kDqTiles), p, s);
-  } else {
-    launch(mma_dkdv_kernel<128>, gk, kDkdvThreads, tiles_bytes<128>(kDkdvTiles), p, s);
-    launch(mma_dq_kernel<128>, gq, kDqThreads, tiles_bytes<128>(kDqTiles), p, s);
-  }
+  if (p.d == 64)
+    backward_d<64>(p, s);
+  else
+    backward_d<128>(p, s);
 }
 
 }  // namespace longseq::kernels::cuda::detail
+
+namespace longseq::kernels::cuda {
+
+int set_attention_block_tiles(int tiles) {
+  core::require(tiles >= 0 && tiles <= 2, "kernels.cuda.attention", "block tiles ", tiles,
+                ": need 0 (chosen per launch), 1 or 2");
+  return detail::g_block_tiles.exchange(tiles);
+}
+
+}  // namespace longseq::kernels::cuda
