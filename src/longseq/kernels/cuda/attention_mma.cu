@@ -345,21 +345,29 @@ __global__ void __launch_bounds__(128 * NT) mma_forward_kernel(const AttnParams 
           }
         // Scale into the log2 domain; mask. Full tiles skip the predicate, but a ragged last key
         // tile still cuts its columns past kn.
+        // (Two loops, so that the common full, whole tile is a bare multiply per element.)
         const bool per_element = kind != kFull;
         const bool ragged = kn < kTile;
+        if (!per_element && !ragged) {
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j)
+          for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
-            float x = s[j][e] * sl2;
-            if ((ragged && col >= kn) ||
-                (per_element && !visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col])))
-              x = -INFINITY;
-            s[j][e] = x;
-          }
-          // Online softmax, one rescale per tile. A row's 64 scores sit in the 4 lanes of its
-          // quad.
+            for (int e = 0; e < 4; ++e) s[j][e] *= sl2;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+              float x = s[j][e] * sl2;
+              if ((ragged && col >= kn) ||
+                  (per_element && !visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col])))
+                x = -INFINITY;
+              s[j][e] = x;
+            }
+        }
+        // Online softmax, one rescale per tile. A row's 64 scores sit in the 4 lanes of its
+        // quad.
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = -INFINITY;
@@ -559,20 +567,31 @@ __global__ void __launch_bounds__(128 * NT) mma_dkdv_kernel(const AttnParams p) 
           }
           // P^T and dS^T = P^T (dP^T - delta), element (key rows[e/2], query col); lse in the
           // log2 domain (-inf stays -inf).
+          // (The per-element predicate in a loop of its own for partial tiles, so that full
+          // ones carry no branch per element.)
+          auto dst = [&](int j, int e, bool vis) {
+            const int col = half * kHalf + j * 8 + 2 * c + (e & 1);
+            const float lse2 = lse[col] * kLog2e;
+            vis = vis && lse2 != -INFINITY && rows[e >> 1] < kn;
+            const float pr = vis ? exp2_ftz(st[j][e] * sl2 - lse2) : 0.0f;
+            st[j][e] = pr;
+            dpt[j][e] = pr * (dpt[j][e] - dlt[col]);
+          };
+          if (kind == kFull) {
 #pragma unroll
-          for (int j = 0; j < kHalf / 8; ++j)
+            for (int j = 0; j < kHalf / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = half * kHalf + j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
-              const float lse2 = lse[col] * kLog2e;
-              bool vis = lse2 != -INFINITY && row < kn;
-              if (vis && kind != kFull)
-                vis = visible_dev(p, qpos[col], kpos_s[row], qdoc[col], kdoc_s[row]);
-              const float pr = vis ? exp2_ftz(st[j][e] * sl2 - lse2) : 0.0f;
-              st[j][e] = pr;
-              dpt[j][e] = pr * (dpt[j][e] - dlt[col]);
-            }
-            // dV += P^T dO, dK += dS^T Q (k dimension: this half's 32 queries).
+              for (int e = 0; e < 4; ++e) dst(j, e, true);
+          } else {
+#pragma unroll
+            for (int j = 0; j < kHalf / 8; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = half * kHalf + j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+                dst(j, e, visible_dev(p, qpos[col], kpos_s[row], qdoc[col], kdoc_s[row]));
+              }
+          }
+          // dV += P^T dO, dK += dS^T Q (k dimension: this half's 32 queries).
 #pragma unroll
           for (int kc = 0; kc < kHalf / 16; ++kc) {
             const uint32_t pa[4] = {pack_f(st[2 * kc][0], st[2 * kc][1]),
@@ -734,17 +753,27 @@ __global__ void __launch_bounds__(128 * NT) mma_dq_kernel(const AttnParams p) {
             mma16816(dp[2 * jp + 1], da, b[1]);
           }
         }
+        // (The per-element predicate in a loop of its own for partial tiles, as in dk/dv.)
+        auto ds = [&](int j, int e, bool vis) {
+          const int col = j * 8 + 2 * c + (e & 1), r = e >> 1;
+          vis = vis && lse2[r] != -INFINITY && col < kn;
+          const float pr = vis ? exp2_ftz(s[j][e] * sl2 - lse2[r]) : 0.0f;
+          dp[j][e] = pr * (dp[j][e] - delta[r]);
+        };
+        if (kind == kFull) {
 #pragma unroll
-        for (int j = 0; j < kTile / 8; ++j)
+          for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = j * 8 + 2 * c + (e & 1), r = e >> 1, row = rows[r];
-            bool vis = lse2[r] != -INFINITY && col < kn;
-            if (vis && kind != kFull)
-              vis = visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col]);
-            const float pr = vis ? exp2_ftz(s[j][e] * sl2 - lse2[r]) : 0.0f;
-            dp[j][e] = pr * (dp[j][e] - delta[r]);
-          }
+            for (int e = 0; e < 4; ++e) ds(j, e, true);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = j * 8 + 2 * c + (e & 1), row = rows[e >> 1];
+              ds(j, e, visible_dev(p, qpos_s[row], kpos[col], qdoc_s[row], kdoc[col]));
+            }
+        }
 #pragma unroll
         for (int kc = 0; kc < kTile / 16; ++kc) {
           const uint32_t a[4] = {pack_f(dp[2 * kc][0], dp[2 * kc][1]),
