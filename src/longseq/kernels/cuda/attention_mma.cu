@@ -1,14 +1,14 @@
 // The tensor-core attention kernels (contracts in attention.hpp): bf16 inputs, D = 64 or 128,
 // mma.sync.m16n8k16 (bf16 x bf16 -> fp32; sm_80 and later), FlashAttention-2's schedule.
 //
-// Layout of the work: 64-token tiles; a thread block owns two of them (8 warps, 128 rows; fewer
-// at the end; the k*Warps constants below), each warp 16 of the block's rows (queries in the
-// forward and dq passes, keys in the dk/dv pass), so softmax statistics and accumulators stay in
-// the warp's registers. Tiles are staged in shared memory (row stride D + 8 elements = 16 bytes
-// more than a row: the 8 row addresses of an ldmatrix matrix fall in 8 distinct 16-byte bank
-// groups, conflict-free); fragments are read from it with ldmatrix (.trans for the operand read
-// column-wise). Streamed tiles arrive by cp.async into two stages, the next tile's copy overlapping
-// the current tile's products. No wgmma yet.
+// Layout of the work: 64-token tiles; a thread block owns NT of them (NT = 2: 8 warps, 128 rows,
+// where such blocks fill the GPU; else NT = 1: 4 warps, 64 rows; chosen per launch), each warp 16
+// of the block's rows (queries in the forward and dq passes, keys in the dk/dv pass), so softmax
+// statistics and accumulators stay in the warp's registers. Tiles are staged in shared memory
+// (row stride D + 8 elements = 16 bytes more than a row: the 8 row addresses of an ldmatrix
+// matrix fall in 8 distinct 16-byte bank groups, conflict-free); fragments are read from it with
+// ldmatrix (.trans for the operand read column-wise). Streamed tiles arrive by cp.async into two
+// stages, the next tile's copy overlapping the current tile's products. No wgmma yet.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 and c = lane % 4:
