@@ -125,11 +125,13 @@ double visible_pairs(const kn::Mask& m, int64_t n) {
 
 int usage() {
   std::printf(
-      "usage: cuda_attention_bench [--out FILE] [--reps N] [--quick] [--million]\n"
+      "usage: cuda_attention_bench [--out FILE] [--reps N] [--quick] [--million] [--tiles T]\n"
       "  --out FILE  JSON output (default bench_cuda_attention.json)\n"
       "  --reps N    most timed calls per measurement (default 10; fewer when a call is long)\n"
       "  --quick     only the 32K rows of the table and the sweep to 4K (a smoke run)\n"
-      "  --million   also sliding window 4096 at 1M tokens (32/8 heads, D = 128; ~60 GB)\n");
+      "  --million   also sliding window 4096 at 1M tokens (32/8 heads, D = 128; ~60 GB)\n"
+      "  --tiles T   64-row tiles per thread block of the tensor-core kernels: 1 or 2 forced,\n"
+      "              0 chosen per launch (default)\n");
   return 0;
 }
 
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
   std::string out = "bench_cuda_attention.json";
   int reps = 10;
   bool quick = false, million = false;
+  int tiles = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -153,6 +156,8 @@ int main(int argc, char** argv) {
       quick = true;
     else if (a == "--million")
       million = true;
+    else if (a == "--tiles")
+      tiles = std::stoi(next());
     else if (a == "-h" || a == "--help")
       return usage();
     else
@@ -160,10 +165,12 @@ int main(int argc, char** argv) {
              2;
   }
   core::require(reps >= 1, "cuda_attention_bench", "--reps ", reps, ": need >= 1");
+  kcu::set_attention_block_tiles(tiles);  // checks 0, 1 or 2
 
   const kcu::RuntimeInfo info = kcu::runtime_info();
   json j;
   j["bench"] = "cuda_attention";
+  j["block_tiles"] = tiles;
   j["runtime"] = kcu::version_string(info.runtime_version);
   j["driver"] = info.driver_version ? kcu::version_string(info.driver_version) : "none";
   j["flops_convention"] =

@@ -3,8 +3,9 @@
 // sliding window, documents, block-sparse, padding), GQA with 1, 2, 4 and 8 query heads per kv
 // head, query and key blocks taken from every balance layout (contiguous, zigzag, striped,
 // block-striped) at ring offsets, rows that see nothing, both paths (bf16 tensor cores at
-// D = 64 and 128; the generic kernels for fp32 and odd D), bit-identical repeats, the accumulate
-// contract and the errors. Every test skips without a GPU.
+// D = 64 and 128, with thread blocks of one and of two 64-row tiles; the generic kernels for fp32
+// and odd D), bit-identical repeats (also across the block shapes), the accumulate contract and
+// the errors. Every test skips without a GPU.
 //
 // Tolerances (stated per path; "scaled" means times max(1, max |want|) of that output):
 //  * fp32 (generic kernels): o and lse 2e-5 scaled + 2e-5 rel, gradients 1e-4 scaled + 1e-4 rel.
@@ -402,11 +403,29 @@ std::vector<Case> all_cases() {
   return out;
 }
 
+// Forces the tensor-core kernels' tiles per thread block for a scope (the default picks by grid
+// size: these small cases would only ever see blocks of one tile).
+class BlockTiles {
+ public:
+  explicit BlockTiles(int tiles) : prev_(kcu::set_attention_block_tiles(tiles)) {}
+  ~BlockTiles() { kcu::set_attention_block_tiles(prev_); }
+  BlockTiles(const BlockTiles&) = delete;
+  BlockTiles& operator=(const BlockTiles&) = delete;
+
+ private:
+  int prev_;
+};
+
 class CudaAttention : public ::testing::TestWithParam<Case> {};
 
+// Both block shapes of the tensor-core kernels (one 64-row tile per block and two).
 TEST_P(CudaAttention, MatchesTheFp64Twin) {
   LONGSEQ_NEED_GPU();
-  check_case(GetParam());
+  for (int tiles : {1, 2}) {
+    SCOPED_TRACE("block tiles " + std::to_string(tiles));
+    const BlockTiles forced(tiles);
+    check_case(GetParam());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttention, ::testing::ValuesIn(all_cases()),
@@ -436,6 +455,16 @@ TEST(CudaAttentionDeterminism, RepeatsAreBitIdentical) {
     EXPECT_TRUE(same(a.dq, b.dq)) << core::dtype_name(dt);
     EXPECT_TRUE(same(a.dk, b.dk)) << core::dtype_name(dt);
     EXPECT_TRUE(same(a.dv, b.dv)) << core::dtype_name(dt);
+    // The block shape (one or two tiles) does not move a bit either: each warp computes the same.
+    for (int tiles : {1, 2}) {
+      const BlockTiles forced(tiles);
+      const Outputs t = run_gpu(p);
+      EXPECT_TRUE(same(a.o, t.o)) << core::dtype_name(dt) << " tiles " << tiles;
+      EXPECT_TRUE(same(a.lse, t.lse)) << core::dtype_name(dt) << " tiles " << tiles;
+      EXPECT_TRUE(same(a.dq, t.dq)) << core::dtype_name(dt) << " tiles " << tiles;
+      EXPECT_TRUE(same(a.dk, t.dk)) << core::dtype_name(dt) << " tiles " << tiles;
+      EXPECT_TRUE(same(a.dv, t.dv)) << core::dtype_name(dt) << " tiles " << tiles;
+    }
   }
 }
 

@@ -65,6 +65,11 @@ size_t attention_workspace_bytes(const AttnDims& dims);
 /// one. For benches and tests; the kernels choose by themselves.
 bool attention_fast_path(core::DType input, int64_t d);
 
+/// Tiles per thread block of the tensor-core kernels: 0 (the default) lets each launch choose
+/// (two, 8 warps, where such blocks fill the GPU; else one, 4 warps); 1 or 2 force it, for tests
+/// and benches. The output bits do not depend on it. Process-wide; returns the previous value.
+int set_attention_block_tiles(int tiles);
+
 /// o [Tq, Hq, D] = softmax(scale q k^T + mask) v, lse [Tq, Hq] its natural-log logsumexp; both
 /// overwritten. Rows that see no key of this block: o = 0, lse = -inf.
 void attention_block_forward(const float* q, const float* k, const float* v, const Tokens& qt,
