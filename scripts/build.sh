@@ -15,7 +15,13 @@ fi
 DEPS=()
 if [ -n "${LONGSEQ_DEPS:-}" ]; then
   prefix=$(bash scripts/offline_deps.sh unpack "$LONGSEQ_DEPS")
-  DEPS=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DICU_ROOT="$prefix/usr")
+  # --disable-new-dtags: the binaries' search path as DT_RPATH, which the loader also uses for
+  # the libraries' own dependencies (libicuuc.so.72 -> libicudata.so.72, libdnnl.so.2 ->
+  # libOpenCL.so.1); a DT_RUNPATH covers only the executable's direct ones, and a machine with
+  # another ICU (Ubuntu 24.04: 74) then fails to start `longseq` (seen on the lent H200).
+  DEPS=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DICU_ROOT="$prefix/usr"
+    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags
+    -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags)
   echo "[build] dependencies from $prefix"
 fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then

@@ -35,7 +35,8 @@ bash scripts/build.sh -DLONGSEQ_CUDA=ON -DLONGSEQ_BUILD_BENCH=ON > "$out/build.t
   exit 1
 }
 t1=$(date +%s)
-"$BUILD_DIR/cli/longseq" info > "$out/info.txt" 2>&1 || true
+info_rc=0
+"$BUILD_DIR/cli/longseq" info > "$out/info.txt" 2>&1 || info_rc=$?
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi not found" > "$out/nvidia-smi.txt"
 rc=0
 # Several test processes share the GPU (each takes well under 1 GiB; the out-of-memory test asks
@@ -101,6 +102,12 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
   cat "$out/attention_compare.txt" 2>/dev/null || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
+if [ "$info_rc" -ne 0 ]; then
+  # The CLI itself did not run (a missing library, say): that is the failure to report, not a
+  # missing GPU.
+  echo "[gpu_check] longseq info failed (rc $info_rc): $(head -1 "$out/info.txt")" >&2
+  exit 1
+fi
 if ! grep -q '    gpu 0:' "$out/info.txt"; then
   echo "[gpu_check] no GPU visible (see $out/info.txt): the cuda tests only skipped" >&2
   exit 1
