@@ -17,7 +17,7 @@ import re
 import sys
 
 
-def kernel_of(suite: str, name: str, param: str) -> str:
+def kernel_of(suite: str, name: str) -> str:
     # Registry cases: ".../cuda_rmsnorm_t6_c24" -> "rmsnorm"; attention cases:
     # "bf16_d64_hq4_hkv2_causal_..." -> "attention bf16 d64".
     last = name.split("/")[-1]
@@ -47,7 +47,7 @@ def main() -> int:
             full = f'{suite["name"]}.{t["name"]}'
             if t.get("failures"):
                 failed.append(full)
-            k = kernel_of(suite["name"], t["name"], t.get("value_param", ""))
+            k = kernel_of(suite["name"], t["name"])
             for key, val in t.items():
                 if not key.startswith("err_"):
                     continue

@@ -34,7 +34,8 @@ void record_error(const A& a, const R& ref, const std::string& name) {
     const double d = static_cast<double>(a[i]) - static_cast<double>(ref[i]);
     se += d * d;
     sr += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
-    worst = std::isnan(d) ? d : std::fmax(worst, std::fabs(d));
+    // fmax drops a NaN operand: once an element is NaN the worst error stays NaN.
+    worst = std::isnan(d) || std::isnan(worst) ? std::nan("") : std::fmax(worst, std::fabs(d));
   }
   const double rel = sr > 0.0 ? std::sqrt(se / sr) : std::sqrt(se);
   // Property names become XML attribute names in --gtest_output=xml: letters, digits, '_'.
