@@ -69,4 +69,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   device_memory(gpu).copy(dst, dst_device, src, src_device, bytes);
 }
 
+void zero_bytes(Device device, void* ptr, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(ptr, 0, bytes);
+    return;
+  }
+  device_memory(device).zero(device, ptr, bytes);
+}
+
 }  // namespace longseq::core

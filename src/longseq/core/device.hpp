@@ -83,5 +83,7 @@ const DeviceMemory& device_memory(Device device);
 /// Blocking copy of `bytes` from `src` on `src_device` to `dst` on `dst_device`; host to host is a
 /// memcpy, anything else goes through the device's registered operations.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+/// Blocking zeroing of `bytes` at `ptr` on `device` (host: memset).
+void zero_bytes(Device device, void* ptr, size_t bytes);
 
 }  // namespace longseq::core

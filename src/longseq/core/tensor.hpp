@@ -199,7 +199,16 @@ class Tensor {
   explicit Tensor(Shape shape) : shape_(shape), buf_(static_cast<size_t>(shape.numel())) {}
   /// Contents indeterminate: for a tensor the caller overwrites whole right away (see Uninit).
   Tensor(Shape shape, Uninit u) : shape_(shape), buf_(static_cast<size_t>(shape.numel()), u) {}
+  /// Zeroed, on `device` (`name` labels it in an out-of-memory error). A tensor on a GPU hands
+  /// out its device pointer through data() and view(); element access and iteration are for host
+  /// tensors (checked, see Buffer).
+  Tensor(Shape shape, Device device, const char* name)
+      : shape_(shape), buf_(static_cast<size_t>(shape.numel()), device, name) {}
+  /// On `device`, contents indeterminate (see Uninit).
+  Tensor(Shape shape, Device device, Uninit u, const char* name)
+      : shape_(shape), buf_(static_cast<size_t>(shape.numel()), device, u, name) {}
   const Shape& shape() const { return shape_; }
+  Device device() const { return buf_.device(); }
   int64_t numel() const { return shape_.numel(); }
   int64_t dim(int i) const { return shape_[i]; }
   T* data() { return buf_.data(); }

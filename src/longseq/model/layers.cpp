@@ -3,15 +3,9 @@
 #include <algorithm>
 
 #include "longseq/core/error.hpp"
-#include "longseq/kernels/cpu/linear.hpp"
-#include "longseq/kernels/cpu/swiglu.hpp"
+#include "longseq/model/kernels.hpp"
 
 namespace longseq::model {
-
-using kernels::cpu::linear_backward;
-using kernels::cpu::linear_forward;
-using kernels::cpu::swiglu_backward;
-using kernels::cpu::swiglu_forward;
 
 // ---- embedding ---------------------------------------------------------------------------------
 
@@ -53,22 +47,28 @@ int64_t mlp_workspace_floats(const MlpDims& d) {
 }
 
 void mlp_forward(const float* x, const float* wgate, const float* wup, const float* wdown,
-                 const MlpDims& d, float* out, bool accumulate, float* workspace, int threads) {
+                 const MlpDims& d, float* out, bool accumulate, float* workspace,
+                 const Kernels& k) {
   const int64_t cs = chunk_of(d);
   float* g = workspace;
   float* u = workspace + cs * d.f;
   for (int64_t t0 = 0; t0 < d.t; t0 += cs) {
     const int64_t n = std::min(cs, d.t - t0);
-    linear_forward(x + t0 * d.c, wgate, n, d.c, d.f, g, false, threads, d.compute);
-    linear_forward(x + t0 * d.c, wup, n, d.c, d.f, u, false, threads, d.compute);
-    swiglu_forward(g, u, n * d.f, g, threads);
-    linear_forward(g, wdown, n, d.f, d.c, out + t0 * d.c, accumulate, threads, d.compute);
+    k.linear_forward(x + t0 * d.c, wgate, n, d.c, d.f, g, false, d.compute);
+    k.linear_forward(x + t0 * d.c, wup, n, d.c, d.f, u, false, d.compute);
+    k.swiglu_forward(g, u, n * d.f, g);
+    k.linear_forward(g, wdown, n, d.f, d.c, out + t0 * d.c, accumulate, d.compute);
   }
+}
+
+void mlp_forward(const float* x, const float* wgate, const float* wup, const float* wdown,
+                 const MlpDims& d, float* out, bool accumulate, float* workspace, int threads) {
+  mlp_forward(x, wgate, wup, wdown, d, out, accumulate, workspace, CpuKernels(threads));
 }
 
 void mlp_backward(const float* dout, const float* x, const float* wgate, const float* wup,
                   const float* wdown, const MlpDims& d, float* dx, bool accumulate, float* dwgate,
-                  float* dwup, float* dwdown, float* workspace, int threads) {
+                  float* dwup, float* dwdown, float* workspace, const Kernels& k) {
   const int64_t cs = chunk_of(d);
   float* g = workspace;
   float* u = workspace + cs * d.f;
@@ -77,16 +77,22 @@ void mlp_backward(const float* dout, const float* x, const float* wgate, const f
     const int64_t n = std::min(cs, d.t - t0);
     const float* xc = x + t0 * d.c;
     const float* dc = dout + t0 * d.c;
-    linear_forward(xc, wgate, n, d.c, d.f, g, false, threads, d.compute);
-    linear_forward(xc, wup, n, d.c, d.f, u, false, threads, d.compute);
-    swiglu_forward(g, u, n * d.f, a, threads);
+    k.linear_forward(xc, wgate, n, d.c, d.f, g, false, d.compute);
+    k.linear_forward(xc, wup, n, d.c, d.f, u, false, d.compute);
+    k.swiglu_forward(g, u, n * d.f, a);
     // down: da = dout wdown, dwdown += dout^T a
-    linear_backward(dc, a, wdown, n, d.f, d.c, a, false, dwdown, threads, d.compute);
-    swiglu_backward(a, g, u, n * d.f, g, u, threads);  // g <- dgate, u <- dup
-    linear_backward(g, xc, wgate, n, d.c, d.f, dx + t0 * d.c, accumulate, dwgate, threads,
-                    d.compute);
-    linear_backward(u, xc, wup, n, d.c, d.f, dx + t0 * d.c, true, dwup, threads, d.compute);
+    k.linear_backward(dc, a, wdown, n, d.f, d.c, a, false, dwdown, d.compute);
+    k.swiglu_backward(a, g, u, n * d.f, g, u);  // g <- dgate, u <- dup
+    k.linear_backward(g, xc, wgate, n, d.c, d.f, dx + t0 * d.c, accumulate, dwgate, d.compute);
+    k.linear_backward(u, xc, wup, n, d.c, d.f, dx + t0 * d.c, true, dwup, d.compute);
   }
+}
+
+void mlp_backward(const float* dout, const float* x, const float* wgate, const float* wup,
+                  const float* wdown, const MlpDims& d, float* dx, bool accumulate, float* dwgate,
+                  float* dwup, float* dwdown, float* workspace, int threads) {
+  mlp_backward(dout, x, wgate, wup, wdown, d, dx, accumulate, dwgate, dwup, dwdown, workspace,
+               CpuKernels(threads));
 }
 
 }  // namespace longseq::model

@@ -18,6 +18,8 @@
 
 namespace longseq::model {
 
+class Kernels;
+
 // ---- embedding ---------------------------------------------------------------------------------
 
 /// out[t] = weight[tokens[t]] for pos[t] >= 0; padding rows (pos < 0) are zero so that they stay
@@ -50,5 +52,13 @@ void mlp_forward(const float* x, const float* wgate, const float* wup, const flo
 void mlp_backward(const float* dout, const float* x, const float* wgate, const float* wup,
                   const float* wdown, const MlpDims& d, float* dx, bool accumulate, float* dwgate,
                   float* dwup, float* dwdown, float* workspace, int threads);
+
+/// The same two on any device: every pointer (workspace included) on `k`'s device, each product
+/// and activation through `k` (model/kernels.hpp). The `threads` forms are these with CpuKernels.
+void mlp_forward(const float* x, const float* wgate, const float* wup, const float* wdown,
+                 const MlpDims& d, float* out, bool accumulate, float* workspace, const Kernels& k);
+void mlp_backward(const float* dout, const float* x, const float* wgate, const float* wup,
+                  const float* wdown, const MlpDims& d, float* dx, bool accumulate, float* dwgate,
+                  float* dwup, float* dwdown, float* workspace, const Kernels& k);
 
 }  // namespace longseq::model

@@ -8,18 +8,10 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/op_account.hpp"
 #include "longseq/core/tensor.hpp"
-#include "longseq/kernels/cpu/linear.hpp"
-#include "longseq/kernels/cpu/rmsnorm.hpp"
-#include "longseq/kernels/cpu/rope.hpp"
+#include "longseq/model/kernels.hpp"
 #include "longseq/model/layers.hpp"
 
 namespace longseq::model {
-
-using kernels::cpu::linear_backward;
-using kernels::cpu::linear_forward;
-using kernels::cpu::rmsnorm_backward;
-using kernels::cpu::rmsnorm_forward;
-using kernels::cpu::RopeTable;
 
 CheckpointPolicy parse_checkpoint_policy(std::string_view s) {
   if (s == "none") return CheckpointPolicy::none;
@@ -71,7 +63,6 @@ struct Dims {
   int64_t l, c, hq, hkv, d, f;
   float eps;
   int64_t ffn_chunk;
-  int threads;
   core::DType compute;  // precision of the matrix products
   int64_t split;        // seq-selective: first local row whose (o, lse) is kept
 };
@@ -103,6 +94,14 @@ View<const float> cview(const Tensor<float>& t) {
   return t.view();
 }
 
+// A tensor on the kernels' device: zeroed, or (Uninit) for one the caller overwrites whole.
+Tensor<float> zeros(const Kernels& k, Shape shape, const char* name) {
+  return Tensor<float>(shape, k.device(), name);
+}
+Tensor<float> uninit(const Kernels& k, Shape shape, const char* name) {
+  return Tensor<float>(shape, k.device(), core::Uninit{}, name);
+}
+
 // The per-op account (core/op_account.hpp): the block's pointwise work (norms, RoPE, SwiGLU,
 // residual adds) runs in a norm_rope_swiglu scope and the GEMMs inside it take their time over
 // (kernels/gemm.cpp). An attention call is charged to `op`, less the communication waits the
@@ -119,35 +118,32 @@ using core::Op;
 using core::OpScope;
 
 void compute_qkv(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
-                 const RopeTable& rope, Acts& a) {
+                 const Kernels& k, const Rope& rope, Acts& a) {
   OpScope scope(Op::norm_rope_swiglu);
-  a.n1 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
-  a.rstd1 = Tensor<float>(Shape{dm.l}, core::Uninit{});
-  rmsnorm_forward(x, w + o.attn_norm, dm.l, dm.c, dm.eps, a.n1.data(), a.rstd1.data(), dm.threads);
-  a.q = Tensor<float>(Shape{dm.l, dm.hq, dm.d}, core::Uninit{});
-  a.k = Tensor<float>(Shape{dm.l, dm.hkv, dm.d}, core::Uninit{});
-  a.v = Tensor<float>(Shape{dm.l, dm.hkv, dm.d}, core::Uninit{});
-  linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.threads,
-                 dm.compute);
-  linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.threads,
-                 dm.compute);
-  linear_forward(a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, a.v.data(), false, dm.threads,
-                 dm.compute);
-  rope.forward(a.q.data(), dm.hq, dm.threads);
-  rope.forward(a.k.data(), dm.hkv, dm.threads);
+  a.n1 = uninit(k, Shape{dm.l, dm.c}, "n1");
+  a.rstd1 = uninit(k, Shape{dm.l}, "rstd1");
+  k.rmsnorm_forward(x, w + o.attn_norm, dm.l, dm.c, dm.eps, a.n1.data(), a.rstd1.data());
+  a.q = uninit(k, Shape{dm.l, dm.hq, dm.d}, "q");
+  a.k = uninit(k, Shape{dm.l, dm.hkv, dm.d}, "k");
+  a.v = uninit(k, Shape{dm.l, dm.hkv, dm.d}, "v");
+  k.linear_forward(a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, a.q.data(), false, dm.compute);
+  k.linear_forward(a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, a.k.data(), false, dm.compute);
+  k.linear_forward(a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, a.v.data(), false, dm.compute);
+  rope.forward(a.q.data(), dm.hq);
+  rope.forward(a.k.data(), dm.hkv);
 }
 
 // x1 = x + o Wo^T, n2 = rmsnorm(x1).
-void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm, Acts& a) {
+void compute_x1_n2(const float* x, const float* w, const LayerOffsets& o, const Dims& dm,
+                   const Kernels& k, Acts& a) {
   OpScope scope(Op::norm_rope_swiglu);
-  a.x1 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
-  std::memcpy(a.x1.data(), x, sizeof(float) * dm.l * dm.c);
-  linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true, dm.threads,
-                 dm.compute);
-  a.n2 = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
-  a.rstd2 = Tensor<float>(Shape{dm.l}, core::Uninit{});
-  rmsnorm_forward(a.x1.data(), w + o.mlp_norm, dm.l, dm.c, dm.eps, a.n2.data(), a.rstd2.data(),
-                  dm.threads);
+  a.x1 = uninit(k, Shape{dm.l, dm.c}, "x1");
+  k.copy(a.x1.data(), x, dm.l * dm.c);
+  k.linear_forward(a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, a.x1.data(), true,
+                   dm.compute);
+  a.n2 = uninit(k, Shape{dm.l, dm.c}, "n2");
+  a.rstd2 = uninit(k, Shape{dm.l}, "rstd2");
+  k.rmsnorm_forward(a.x1.data(), w + o.mlp_norm, dm.l, dm.c, dm.eps, a.n2.data(), a.rstd2.data());
 }
 
 MlpDims mlp_dims(const Dims& dm) {
@@ -156,20 +152,22 @@ MlpDims mlp_dims(const Dims& dm) {
 
 // x [L, C] in place: block input -> block output.
 Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
-                    const RopeTable& rope, AttentionOp& attn, CheckpointPolicy policy) {
+                    const Kernels& k, const Rope& rope, AttentionOp& attn,
+                    CheckpointPolicy policy) {
   OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
   Saved s;
-  s.x = Tensor<float>(Shape{dm.l, dm.c}, core::Uninit{});
-  std::memcpy(s.x.data(), x, sizeof(float) * dm.l * dm.c);
+  s.x = uninit(k, Shape{dm.l, dm.c}, "block input");
+  k.copy(s.x.data(), x, dm.l * dm.c);
   Acts a;
-  compute_qkv(x, w, o, dm, rope, a);
+  compute_qkv(x, w, o, dm, k, rope, a);
   a.att = timed_attention(attn, Op::attn_forward,
                           [&] { return attn.forward(cview(a.q), cview(a.k), cview(a.v)); });
-  compute_x1_n2(x, w, o, dm, a);
-  std::memcpy(x, a.x1.data(), sizeof(float) * dm.l * dm.c);
-  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
+  compute_x1_n2(x, w, o, dm, k, a);
+  k.copy(x, a.x1.data(), dm.l * dm.c);
+  core::Buffer<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))), k.device(),
+                         "mlp workspace");
   mlp_forward(a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), x, true, ws.data(),
-              dm.threads);
+              k);
   switch (policy) {
     case CheckpointPolicy::none:
       s.acts = std::move(a);
@@ -182,12 +180,10 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
       // The later rows are one contiguous block: local rows run in increasing global position.
       const int64_t n = dm.l - dm.split;
       if (n <= 0) break;  // nothing kept: the backward recomputes all rows
-      s.o_late = Tensor<float>(Shape{n, dm.hq, dm.d});
-      s.lse_late = Tensor<float>(Shape{n, dm.hq});
-      std::memcpy(s.o_late.data(), a.att.o.data() + dm.split * dm.hq * dm.d,
-                  sizeof(float) * n * dm.hq * dm.d);
-      std::memcpy(s.lse_late.data(), a.att.lse.data() + dm.split * dm.hq,
-                  sizeof(float) * n * dm.hq);
+      s.o_late = uninit(k, Shape{n, dm.hq, dm.d}, "saved attention output");
+      s.lse_late = uninit(k, Shape{n, dm.hq}, "saved attention lse");
+      k.copy(s.o_late.data(), a.att.o.data() + dm.split * dm.hq * dm.d, n * dm.hq * dm.d);
+      k.copy(s.lse_late.data(), a.att.lse.data() + dm.split * dm.hq, n * dm.hq);
       break;
     }
     case CheckpointPolicy::full:
@@ -198,7 +194,7 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
 
 // dx [L, C] in place: gradient of the block output -> gradient of the block input.
 void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOffsets& o,
-                    const Dims& dm, const RopeTable& rope, AttentionOp& attn,
+                    const Dims& dm, const Kernels& k, const Rope& rope, AttentionOp& attn,
                     CheckpointPolicy policy) {
   OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
   Acts a;
@@ -206,7 +202,7 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
   if (policy == CheckpointPolicy::none) {
     a = std::move(s.acts);
   } else {
-    compute_qkv(x, w, o, dm, rope, a);
+    compute_qkv(x, w, o, dm, k, rope, a);
     if (policy == CheckpointPolicy::selective_pp ||
         (policy == CheckpointPolicy::seq_selective && dm.split >= dm.l)) {
       if (policy == CheckpointPolicy::selective_pp) {
@@ -224,45 +220,74 @@ void block_backward(float* dx, Saved& s, const float* w, float* g, const LayerOf
         return attn.forward_prefix(cview(a.q), cview(a.k), cview(a.v), dm.split);
       });
       const int64_t n = dm.l - dm.split;
-      std::memcpy(a.att.o.data() + dm.split * dm.hq * dm.d, s.o_late.data(),
-                  sizeof(float) * n * dm.hq * dm.d);
-      std::memcpy(a.att.lse.data() + dm.split * dm.hq, s.lse_late.data(),
-                  sizeof(float) * n * dm.hq);
+      k.copy(a.att.o.data() + dm.split * dm.hq * dm.d, s.o_late.data(), n * dm.hq * dm.d);
+      k.copy(a.att.lse.data() + dm.split * dm.hq, s.lse_late.data(), n * dm.hq);
     } else {
       a.att = timed_attention(attn, Op::attn_recompute,
                               [&] { return attn.forward(cview(a.q), cview(a.k), cview(a.v)); });
     }
-    compute_x1_n2(x, w, o, dm, a);
+    compute_x1_n2(x, w, o, dm, k, a);
   }
   // MLP and its norm: dx += rmsnorm'(mlp'(dx)).
-  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))));
-  Tensor<float> dn(Shape{dm.l, dm.c}, core::Uninit{});  // overwritten by mlp_backward
+  core::Buffer<float> ws(static_cast<size_t>(mlp_workspace_floats(mlp_dims(dm))), k.device(),
+                         "mlp workspace");
+  Tensor<float> dn = uninit(k, Shape{dm.l, dm.c}, "dn");  // overwritten by mlp_backward
   mlp_backward(dx, a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), dn.data(), false,
-               g + o.wgate, g + o.wup, g + o.wdown, ws.data(), dm.threads);
-  rmsnorm_backward(dn.data(), a.x1.data(), w + o.mlp_norm, a.rstd2.data(), dm.l, dm.c, dx,
-                   g + o.mlp_norm, true, dm.threads);
+               g + o.wgate, g + o.wup, g + o.wdown, ws.data(), k);
+  k.rmsnorm_backward(dn.data(), a.x1.data(), w + o.mlp_norm, a.rstd2.data(), dm.l, dm.c, dx,
+                     g + o.mlp_norm, true);
   // Output projection and attention.
-  Tensor<float> dout(Shape{dm.l, dm.hq, dm.d}, core::Uninit{});  // overwritten
-  linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
-                  g + o.wo, dm.threads, dm.compute);
+  Tensor<float> dout = uninit(k, Shape{dm.l, dm.hq, dm.d}, "attention dout");  // overwritten
+  k.linear_backward(dx, a.att.o.data(), w + o.wo, dm.l, dm.hq * dm.d, dm.c, dout.data(), false,
+                    g + o.wo, dm.compute);
   attention::AttentionGrads ag =
       timed_attention(attn, Op::attn_backward, [&] { return attn.backward(cview(dout), a.att); });
-  rope.backward(ag.dq.data(), dm.hq, dm.threads);
-  rope.backward(ag.dk.data(), dm.hkv, dm.threads);
-  linear_backward(ag.dq.data(), a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, dn.data(), false,
-                  g + o.wq, dm.threads, dm.compute);
-  linear_backward(ag.dk.data(), a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
-                  g + o.wk, dm.threads, dm.compute);
-  linear_backward(ag.dv.data(), a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
-                  g + o.wv, dm.threads, dm.compute);
-  rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx, g + o.attn_norm,
-                   true, dm.threads);
+  rope.backward(ag.dq.data(), dm.hq);
+  rope.backward(ag.dk.data(), dm.hkv);
+  k.linear_backward(ag.dq.data(), a.n1.data(), w + o.wq, dm.l, dm.c, dm.hq * dm.d, dn.data(), false,
+                    g + o.wq, dm.compute);
+  k.linear_backward(ag.dk.data(), a.n1.data(), w + o.wk, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
+                    g + o.wk, dm.compute);
+  k.linear_backward(ag.dv.data(), a.n1.data(), w + o.wv, dm.l, dm.c, dm.hkv * dm.d, dn.data(), true,
+                    g + o.wv, dm.compute);
+  k.rmsnorm_backward(dn.data(), x, w + o.attn_norm, a.rstd1.data(), dm.l, dm.c, dx, g + o.attn_norm,
+                     true);
 }
+
+// The batch's token ids, labels and positions where the kernels read them: the caller's host
+// arrays on a CPU, copies on a device.
+struct BatchOnDevice {
+  const int32_t* tokens;
+  const int32_t* labels;
+  const int64_t* pos;
+  core::Buffer<int32_t> tokens_copy, labels_copy;
+  core::Buffer<int64_t> pos_copy;
+  BatchOnDevice(const StepBatch& b, core::Device device)
+      : tokens(b.tokens), labels(b.labels), pos(b.pos) {
+    if (device.is_cpu()) return;
+    const auto n = static_cast<size_t>(b.len);
+    tokens_copy = core::Buffer<int32_t>(n, device, core::Uninit{}, "batch tokens");
+    labels_copy = core::Buffer<int32_t>(n, device, core::Uninit{}, "batch labels");
+    pos_copy = core::Buffer<int64_t>(n, device, core::Uninit{}, "batch positions");
+    core::copy_bytes(tokens_copy.data(), device, b.tokens, core::Device::cpu(), n * 4);
+    core::copy_bytes(labels_copy.data(), device, b.labels, core::Device::cpu(), n * 4);
+    core::copy_bytes(pos_copy.data(), device, b.pos, core::Device::cpu(), n * 8);
+    tokens = tokens_copy.data();
+    labels = labels_copy.data();
+    pos = pos_copy.data();
+  }
+};
 
 }  // namespace
 
 StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                             const StepBatch& b, double grad_scale, const ModelOptions& opt) {
+  return forward_backward(layout, params, attn, b, grad_scale, opt, CpuKernels(opt.threads));
+}
+
+StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                            const StepBatch& b, double grad_scale, const ModelOptions& opt,
+                            const Kernels& k) {
   const LlamaConfig& cfg = layout.config();
   const Dims dm{b.len,
                 cfg.hidden,
@@ -272,7 +297,6 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
                 cfg.intermediate,
                 static_cast<float>(cfg.norm_eps),
                 opt.ffn_chunk,
-                std::max(opt.threads, 1),
                 opt.precision,
                 seq_selective_split(b.len, opt.seq_selective_fraction)};
   const LayerOffsets& lo = layout.layer_offsets();
@@ -281,15 +305,16 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   int64_t seq_len = b.seq_len;
   if (seq_len == 0)
     for (int64_t i = 0; i < b.len; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
-  const RopeTable rope = rope_table(b.pos, dm.l, cfg.rope(seq_len));
+  const std::unique_ptr<Rope> rope = k.rope(b.pos, dm.l, cfg.rope(seq_len));
+  const BatchOnDevice db(b, k.device());
 
-  Tensor<float> x(Shape{dm.l, dm.c});
+  Tensor<float> x = zeros(k, Shape{dm.l, dm.c}, "residual stream");
   const int emb = layout.embedding_unit();
   if (cfg.layers > 0) params.prefetch(layout.layer_unit(0));
   {
     const float* we = params.acquire(emb);
     OpScope scope(Op::norm_rope_swiglu);
-    embedding_forward(b.tokens, b.pos, we, dm.l, dm.c, cfg.vocab, x.data());
+    k.embedding_forward(db.tokens, db.pos, we, dm.l, dm.c, cfg.vocab, x.data());
   }
   params.release(emb);
 
@@ -299,7 +324,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     const int u = layout.layer_unit(l);
     // The next unit's parameters travel while this block computes.
     params.prefetch(l + 1 < cfg.layers ? layout.layer_unit(l + 1) : layout.final_unit());
-    saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, rope, attn, opt.policy);
+    saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, k, *rope, attn, opt.policy);
     params.release(u);
     saved_floats += saved[l].floats();
   }
@@ -312,24 +337,23 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   const float* whead = tied ? params.acquire(emb) : wf + layout.lm_head_offset();
   float* gf = params.acquire_grad(fin);
   float* ghead = tied ? params.acquire_grad(emb) : gf + layout.lm_head_offset();
-  Tensor<float> dx(Shape{dm.l, dm.c});
+  Tensor<float> dx = zeros(k, Shape{dm.l, dm.c}, "residual gradient");
   {
     OpScope lm_scope(Op::lm_head_loss);
-    Tensor<float> hf(Shape{dm.l, dm.c}), rstdf(Shape{dm.l}), dhf(Shape{dm.l, dm.c});
-    rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
-                    rstdf.data(), dm.threads);
+    Tensor<float> hf = zeros(k, Shape{dm.l, dm.c}, "final norm output");
+    Tensor<float> rstdf = zeros(k, Shape{dm.l}, "final norm rstd");
+    Tensor<float> dhf = zeros(k, Shape{dm.l, dm.c}, "final norm output gradient");
+    k.rmsnorm_forward(x.data(), wf + layout.final_norm_offset(), dm.l, dm.c, dm.eps, hf.data(),
+                      rstdf.data());
     LmHeadOptions lmo = opt.lm;
-    lmo.exec = core::Exec::cpu(dm.threads);
     lmo.compute = dm.compute;
     const LmHeadDims ld{dm.l, dm.c, cfg.vocab};
-    const LossPart lp = opt.fused_loss ? lm_head_ce_fused(hf.data(), whead, b.labels, ld,
-                                                          grad_scale, dhf.data(), ghead, lmo)
-                                       : lm_head_ce_unfused(hf.data(), whead, b.labels, ld,
-                                                            grad_scale, dhf.data(), ghead, lmo);
+    const LossPart lp = k.lm_head(opt.fused_loss, hf.data(), whead, db.labels, ld, grad_scale,
+                                  dhf.data(), ghead, lmo);
     res.loss_sum = lp.sum;
     res.count = lp.count;
-    rmsnorm_backward(dhf.data(), x.data(), wf + layout.final_norm_offset(), rstdf.data(), dm.l,
-                     dm.c, dx.data(), gf + layout.final_norm_offset(), false, dm.threads);
+    k.rmsnorm_backward(dhf.data(), x.data(), wf + layout.final_norm_offset(), rstdf.data(), dm.l,
+                       dm.c, dx.data(), gf + layout.final_norm_offset(), false);
   }
   if (tied) params.release_grad(emb);
   params.release_grad(fin);
@@ -342,7 +366,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     // (The embedding's backward needs its gradient only, not its parameters: no prefetch at 0.)
     if (l > 0) params.prefetch(layout.layer_unit(l - 1));
     float* g = params.acquire_grad(u);
-    block_backward(dx.data(), saved[l], w, g, lo, dm, rope, attn, opt.policy);
+    block_backward(dx.data(), saved[l], w, g, lo, dm, k, *rope, attn, opt.policy);
     params.release_grad(u);
     params.release(u);
     saved[l] = Saved{};
@@ -351,9 +375,12 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   float* ge = params.acquire_grad(emb);
   {
     OpScope scope(Op::norm_rope_swiglu);
-    embedding_backward(b.tokens, b.pos, dx.data(), dm.l, dm.c, ge);
+    k.embedding_backward(db.tokens, db.pos, dx.data(), dm.l, dm.c, cfg.vocab, ge);
   }
   params.release_grad(emb);
+  // A gradient released above may be read by its source on the host next (a replica's optimizer
+  // step): everything handed to the device must have run.
+  k.synchronize();
 
   res.attn_compute_s = attn.times().compute_s - t0.compute_s;
   res.attn_wait_s = attn.times().wait_s - t0.wait_s;

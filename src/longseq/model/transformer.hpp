@@ -44,6 +44,8 @@
 
 namespace longseq::model {
 
+class Kernels;
+
 enum class CheckpointPolicy { none, full, selective_pp, seq_selective };
 /// "none" | "full" | "selective++" | "seq-selective"; throws core::Error naming `s` otherwise.
 CheckpointPolicy parse_checkpoint_policy(std::string_view s);
@@ -115,5 +117,12 @@ struct StepResult {
 /// the attention op and the param source.
 StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                             const StepBatch& batch, double grad_scale, const ModelOptions& opt);
+/// The same step on `kernels`' device (model/kernels.hpp): the ParamSource hands out parameter
+/// and gradient pointers on that device, `attn` takes and returns tensors there, and every
+/// activation lives there. The batch stays in host memory (copied to the device here). On return
+/// every kernel has run. The form above is this one with CpuKernels(opt.threads).
+StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                            const StepBatch& batch, double grad_scale, const ModelOptions& opt,
+                            const Kernels& kernels);
 
 }  // namespace longseq::model

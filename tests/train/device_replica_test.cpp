@@ -1,0 +1,115 @@
+// model::DeviceReplica and the device-generic step (model/kernels.hpp), on the CPU.
+//
+// The GPU runs the model through the same forward_backward as the CPU, handed CUDA kernels and a
+// DeviceReplica on the GPU (tests/cuda/model_test.cpp). Here the same path with CpuKernels and a
+// replica on the host must give what the trainer's own state gives (train/zero.hpp ShardedState
+// at world 1): the same loss bit for bit, the same gradient bits for every unit but the tied
+// embedding, whose two contributions (LM head, embedding) are summed in another order
+// (device_replica.hpp), so within a few fp32 ulps there. Every checkpoint policy, two model
+// shapes (GQA and tied; MHA-like and untied), odd L.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "../model/device_step.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+#include "longseq/model/attention_op.hpp"
+#include "longseq/train/zero.hpp"
+
+namespace {
+
+namespace lm = longseq::model;
+namespace ts = longseq::test;
+using longseq::attention::Algorithm;
+using longseq::attention::Balance;
+using longseq::attention::Layout;
+using longseq::attention::MaskSpec;
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double se = 0, sr = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    se += d * d;
+    sr += static_cast<double>(b[i]) * b[i];
+  }
+  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
+}
+
+TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
+  const int64_t l = 45;
+  for (int variant : {0, 1})
+    for (const char* policy : {"none", "full", "selective++", "seq-selective"}) {
+      const lm::LlamaConfig cfg = ts::tiny_llama(variant);
+      const lm::ParamLayout layout(cfg);
+      const ts::StepInput in = ts::step_input(l, cfg.vocab, 11 + variant);
+      lm::ModelOptions opt;
+      opt.policy = lm::parse_checkpoint_policy(policy);
+      opt.ffn_chunk = 16;  // several MLP chunks, the last one short
+      longseq::comm::Options o;
+      o.world = 1;
+      longseq::comm::run(o, [&](longseq::comm::Group& g) {
+        const Layout lay(Balance::contiguous, l, 1);
+        auto mask = std::make_shared<MaskSpec>();
+        mask->causal = true;
+        auto attn = lm::make_distributed_attention(Algorithm::parse("ring"), mask, lay, g, 1);
+        const std::string what = std::string(policy) + " variant " + std::to_string(variant);
+
+        longseq::train::ShardedState st(layout, g, 5);
+        st.zero_grads();
+        lm::StepBatch b;
+        b.tokens = in.tokens.data();
+        b.labels = in.labels.data();
+        b.pos = in.pos.data();
+        b.len = l;
+        b.seq_len = l;
+        const lm::StepResult ref =
+            lm::forward_backward(layout, st, *attn, b, 1.0 / static_cast<double>(in.count), opt);
+
+        lm::DeviceReplica rep(layout, longseq::core::Device::cpu(), 5);
+        const ts::StepOutput got = ts::device_step(rep, *attn, lm::CpuKernels(1), in, opt);
+
+        EXPECT_EQ(got.loss, ref.loss_sum / static_cast<double>(in.count)) << what;
+        for (int u = 0; u < layout.num_units(); ++u) {
+          const auto n = static_cast<size_t>(layout.units()[u].size);
+          const std::vector<float> want(st.grad_shard(u), st.grad_shard(u) + n);
+          if (cfg.tied_embeddings && u == layout.embedding_unit()) {
+            EXPECT_LT(rel_l2(got.grads[u], want), 1e-6) << what << " unit " << u;
+          } else {
+            EXPECT_EQ(0, std::memcmp(got.grads[u].data(), want.data(), n * sizeof(float)))
+                << what << " unit " << u << " (rel " << rel_l2(got.grads[u], want) << ")";
+          }
+        }
+      });
+    }
+}
+
+// The replica starts where every state with its seed starts, and its host copies go both ways.
+TEST(DeviceReplica, StartsFromTheSeedAndCopiesBothWays) {
+  const lm::ParamLayout layout(ts::tiny_llama(0));
+  lm::DeviceReplica rep(layout, longseq::core::Device::cpu(), 9);
+  EXPECT_EQ(rep.total() % lm::kParamAlign, 0);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    EXPECT_EQ(rep.offset(u) % lm::kParamAlign, 0);
+    std::vector<float> want(static_cast<size_t>(layout.units()[u].size));
+    lm::init_unit(layout, u, 9, want.data());
+    EXPECT_EQ(rep.download(u, 0), want) << "unit " << u;
+    EXPECT_EQ(rep.download(u, 1), std::vector<float>(want.size(), 0.0f)) << "unit " << u;
+  }
+  const int u = layout.layer_unit(1);
+  std::vector<float> v(static_cast<size_t>(layout.units()[u].size));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+  rep.upload(u, v.data());
+  EXPECT_EQ(rep.download(u, 0), v);
+  rep.acquire_grad(u)[3] = 2.0f;
+  EXPECT_EQ(rep.download(u, 1)[3], 2.0f);
+  rep.zero_grads();
+  EXPECT_EQ(rep.download(u, 1)[3], 0.0f);
+  // Units are disjoint: the next unit starts after this one's last element.
+  EXPECT_GE(rep.offset(u + 1), rep.offset(u) + layout.units()[u].size);
+}
+
+}  // namespace
