@@ -30,7 +30,7 @@ TEST(CliOptions, FlagsFillOptions) {
 }
 
 TEST(CliOptions, BadValuesAreParseErrors) {
-  for (std::vector<const char*> argv : {std::vector<const char*>{"x", "--backend", "nccl"},
+  for (std::vector<const char*> argv : {std::vector<const char*>{"x", "--backend", "rccl"},
                                         std::vector<const char*>{"x", "--link", "inter=1us"},
                                         std::vector<const char*>{"x", "--comm-timeout", "0"}}) {
     CLI::App app;

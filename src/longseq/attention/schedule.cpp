@@ -719,19 +719,29 @@ void stage_side(RankSchedule& rs, const StarTrailConfig& cfg, const Layout& layo
     }
   if (!backward) return;
   // Return: block u of dK,dV goes back to `in` once the last work that writes it is done; ours
-  // come from `out`.
+  // come from `out`. Both sides post at one rank-independent step, the one after block u's part
+  // of the cut last step (last + u: no work writes block u later on any rank), not at the
+  // sender's own last work: a tagless transport (NCCL) runs each rank's posted steps in order on
+  // one stream, so a receive posted at step 0 for a send posted at the peer's step 5 would hold
+  // back every step after 0 on the receiver, including transfers the peer needs to reach step 5
+  // (the pair-order rule, comm/group.hpp; tests/attention/pair_order_test.cpp).
+  const int last_cut = g_len > 1 ? g_len - 1 + units : 1;
   std::vector<int> done(units, 0);
   for (const Work& w : rs.work)
     for (const SubPair& p : w.pairs) {
       const int u = p.kp * split + block_of(p.kc);
       done[u] = std::max(done[u], w.step);
     }
-  for (int u = 0; u < units; ++u)
+  for (int u = 0; u < units; ++u) {
+    const int post = last_cut + u + 1;
+    LONGSEQ_CHECK_MSG(done[u] < post && post < final_step, "side block ", u, " done at step ",
+                      done[u], ", returned at ", post, ", final step ", final_step);
     for (int fi = 2; fi < 4; ++fi) {
       const Field f = fi == 2 ? Field::dk : Field::dv;
-      if (out != rs.rank) add(false, out, f, fi, u, team_rows, 0, final_step);
-      if (in != rs.rank) add(true, in, f, fi, u, side_rows, done[u] + 1, final_step);
+      if (out != rs.rank) add(false, out, f, fi, u, team_rows, post, final_step);
+      if (in != rs.rank) add(true, in, f, fi, u, side_rows, post, final_step);
     }
+  }
 }
 
 }  // namespace

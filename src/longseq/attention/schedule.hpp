@@ -19,7 +19,9 @@
 // key side (`side_blocks`), posted at step 0 and each waited where the first chunk pair that reads
 // it is computed. The ring's first step is cut into one step per block (`Work::unit`), so the
 // compute on the blocks that have landed overlaps the transfer of the rest; a block's gradients go
-// back as soon as the last chunk pair that writes them is done (design: issue 31, item 4).
+// back once the last chunk pair that writes them is done (design: issue 31, item 4), at a step
+// both ends compute alike (after the block's part of the cut last step), so that sender and
+// receiver post the transfer at the same step (the pair-order rule, comm/group.hpp).
 //
 // The ring. Every member owns one *bundle*: the side that circulates (K,V in the forward and in
 // ring's backward; Q, dO, D, LSE in burst's backward). A bundle spreads from its origin along a
@@ -40,6 +42,11 @@
 // which either side waits for it, so by induction over steps no schedule can deadlock. (The
 // executor packs its own bundle into own_slot after the waits of step 0; a staged StarTrail
 // forward, whose own K,V bundle lands block by block, at the step of its first send instead.)
+//
+// Posting order: for every pair of ranks, the sends one posts to the other (step by step, in
+// `xfers` order within a step) are, message for message and in step, tag and bytes, the receives
+// the other posts from it, so a tagless transport (NCCL) matches them by order alone
+// (tests/attention/pair_order_test.cpp).
 //
 // Tags belong to the schedule: ring transfers take tags [0, 2n) (origin * 2 + part, n ring
 // members), side transfers the 4U tags after them (2n + field * U + block); the executor adds a

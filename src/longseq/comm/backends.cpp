@@ -4,6 +4,7 @@
 
 #include "longseq/comm/launch.hpp"
 #include "longseq/comm/mpi_backend.hpp"
+#include "longseq/comm/nccl_backend.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::comm {
@@ -24,6 +25,10 @@ int mpi_size(const Options&) {
 bool mpi_claims_any() {
   return launched_by_mpirun();
 }
+// `any` never picks nccl: its buffers are device memory, which a caller must ask for.
+bool never() {
+  return false;
+}
 
 // The table: one line per backend. The first entry is `any`'s fallback and must always be built.
 const BackendEntry kBackends[] = {
@@ -32,6 +37,11 @@ const BackendEntry kBackends[] = {
     {"mpi", "processes started by mpirun, one per rank (OpenMPI)", mpi_built,
      "longseq was built without MPI (LONGSEQ_WITH_MPI=OFF)", mpi_claims_any, mpi_init, mpi_size,
      run_mpi_world},
+    {"nccl", "processes with one GPU each, started by mpirun (or world 1 without it); NCCL",
+     nccl_built,
+     "longseq was built without NCCL (LONGSEQ_WITH_NCCL=OFF: needs a CUDA build with nccl.h and "
+     "libnccl)",
+     never, nccl_init, nccl_world_size, run_nccl_world},
 };
 
 }  // namespace

@@ -16,6 +16,11 @@
 // One implementation: each algorithm is a StepRequest (its steps' messages and the work after
 // each step); the posted forms (iall_gather, ...) return it with step 0 in flight, the blocking
 // forms post it and wait at once.
+//
+// Backends with collectives of their own (GroupImpl::native_collectives: nccl, whose transport
+// has no tags and whose buffers the host cannot reduce) get the call instead (post_collective);
+// the messages of the algorithm here are counted all the same (count_steps), so Stats read alike
+// on every backend (docs/comm.md "Byte accounting").
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -29,6 +34,20 @@ namespace longseq::comm {
 namespace {
 
 using core::DType;
+using Kind = CollectiveCall::Kind;
+
+CollectiveCall call_of(Kind kind, const void* in, void* out, size_t count, DType dt,
+                       ReduceOp op = ReduceOp::sum, int root = 0) {
+  CollectiveCall c;
+  c.kind = kind;
+  c.in = in;
+  c.out = out;
+  c.count = count;
+  c.dt = dt;
+  c.op = op;
+  c.root = root;
+  return c;
+}
 
 template <class T, class Op>
 void combine_typed(void* dst, const void* a, const void* b, size_t n, Op op) {
@@ -227,6 +246,57 @@ void one_each(std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs, int ta
   if (rbytes > 0) recvs.push_back({src, rbuf, rbytes, tag});
 }
 
+using Specs = std::function<void(int step, std::vector<SendSpec>&, std::vector<RecvSpec>&)>;
+
+/// Counts the messages of steps 0 .. steps-1 of `specs` without posting them (native
+/// collectives). The specs' buffers are never touched.
+void count_steps(GroupImpl& g, int steps, const Specs& specs) {
+  for (int s = 0; s < steps; ++s) {
+    std::vector<SendSpec> sends;
+    std::vector<RecvSpec> recvs;
+    specs(s, sends, recvs);
+    g.count_only(sends, recvs);
+  }
+}
+
+/// The ring all-gather's steps over `out` (step 0 sends from `in`).
+Specs all_gather_specs(int p, int r, const std::byte* in, std::byte* out, const Blocks& b,
+                       size_t es) {
+  const int next = mod(r + 1, p), prev = mod(r - 1, p);
+  return [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    const auto sb = static_cast<size_t>(mod(r - s, p));
+    const auto rb = static_cast<size_t>(mod(r - s - 1, p));
+    const std::byte* sbuf = s == 0 ? in : out + b.offset[sb] * es;
+    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, out + b.offset[rb] * es,
+             b.count[rb] * es);
+  };
+}
+
+/// The ring reduce-scatter's steps: step s receives into at[s % 2] and forwards at[(s-1) % 2].
+Specs reduce_scatter_specs(int p, int r, const std::byte* in, std::array<std::byte*, 2> at,
+                           const Blocks& b, size_t es) {
+  const int next = mod(r + 1, p), prev = mod(r - 1, p);
+  return [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    const auto sb = static_cast<size_t>(mod(r - s - 1, p));
+    const auto rb = static_cast<size_t>(mod(r - s - 2, p));
+    // Step 0 sends this rank's own block; later steps forward the partial reduced last step.
+    const std::byte* sbuf = s == 0 ? in + b.offset[sb] * es : at[static_cast<size_t>((s - 1) % 2)];
+    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, at[static_cast<size_t>(s % 2)],
+             b.count[rb] * es);
+  };
+}
+
+/// All-to-all as one step: P-1 sends and P-1 receives.
+Specs all_to_all_specs(int p, int r, const std::byte* in, std::byte* out, size_t block) {
+  return [=](int, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
+    for (int k = 1; k < p; ++k) {
+      const int dst = mod(r + k, p), src = mod(r - k, p);
+      sends.push_back({dst, in + static_cast<size_t>(dst) * block, block, 0});
+      recvs.push_back({src, out + static_cast<size_t>(src) * block, block, 0});
+    }
+  };
+}
+
 /// Ring all-gather over `out`. This rank's block comes from `in` (which may be block r of out
 /// itself): step 0 sends it straight from `in` and copies it into block r while the message
 /// moves. Copying first and sending block r of `out` (as before) was often 1.5-2.5x slower
@@ -239,17 +309,10 @@ void one_each(std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs, int ta
 Request ring_all_gather(const std::shared_ptr<GroupImpl>& gp, const std::byte* in, std::byte* out,
                         Blocks b, size_t es, bool wait_now) {
   const int p = gp->size(), r = gp->rank();
-  const int next = mod(r + 1, p), prev = mod(r - 1, p);
   std::byte* own = out + b.offset[static_cast<size_t>(r)] * es;
   const size_t own_bytes = b.count[static_cast<size_t>(r)] * es;
-  auto specs = [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
-    const auto sb = static_cast<size_t>(mod(r - s, p));
-    const auto rb = static_cast<size_t>(mod(r - s - 1, p));
-    const std::byte* sbuf = s == 0 ? in : out + b.offset[sb] * es;
-    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, out + b.offset[rb] * es,
-             b.count[rb] * es);
-  };
-  auto req = StepRequest::start(gp, p - 1, specs, nullptr, wait_now);
+  auto req =
+      StepRequest::start(gp, p - 1, all_gather_specs(p, r, in, out, b, es), nullptr, wait_now);
   copy_if_distinct(own, in, own_bytes);
   return Request(std::move(req));
 }
@@ -261,7 +324,6 @@ Request ring_reduce_scatter(const std::shared_ptr<GroupImpl>& gp, const std::byt
                             std::byte* result, Blocks b, size_t es, DType dt, ReduceOp op,
                             bool wait_now) {
   const int p = gp->size(), r = gp->rank();
-  const int next = mod(r + 1, p), prev = mod(r - 1, p);
   const size_t slot = b.max_count() * es;
   // tmp->at[s % 2] receives step s's partial; step s + 1 forwards it after adding this rank's
   // block. They must exist before the constructor posts step 0.
@@ -276,13 +338,7 @@ Request ring_reduce_scatter(const std::shared_ptr<GroupImpl>& gp, const std::byt
     mem = tmp->owned.get();
   }
   tmp->at = {mem, mem + slot};
-  auto specs = [=](int s, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
-    const auto sb = static_cast<size_t>(mod(r - s - 1, p));
-    const auto rb = static_cast<size_t>(mod(r - s - 2, p));
-    // Step 0 sends this rank's own block; later steps forward the partial reduced last step.
-    const std::byte* sbuf = s == 0 ? in + b.offset[sb] * es : tmp->at[(s - 1) % 2];
-    one_each(sends, recvs, s, next, sbuf, b.count[sb] * es, prev, tmp->at[s % 2], b.count[rb] * es);
-  };
+  auto specs = reduce_scatter_specs(p, r, in, tmp->at, b, es);
   auto after = [=](int s) {
     const auto rb = static_cast<size_t>(mod(r - s - 2, p));
     std::byte* rbuf = tmp->at[s % 2];
@@ -297,14 +353,8 @@ Request ring_reduce_scatter(const std::shared_ptr<GroupImpl>& gp, const std::byt
 Request all_to_all_step(const std::shared_ptr<GroupImpl>& gp, const std::byte* in, std::byte* out,
                         size_t block, bool wait_now) {
   const int p = gp->size(), r = gp->rank();
-  auto specs = [=](int, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
-    for (int k = 1; k < p; ++k) {
-      const int dst = mod(r + k, p), src = mod(r - k, p);
-      sends.push_back({dst, in + static_cast<size_t>(dst) * block, block, 0});
-      recvs.push_back({src, out + static_cast<size_t>(src) * block, block, 0});
-    }
-  };
-  return Request(StepRequest::start(gp, 1, specs, nullptr, wait_now));
+  return Request(
+      StepRequest::start(gp, 1, all_to_all_specs(p, r, in, out, block), nullptr, wait_now));
 }
 
 }  // namespace
@@ -321,6 +371,13 @@ Request Group::post_all_gather(const void* in, void* out, size_t count, DType dt
   const size_t block = count * es;
   core::require((in != nullptr && out != nullptr) || count == 0, "comm",
                 "all_gather with a null buffer");
+  if (g.native_collectives()) {
+    if (g.size() > 1 && count > 0)
+      count_steps(g, g.size() - 1,
+                  all_gather_specs(g.size(), g.rank(), static_cast<const std::byte*>(in), o,
+                                   equal_blocks(g.size(), count), es));
+    return g.post_collective(call_of(Kind::all_gather, in, out, count, dt));
+  }
   if (g.size() == 1 || count == 0) {
     copy_if_distinct(o + static_cast<size_t>(g.rank()) * block, in, block);
     return {};
@@ -343,6 +400,13 @@ Request Group::post_reduce_scatter(const void* in, void* out, size_t count, DTyp
   GroupImpl& g = impl();
   require_reducible(dt);
   const size_t es = core::dtype_size(dt);
+  if (g.native_collectives()) {
+    if (g.size() > 1 && count > 0)
+      count_steps(g, g.size() - 1,
+                  reduce_scatter_specs(g.size(), g.rank(), static_cast<const std::byte*>(in), {},
+                                       equal_blocks(g.size(), count), es));
+    return g.post_collective(call_of(Kind::reduce_scatter, in, out, count, dt, op));
+  }
   if (g.size() == 1) {
     copy_if_distinct(out, in, count * es);
     return {};
@@ -360,6 +424,17 @@ void Group::all_reduce(const void* in, void* out, size_t count, DType dt, Reduce
   GroupImpl& g = impl();
   require_reducible(dt);
   const size_t es = core::dtype_size(dt);
+  if (g.native_collectives()) {
+    if (g.size() > 1 && count > 0) {
+      const Blocks b = split_blocks(g.size(), count);
+      const auto* i = static_cast<const std::byte*>(in);
+      auto* o = static_cast<std::byte*>(out);
+      count_steps(g, g.size() - 1, reduce_scatter_specs(g.size(), g.rank(), i, {}, b, es));
+      count_steps(g, g.size() - 1, all_gather_specs(g.size(), g.rank(), o, o, b, es));
+    }
+    g.post_collective(call_of(Kind::all_reduce, in, out, count, dt, op)).wait();
+    return;
+  }
   if (g.size() == 1) {
     copy_if_distinct(out, in, count * es);
     return;
@@ -387,6 +462,10 @@ Request Group::post_all_to_all(const void* in, void* out, size_t count, DType dt
   const size_t total = block * static_cast<size_t>(p);
   core::require(p == 1 || total == 0 || i + total <= o || o + total <= i, "comm",
                 "all_to_all input and output overlap");
+  if (g.native_collectives()) {
+    if (p > 1 && count > 0) count_steps(g, 1, all_to_all_specs(p, r, i, o, block));
+    return g.post_collective(call_of(Kind::all_to_all, in, out, count, dt));
+  }
   copy_if_distinct(o + static_cast<size_t>(r) * block, i + static_cast<size_t>(r) * block, block);
   if (p == 1 || count == 0) return {};
   return all_to_all_step(impl_, i, o, block, wait_now);
@@ -414,8 +493,10 @@ void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
   const auto ur = static_cast<size_t>(r);
   core::require(send_counts[ur] == recv_counts[ur], "comm", "all_to_all_v on rank ", r,
                 ": sends itself ", send_counts[ur], " elements but expects ", recv_counts[ur]);
-  copy_if_distinct(o + recv_displs[ur] * es, i + send_displs[ur] * es, send_counts[ur] * es);
-  if (p == 1) return;
+  const bool native = g.native_collectives();
+  if (!native)
+    copy_if_distinct(o + recv_displs[ur] * es, i + send_displs[ur] * es, send_counts[ur] * es);
+  if (p == 1 && !native) return;
   auto specs = [&](int, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
     for (int k = 1; k < p; ++k) {
       const auto dst = static_cast<size_t>(mod(r + k, p));
@@ -424,6 +505,16 @@ void Group::all_to_all_v(const void* in, std::span<const size_t> send_counts,
       recvs.push_back({static_cast<int>(src), o + recv_displs[src] * es, recv_counts[src] * es, 0});
     }
   };
+  if (native) {
+    if (p > 1) count_steps(g, 1, specs);
+    CollectiveCall call = call_of(Kind::all_to_all_v, in, out, 0, dt);
+    call.send_counts = send_counts;
+    call.send_displs = send_displs;
+    call.recv_counts = recv_counts;
+    call.recv_displs = recv_displs;
+    g.post_collective(call).wait();
+    return;
+  }
   StepRequest::start(impl_, 1, specs, nullptr, /*wait_now=*/true)->wait();
 }
 
@@ -431,7 +522,8 @@ void Group::broadcast(void* data, size_t count, DType dt, int root) const {
   GroupImpl& g = impl();
   const int p = g.size();
   core::require(root >= 0 && root < p, "comm", "broadcast root ", root, " in a group of size ", p);
-  if (p == 1 || count == 0) return;
+  const bool native = g.native_collectives();
+  if ((p == 1 || count == 0) && !native) return;
   const size_t bytes = count * core::dtype_size(dt);
   const int v = mod(g.rank() - root, p);  // rank relative to the root
   int parent_mask = 1;
@@ -445,6 +537,11 @@ void Group::broadcast(void* data, size_t count, DType dt, int root) const {
     for (int mask = parent_mask >> 1; mask > 0; mask >>= 1)
       if (v + mask < p) sends.push_back({mod(v + mask + root, p), data, bytes, 0});
   };
+  if (native) {
+    if (p > 1 && count > 0) count_steps(g, 2, specs);
+    g.post_collective(call_of(Kind::broadcast, data, data, count, dt, ReduceOp::sum, root)).wait();
+    return;
+  }
   StepRequest::start(impl_, 2, specs, nullptr, /*wait_now=*/true)->wait();
 }
 
@@ -453,13 +550,19 @@ void Group::barrier() const {
   const int p = g.size(), r = g.rank();
   int rounds = 0;
   for (int k = 1; k < p; k <<= 1) ++rounds;
-  if (rounds == 0) return;
+  const bool native = g.native_collectives();
+  if (rounds == 0 && !native) return;
   // Round k sends an empty message to r + 2^k and receives one from r - 2^k.
   auto specs = [&](int round, std::vector<SendSpec>& sends, std::vector<RecvSpec>& recvs) {
     const int k = 1 << round;
     sends.push_back({mod(r + k, p), nullptr, 0, round});
     recvs.push_back({mod(r - k, p), nullptr, 0, round});
   };
+  if (native) {
+    count_steps(g, rounds, specs);
+    g.post_collective(call_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)).wait();
+    return;
+  }
   StepRequest::start(impl_, rounds, specs, nullptr, /*wait_now=*/true)->wait();
 }
 

@@ -129,16 +129,44 @@ void GroupImpl::count(bool send, int peer, size_t bytes) {
   }
 }
 
+void GroupImpl::record(Channel c, bool send, int peer, int tag, size_t bytes) {
+  if (!recording_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lk(records_mu_);
+  records_.push_back({c, send, peer, tag, bytes});
+}
+
+void GroupImpl::record_posts() {
+  recording_.store(true);
+}
+
+std::vector<PostRecord> GroupImpl::posts() const {
+  std::lock_guard<std::mutex> lk(records_mu_);
+  return records_;
+}
+
 Request GroupImpl::send(Channel c, int dst, int tag, const void* data, size_t bytes) {
   validate("isend", dst, tag, data, bytes);
   count(true, dst, bytes);
+  record(c, true, dst, tag, bytes);
   return post_send(channel_id(c), dst, tag, data, bytes);
 }
 
 Request GroupImpl::recv(Channel c, int src, int tag, void* data, size_t bytes) {
   validate("irecv", src, tag, data, bytes);
   count(false, src, bytes);
+  record(c, false, src, tag, bytes);
   return post_recv(channel_id(c), src, tag, data, bytes);
+}
+
+void GroupImpl::count_only(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs) {
+  for (const SendSpec& s : sends) count(true, s.peer, s.bytes);
+  for (const RecvSpec& r : recvs) count(false, r.peer, r.bytes);
+}
+
+Request GroupImpl::post_collective(const CollectiveCall&) {
+  LONGSEQ_CHECK_MSG(false, "post_collective on backend ", backend(),
+                    ", which has no native collectives");
+  return {};
 }
 
 void GroupImpl::post_step(Channel c, std::span<const SendSpec> sends,
@@ -146,8 +174,10 @@ void GroupImpl::post_step(Channel c, std::span<const SendSpec> sends,
                           bool wait_now) {
   for (const SendSpec& s : sends) validate("isend", s.peer, s.tag, s.data, s.bytes);
   for (const RecvSpec& r : recvs) validate("irecv", r.peer, r.tag, r.data, r.bytes);
-  for (const SendSpec& s : sends) count(true, s.peer, s.bytes);
-  for (const RecvSpec& r : recvs) count(false, r.peer, r.bytes);
+  count_only(sends, recvs);
+  // Sends first, then receives: the order post_batch posts them in.
+  for (const SendSpec& s : sends) record(c, true, s.peer, s.tag, s.bytes);
+  for (const RecvSpec& r : recvs) record(c, false, r.peer, r.tag, r.bytes);
   post_batch(channel_id(c), sends, recvs, out, wait_now);
 }
 

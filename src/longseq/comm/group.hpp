@@ -3,7 +3,8 @@
 //
 // A Group is a small value type (a shared pointer to a backend's GroupImpl): copying it is cheap
 // and every copy names the same communicator. Backends: `local` (ranks are threads of one
-// process, comm/launch.hpp run_local) and `mpi` (one rank per OpenMPI process). Sub-groups come
+// process, comm/launch.hpp run_local), `mpi` (one rank per OpenMPI process) and `nccl` (one rank
+// per process and GPU; its isend/irecv take device memory, comm/nccl_backend.hpp). Sub-groups come
 // from split(), intra_group() and inter_group().
 //
 // Legend: P = size(), r = rank(), "count" is in elements of the dtype, "bytes" in bytes. Ranks
@@ -17,6 +18,19 @@
 // byte count as its send: a mismatch fails both sides with an error naming both sizes.
 // start_exchange posts all sends and receives of one step together, so no schedule can deadlock
 // on the order of its operations.
+//
+// The pair-order rule (what replaces tags on a tagless transport: the nccl backend, whose
+// isend/irecv ignore the tag). For every ordered pair of ranks (a -> b) of a group, the sends a
+// posts to b, in a's posting order, must equal message for message and byte count for byte
+// count the receives b posts from a, in b's posting order. Then matching by posting order alone
+// gives the matching tags give, and tags carry no information. A rank that posts its steps in
+// order (a schedule's step s before s+1, a collective's step before its next) satisfies it when
+// both ends list each step's messages to one another in the same order and post each message at
+// the same step. Every attention schedule does (tests/attention/pair_order_test.cpp), and so does
+// every collective of collectives.cpp called one at a time (tests/comm/pair_order_test.cpp).
+// Collectives posted together and advanced by test() do not: which one's next step a rank posts
+// first depends on its calls, so they rely on their slot tags; a tagless backend therefore runs
+// its own collectives, ordered by call (GroupImpl::native_collectives).
 //
 // Collectives: every rank of the group calls them in the same order with matching counts; the
 // caller allocates the outputs. They run ring / tree algorithms over the same point-to-point
@@ -182,7 +196,7 @@ class Group {
   bool valid() const { return impl_ != nullptr; }
   int rank() const;
   int size() const;
-  /// "local" or "mpi".
+  /// "local", "mpi" or "nccl".
   std::string_view backend() const;
   /// Seconds a wait may block without progress before the world fails.
   double timeout_seconds() const;

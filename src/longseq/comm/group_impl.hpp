@@ -56,6 +56,38 @@ struct RankState {
   int world_node = 0;
 };
 
+/// One collective call of Group as a backend with collectives of its own receives it (nccl:
+/// ncclAllGather, ...). Pointers and counts are Group's arguments (group.hpp); all_to_all_v's
+/// counts and displacements are in elements, P each.
+struct CollectiveCall {
+  enum class Kind : uint8_t {
+    all_gather,
+    reduce_scatter,
+    all_reduce,
+    all_to_all,
+    all_to_all_v,
+    broadcast,
+    barrier
+  };
+  Kind kind = Kind::barrier;
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t count = 0;
+  core::DType dt = core::DType::u8;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::span<const size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+/// One send or receive as posted (GroupImpl::record_posts), for tests of the pair-order rule.
+struct PostRecord {
+  Channel channel = Channel::user;
+  bool send = false;
+  int peer = 0;  ///< group rank
+  int tag = 0;
+  size_t bytes = 0;
+};
+
 class GroupImpl {
  public:
   /// `world_ranks[i]` is the world rank of group rank i (backends address by world rank).
@@ -88,6 +120,24 @@ class GroupImpl {
                  std::vector<Request>& out, bool wait_now = false);
   /// post_step with `wait_now`, then waits for the whole step.
   void run_step(Channel c, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs);
+
+  /// Counts a step's messages as post_step would, without posting them: a backend with native
+  /// collectives reports the messages of collectives.cpp's algorithm (docs/comm.md's counts).
+  void count_only(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs);
+
+  /// True for a backend whose transport cannot carry collectives.cpp's algorithms (nccl: no
+  /// tags, device memory the host cannot reduce): Group's collectives then count their messages
+  /// (count_only) and call post_collective instead of posting steps.
+  virtual bool native_collectives() const { return false; }
+  /// Posts `call`; the Request completes once its output is final (blocking forms wait at once).
+  /// Called only when native_collectives().
+  virtual Request post_collective(const CollectiveCall& call);
+
+  /// From now on, records every send and receive this rank posts on this group, in posting order
+  /// (not sub-groups'). For tests of the pair-order rule (group.hpp); costs a lock per post.
+  void record_posts();
+  /// The records so far.
+  std::vector<PostRecord> posts() const;
 
   /// Sub-group: `members` are ranks of this group in sub-group order, `rank` this rank's index
   /// among them, `gid` the agreed group id.
@@ -132,6 +182,7 @@ class GroupImpl {
  private:
   void validate(const char* what, int peer, int tag, const void* data, size_t bytes) const;
   void count(bool send, int peer, size_t bytes);
+  void record(Channel c, bool send, int peer, int tag, size_t bytes);
 
   std::vector<int> world_ranks_;
   int rank_;
@@ -141,6 +192,9 @@ class GroupImpl {
   double timeout_s_;
   AtomicStats stats_;
   std::vector<std::byte> scratch_;
+  std::atomic<bool> recording_{false};
+  mutable std::mutex records_mu_;
+  std::vector<PostRecord> records_;
 };
 
 }  // namespace longseq::comm

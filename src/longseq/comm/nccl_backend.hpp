@@ -1,0 +1,43 @@
+#pragma once
+// Internal entry of the nccl backend (comm/nccl/, docs/gpu.md "The nccl backend"). Without
+// LONGSEQ_WITH_NCCL, nccl_stub.cpp defines them: nccl_built() says no, the others throw
+// core::Error saying the backend was not built.
+//
+// One rank per process and GPU. Under mpirun the MPI backend starts the world and broadcasts
+// NCCL's unique id; without mpirun the world is 1. Point-to-point moves device memory only;
+// collectives take device memory, or host memory staged through the device (then blocking).
+// NCCL has no tags: messages between two ranks match by posting order (the pair-order rule,
+// group.hpp).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "longseq/comm/launch.hpp"
+#include "longseq/core/error.hpp"
+
+namespace longseq::comm {
+
+bool nccl_built();
+/// Checks that a GPU is visible (core::Error otherwise); no process-wide state.
+void nccl_init();
+/// mpirun's size under mpirun, else max(options.world, 1) (run refuses more than 1).
+int nccl_world_size(const Options& options);
+/// Runs fn as this process's rank of a fresh NCCL world (launch.hpp run()'s contract).
+void run_nccl_world(const Options& options, const std::function<void(Group&)>& fn);
+
+/// The GPU of the rank at index `me` of `node_ranks` (the world ranks of one node, in rank order)
+/// when `gpus` GPUs are visible: its index on the node. NCCL refuses two ranks of one
+/// communicator on one GPU ("Duplicate GPU detected"), so this refuses first, naming the GPU and
+/// two ranks that would share it. Pure (tests call it without a GPU).
+inline int nccl_device_of(const std::vector<int>& node_ranks, int me, int gpus) {
+  const int n = static_cast<int>(node_ranks.size());
+  core::require(gpus >= 1, "comm", "the nccl backend needs a GPU; none is visible");
+  core::require(n <= gpus, "comm", "nccl: ranks ", node_ranks[0], " and ",
+                node_ranks[static_cast<size_t>(gpus)], " would share GPU 0 (", n,
+                " ranks on one node, ", gpus,
+                " GPU(s) visible); NCCL runs one rank per GPU: start at most ", gpus,
+                " ranks per node");
+  return me;
+}
+
+}  // namespace longseq::comm
