@@ -12,6 +12,10 @@ include(CMakePackageConfigHelpers)
 
 set(LONGSEQ_LIBRARIES longseq_core longseq_kernels longseq_comm longseq_attention longseq_model
     longseq_train longseq_plan longseq_tokenizer)
+# CUDA builds: train reaches the GPU model (train/device.cpp), which needs the CUDA rooms.
+if(LONGSEQ_WITH_CUDA)
+  list(APPEND LONGSEQ_LIBRARIES longseq_kernels_cuda longseq_model_cuda)
+endif()
 install(TARGETS longseq_flags ${LONGSEQ_LIBRARIES} EXPORT longseqTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -44,6 +44,11 @@ inline constexpr FlagRow precision{
     "fp32 (or f32) | bf16: bf16 operands, fp32 accumulation (train keeps fp32 master weights, "
     "gradients and optimizer; attention's outputs stay float32)",
     "fp32"};
+inline constexpr FlagRow device{
+    "--device",
+    "cpu | cuda | cuda:N: where the model computes (cuda: weights, activations and gradients on "
+    "that GPU; world 1)",
+    "cpu"};
 inline constexpr FlagRow world{
     "--world",
     "ranks in all (local backend: threads of this process; under mpirun, if given, must equal "

@@ -52,6 +52,9 @@ void check_link(const std::string& s) {
 void check_loss(const std::string& s) {
   (void)model::parse_loss_mode(s);
 }
+void check_device(const std::string& s) {
+  (void)core::Device::parse(s, "train");
+}
 
 #define LONGSEQ_TRAIN_ROW(type, name, flag, def, scope, check, help)                \
   {#name, flag, help, core::Scope::scope, [](TrainConfig& c) -> core::FieldRef { return &c.name; }, \
@@ -82,7 +85,8 @@ void check_init_from(const TrainConfig& c) {
                   " in this run");
 }
 
-void check_relations(const TrainConfig& c, const attention::Algorithm& a) {
+void check_relations(const TrainConfig& c, const ParsedConfig& p) {
+  const attention::Algorithm& a = p.algo;
   const int cp = c.cp();
   core::require(c.dp >= 1 && c.world % c.dp == 0, "train", "--dp ", c.dp, " must divide --world ",
                 c.world);
@@ -104,6 +108,15 @@ void check_relations(const TrainConfig& c, const attention::Algorithm& a) {
                   "--nodes ",
                   c.nodes, " for --world ", c.world, " --dp ", c.dp,
                   " (or name the inner ring size: double-ring:I)");
+  }
+  // A GPU runs a rank that holds the whole sequence and the whole model: several ranks on GPUs
+  // need the device executor (several ranks on one GPU) or NCCL between processes, not built into
+  // the trainer yet (docs/gpu.md).
+  if (!p.device.is_cpu()) {
+    core::require(c.world == 1, "train", "--device ", c.device, " trains on one rank: got --world ",
+                  c.world, " (several ranks on GPUs need the device executor, not built yet)");
+    core::require(p.fused_loss, "train", "--device ", c.device,
+                  " has the fused LM head only: drop --loss ", c.loss);
   }
   core::require(c.init_from.empty() || c.resume.empty(), "train", "--init-from ", c.init_from,
                 " and --resume ", c.resume, " exclude each other (resume continues a run of ours)");
@@ -152,8 +165,9 @@ ParsedConfig TrainConfig::parse() const {
   p.checkpoint = model::parse_checkpoint_policy(checkpoint);
   p.fused_loss = model::parse_loss_mode(loss) == model::LossMode::fused;
   p.precision = parse_precision(precision);
+  p.device = core::Device::parse(device, "train");
   p.link = comm::LinkModel::parse(link);
-  check_relations(*this, p.algo);
+  check_relations(*this, p);
   return p;
 }
 

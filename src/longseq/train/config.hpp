@@ -67,6 +67,8 @@
     "fused | unfused LM head + cross-entropy")                                                     \
   X(std::string, precision, R::precision.flag, R::precision.text, cli_json,                        \
     core::parsed_by(check_precision), R::precision.help)                                           \
+  X(std::string, device, R::device.flag, R::device.text, cli_json, core::parsed_by(check_device), \
+    R::device.help)                                                                                \
   X(uint64_t, seed, "--seed", 1234, cli_json, core::any(), "initialisation seed")                  \
   X(std::string, data, "--data", "data/kjv-genesis-exodus.txt", cli_json, core::any(),             \
     "token file, or .txt tokenized byte-level")                                                    \
@@ -133,6 +135,7 @@ struct ParsedConfig {
   model::CheckpointPolicy checkpoint{};
   bool fused_loss = true;
   core::DType precision = core::DType::f32;
+  core::Device device;  ///< --device
   comm::LinkModel link;
   model::TrainMask mask;  ///< --mask (with --doc-mask's document and the model's sliding_window)
 };

@@ -25,6 +25,8 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/core/op_account.hpp"
 #include "longseq/model/attention_op.hpp"
+#include "longseq/model/device_replica.hpp"
+#include "longseq/model/kernels.hpp"
 #include "longseq/model/transformer.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/progress.hpp"
@@ -63,6 +65,11 @@ struct RankRun {
   comm::Group ctx;  ///< the replica's context group
   bool writer;      ///< world rank 0 prints and writes files
   ShardedState state;
+  /// The model's kernels on --device (train/device.hpp).
+  std::unique_ptr<model::Kernels> kernels;
+  /// --device cuda: the parameters and gradients on the GPU, a copy of `state`'s parameters made
+  /// at each step (state stays the run's state: optimizer, checkpoints). Null on a CPU.
+  std::unique_ptr<model::DeviceReplica> mirror;
   std::shared_ptr<const attention::MaskSpec> base_mask;  ///< --mask without per-step documents
   std::unique_ptr<model::AttentionOp> attn;              ///< rebuilt when the mask changes
   std::vector<StepRecord> records;                       ///< writer: every step so far

@@ -4,6 +4,7 @@
 
 #include "longseq/core/op_account.hpp"
 #include "longseq/core/timer.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/optimizer.hpp"
 #include "longseq/train/run.hpp"
 
@@ -19,8 +20,8 @@ model::AttentionOp& step_attention(RankRun& run, const std::vector<int32_t>& doc
     m->doc_ids = docs;
     mask = m;
   }
-  run.attn = model::make_distributed_attention(run.s.parsed.algo, mask, run.s.seq_layout, run.ctx,
-                                               run.s.threads, run.s.parsed.precision);
+  run.attn = device_attention(run.s.parsed.device, run.s.parsed.algo, mask, run.s.seq_layout,
+                              run.ctx, run.s.threads, run.s.parsed.precision);
   return *run.attn;
 }
 
@@ -98,13 +99,25 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   b.len = static_cast<int64_t>(rt.pos.size());
   b.seq_len = s.cfg.seq;
   const double scale = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
+  // On a GPU the step computes on the mirror: this step's parameters go there first, and the
+  // gradients come back into the (world 1: whole-unit) shards the optimizer reads.
+  if (run.mirror)
+    for (int u = 0; u < s.layout.num_units(); ++u) run.mirror->upload(u, run.state.param_shard(u));
+  model::ParamSource& params = run.mirror ? static_cast<model::ParamSource&>(*run.mirror)
+                                          : static_cast<model::ParamSource&>(run.state);
+  if (run.mirror) run.mirror->zero_grads();
   model::StepResult res;
   if (run.progress.enabled()) {
-    ProgressSource source(run.state, s.layout, run.progress, r.step);
-    res = model::forward_backward(s.layout, source, attn, b, scale, s.options);
+    ProgressSource source(params, s.layout, run.progress, r.step);
+    res = model::forward_backward(s.layout, source, attn, b, scale, s.options, *run.kernels);
   } else {
-    res = model::forward_backward(s.layout, run.state, attn, b, scale, s.options);
+    res = model::forward_backward(s.layout, params, attn, b, scale, s.options, *run.kernels);
   }
+  if (run.mirror)
+    for (int u = 0; u < s.layout.num_units(); ++u) {
+      const std::vector<float> g = run.mirror->download(u, 1);
+      std::copy(g.begin(), g.end(), run.state.grad_shard(u));
+    }
   double loss = res.loss_sum;
   {
     core::ScopedTimer t(&r.wait_s);

@@ -19,6 +19,7 @@
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/gemm.hpp"
 #include "longseq/train/checkpoint.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/run.hpp"
 
 namespace longseq::train {
@@ -93,11 +94,11 @@ json config_block(const RunSetup& s) {
   config["gemm_isa"] = kernels::gemm_isa();
   config["bf16"] = core::bf16_mode();
   config["peak_gflops_measured"] = s.peak_gflops;
+  if (!s.parsed.device.is_cpu()) config["gpu"] = device_name(s.parsed.device);
   config["mfu_formula"] =
       "(6 * matmul_parameters * dp * seq + 12 * layers * heads * head_dim * visible_pairs * dp) / "
-      "(step_seconds * peak); peak = single-thread GEMM 1024^3 at the run's precision (best of 3) "
-      "* "
-      "hardware threads; recomputation not counted";
+      "(step_seconds * peak); peak = " +
+      device_peak_formula(s.parsed.device) + "; recomputation not counted";
   return config;
 }
 
@@ -112,7 +113,7 @@ RunSetup::RunSetup(const TrainConfig& c)
       seq_layout(parsed.balance, cfg.seq, cfg.cp(), parsed.mask.block()),
       threads(threads_per_rank(cfg)),
       options(model_options(cfg, parsed, threads)),
-      peak_gflops(measure_peak_gflops(parsed.precision)),
+      peak_gflops(device_peak_gflops(parsed.device, parsed.precision)),
       config(config_block(*this)),
       end(cfg.stop_after > 0 ? std::min(cfg.steps, cfg.stop_after) : cfg.steps) {
   if (!cfg.out.empty()) {
@@ -131,6 +132,10 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
       state(setup.layout, w, setup.cfg.seed),
       progress(setup.end, writer && !setup.cfg.quiet && Progress::stdout_is_terminal()) {
   state.set_gather_dtype(setup.parsed.precision);
+  kernels = device_kernels(setup.parsed.device, setup.threads);
+  if (!setup.parsed.device.is_cpu())
+    mirror =
+        std::make_unique<model::DeviceReplica>(setup.layout, setup.parsed.device, setup.cfg.seed);
   base_mask = setup.parsed.mask.base;
 }
 
@@ -296,6 +301,10 @@ void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
         c["kernel_isa"].get<std::string>().c_str(), c["gemm_library"].get<std::string>().c_str(),
         c["gemm_isa"].get<std::string>().c_str(), c["bf16"].get<std::string>().c_str(),
         setup.peak_gflops, std::string(core::dtype_name(setup.parsed.precision)).c_str());
+    if (!setup.parsed.device.is_cpu())
+      std::printf("  model on %s (%s): peak %.0f GFLOP/s %s\n", setup.cfg.device.c_str(),
+                  c["gpu"].get<std::string>().c_str(), setup.peak_gflops,
+                  std::string(core::dtype_name(setup.parsed.precision)).c_str());
     std::fflush(stdout);
   }
   for (int64_t step = start; step < setup.end; ++step) {

@@ -302,4 +302,46 @@ std::unique_ptr<AttentionOp> make_local_attention(std::shared_ptr<const attentio
   return std::make_unique<LocalAttention>(std::move(mask), layout, precision, device);
 }
 
+double gemm_peak_gflops(core::Device device, core::DType precision) {
+  const core::Exec exec = gpu_exec(device);
+  constexpr int64_t n = 8192;
+  const auto elems = static_cast<size_t>(n * n);
+  core::Buffer<float> c(elems, device, core::Uninit{}, "peak gemm C");
+  core::Buffer<float> a32, b32;
+  core::Buffer<core::bf16> a16, b16;
+  // Operand values do not change a GEMM's speed; zeros keep them finite.
+  if (precision == core::DType::bf16) {
+    a16 = core::Buffer<core::bf16>(elems, device, "peak gemm A");
+    b16 = core::Buffer<core::bf16>(elems, device, "peak gemm B");
+  } else {
+    a32 = core::Buffer<float>(elems, device, "peak gemm A");
+    b32 = core::Buffer<float>(elems, device, "peak gemm B");
+  }
+  auto run = [&] {
+    if (precision == core::DType::bf16)
+      kcu::gemm_bf16(exec, false, true, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(),
+                     n);
+    else
+      kcu::gemm_f32(exec, false, true, n, n, n, 1.0f, a32.data(), n, b32.data(), n, 0.0f, c.data(),
+                    n);
+  };
+  run();  // warm-up: the cuBLASLt plan and the clocks
+  LONGSEQ_CUDA_CALL(cudaStreamSynchronize(nullptr));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    core::Timer t;
+    constexpr int kIters = 5;
+    for (int i = 0; i < kIters; ++i) run();
+    LONGSEQ_CUDA_CALL(cudaStreamSynchronize(nullptr));
+    best = std::max(best, kIters * 2.0 * static_cast<double>(n * n * n) / t.elapsed() * 1e-9);
+  }
+  return best;
+}
+
+std::string gpu_name(core::Device device) {
+  for (const kcu::GpuInfo& g : kcu::runtime_info().gpus)
+    if (g.index == device.index) return g.name;
+  return "";
+}
+
 }  // namespace longseq::model::cuda

@@ -10,6 +10,7 @@
 // (each kernel reads the last one's output); overlapping transfers with compute belongs to the
 // device executor (several ranks on one GPU, each with its own stream), not to this layer.
 #include <memory>
+#include <string>
 
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
@@ -37,5 +38,13 @@ std::unique_ptr<Kernels> make_kernels(core::Device device);
 std::unique_ptr<AttentionOp> make_local_attention(std::shared_ptr<const attention::MaskSpec> mask,
                                                   const attention::Layout& layout,
                                                   core::DType precision, core::Device device);
+
+/// The GPU's measured GEMM rate in GFLOP/s at `precision` (bf16: bf16 operands, fp32
+/// accumulation; f32: fp32): the best of 3 timed runs of an 8192^3 product through cuBLASLt,
+/// after a warm-up (the trainer's MFU denominator on a GPU).
+double gemm_peak_gflops(core::Device device, core::DType precision);
+
+/// The GPU's name as the runtime reports it ("NVIDIA H100 80GB HBM3"), or "" when it sees none.
+std::string gpu_name(core::Device device);
 
 }  // namespace longseq::model::cuda
