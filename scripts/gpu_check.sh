@@ -86,6 +86,13 @@ if [ -f "$out/cuda_attention_bench.json" ]; then
     --text "$out/attention_compare.txt" > /dev/null 2>&1 ||
     echo "[gpu_check] attention comparison failed" >&2
 fi
+# The trainer on the GPU beside PyTorch's (bench/gpu_train_bench.sh: the main model at 32K, LLaMA-1B
+# at 8K and 32K; GPU_CHECK_TRAIN=0 leaves it out). Its runs are capped one by one.
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
+  bash bench/gpu_train_bench.sh "$BUILD_DIR/cli/longseq" "$out" "$TORCH_PYTHON" \
+    > "$out/gpu_train.txt" 2>&1 || echo "[gpu_check] gpu_train_bench failed" >&2
+  benches+=("gpu_train")
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
@@ -100,6 +107,7 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
     tail -3 "$out/torch_kernels.txt" 2>/dev/null || true
   fi
   cat "$out/attention_compare.txt" 2>/dev/null || true
+  grep '^\[gpu_train\] [a-z0-9_]* *ours' "$out/gpu_train.txt" 2>/dev/null || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 if [ "$info_rc" -ne 0 ]; then

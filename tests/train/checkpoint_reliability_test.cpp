@@ -251,7 +251,21 @@ TEST(CheckpointReliability, StepRecordsRoundTripThroughTheirJson) {
             std::string::npos);
   nlohmann::json extra = j;
   extra["novel"] = 1;
-  EXPECT_NE(error_of([&] { tr::record_from_json(extra, "here"); }).find("13 fields"),
+  EXPECT_NE(error_of([&] { tr::record_from_json(extra, "here"); }).find("14 fields"),
+            std::string::npos);
+  // A record from before the GPU trainer has no device_peak_mib: read as 0, and one more field
+  // in its place is still refused.
+  nlohmann::json old = j;
+  old.erase("device_peak_mib");
+  EXPECT_EQ(tr::record_from_json(old, "old").device_peak_mib, 0.0);
+  EXPECT_EQ(tr::record_from_json(old, "old").loss, j["loss"].get<double>());
+  old["novel"] = 1;
+  EXPECT_NE(
+      error_of([&] { tr::record_from_json(old, "here"); }).find("13 fields, a step record has 12"),
+      std::string::npos);
+  nlohmann::json bad = j;
+  bad["device_peak_mib"] = "lots";
+  EXPECT_NE(error_of([&] { tr::record_from_json(bad, "here"); }).find("device_peak_mib"),
             std::string::npos);
 }
 

@@ -4,6 +4,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/train/trainer.hpp"
 #if defined(LONGSEQ_WITH_CUDA)
+#include "longseq/kernels/cuda/device.hpp"
 #include "longseq/model/cuda/kernels_cuda.hpp"
 #endif
 
@@ -66,6 +67,15 @@ std::string device_peak_formula(core::Device device) {
   if (device.is_cpu())
     return "single-thread GEMM 1024^3 at the run's precision (best of 3) * hardware threads";
   return "the GPU's cuBLASLt GEMM 8192^3 at the run's precision (best of 3 runs of 5)";
+}
+
+double device_peak_mib(core::Device device) {
+  if (device.is_cpu()) return 0.0;
+#if defined(LONGSEQ_WITH_CUDA)
+  return static_cast<double>(kernels::cuda::memory_stats(device.index).peak) / (1024.0 * 1024.0);
+#else
+  no_cuda(device);
+#endif
 }
 
 std::string device_name(core::Device device) {

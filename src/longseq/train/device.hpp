@@ -47,6 +47,11 @@ double device_peak_gflops(core::Device device, core::DType precision);
 /// How the peak was measured, for metrics.json's mfu_formula.
 std::string device_peak_formula(core::Device device);
 
+/// The most device memory (MiB) the process's tensors held on `device` since it started: 0 on a
+/// CPU (the trainer reports the host's peak RSS there), kernels::cuda::memory_stats's peak on a
+/// GPU.
+double device_peak_mib(core::Device device);
+
 /// The processor's name: the CPU's brand string, or the GPU's name.
 std::string device_name(core::Device device);
 

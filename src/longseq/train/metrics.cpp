@@ -9,6 +9,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/core/timer.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/run.hpp"
 
 namespace longseq::train {
@@ -42,6 +43,7 @@ StepRecord measure(RankRun& run, const StepResult& res) {
   r.tokens_per_sec = static_cast<double>(cfg.seq) * cfg.dp / slowest / cfg.world;
   r.mfu = step_flops(run.s, res.docs) / (slowest * run.s.peak_gflops * 1e9);
   r.peak_rss_mib = static_cast<double>(core::peak_rss_bytes()) / (1024.0 * 1024.0);
+  r.device_peak_mib = device_peak_mib(run.s.parsed.device);
   r.compute_s = per[0] / cfg.world;
   r.comm_wait_s = per[1] / cfg.world;
   r.saved_activation_mib = mx[1];
@@ -70,6 +72,9 @@ void report(RankRun& run, const StepRecord& r) {
         o[Op::attn_forward], o[Op::attn_backward], o[Op::attn_recompute], o[Op::gemm],
         o[Op::norm_rope_swiglu], o[Op::lm_head_loss], o[Op::optimizer], o[Op::zero_gather],
         o[Op::zero_reduce_scatter], o[Op::comm_wait], r.other_s);
+    if (!run.s.parsed.device.is_cpu())
+      std::printf("           %s: peak %.0f MiB of tensors\n", cfg.device.c_str(),
+                  r.device_peak_mib);
     std::fflush(stdout);
     run.progress.update(r.step, r.seconds, r.tokens_per_sec * cfg.world);
   }
@@ -98,6 +103,7 @@ json record_json(const StepRecord& r) {
           {"tokens_per_sec", r.tokens_per_sec},
           {"mfu", r.mfu},
           {"peak_rss_mib", r.peak_rss_mib},
+          {"device_peak_mib", r.device_peak_mib},
           {"compute_s", r.compute_s},
           {"comm_wait_s", r.comm_wait_s},
           {"saved_activation_mib", r.saved_activation_mib},
@@ -129,6 +135,12 @@ StepRecord record_from_json(const json& j, const std::string& where) {
                   " missing or not a number (", j.value(k, json()).dump(), ")");
     *dst = j[k].is_null() ? std::numeric_limits<double>::quiet_NaN() : j[k].get<double>();
   }
+  // Written since the GPU trainer (GPU III); a checkpoint from before has none: 0.
+  if (j.contains("device_peak_mib")) {
+    core::require(j["device_peak_mib"].is_number(), "train", where,
+                  ": device_peak_mib not a number (", j["device_peak_mib"].dump(), ")");
+    r.device_peak_mib = j["device_peak_mib"].get<double>();
+  }
   // The per-op account: every category record_json writes, and "other".
   core::require(j.contains("ops") && j["ops"].is_object() &&
                     j["ops"].size() == static_cast<size_t>(core::kNumOps) + 1,
@@ -143,8 +155,10 @@ StepRecord record_from_json(const json& j, const std::string& where) {
   for (int i = 0; i < core::kNumOps; ++i)
     r.ops.s[static_cast<size_t>(i)] = number(core::op_name(static_cast<core::Op>(i)));
   r.other_s = number("other");
-  core::require(j.size() == std::size(fields) + 2, "train", where, ": ", j.size(),
-                " fields, a step record has ", std::size(fields) + 2);
+  // step, ops and the fields; device_peak_mib where written (not in older checkpoints).
+  const size_t expected = std::size(fields) + 2 + (j.contains("device_peak_mib") ? 1 : 0);
+  core::require(j.size() == expected, "train", where, ": ", j.size(), " fields, a step record has ",
+                expected);
   return r;
 }
 

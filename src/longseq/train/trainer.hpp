@@ -42,6 +42,9 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tokens_per_sec = 0, mfu = 0, peak_rss_mib = 0;
+  /// --device cuda: the most GPU memory the run's tensors held since it started (MiB,
+  /// kernels::cuda::memory_stats); 0 on a CPU. Optional when read back (older checkpoints).
+  double device_peak_mib = 0;
   double compute_s = 0, comm_wait_s = 0;
   /// Activations kept between forward and backward by the checkpoint policy (largest rank).
   double saved_activation_mib = 0;

@@ -1,6 +1,12 @@
 // The CUDA device layer (contracts in device.hpp).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
 #include "longseq/core/error.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 
@@ -45,6 +51,31 @@ RuntimeInfo runtime_info() {
 
 namespace {
 
+// What core::Buffer holds per GPU (memory_stats): sizes by pointer, since release gets only the
+// pointer. One map and lock for all GPUs; an allocation is a cudaMalloc, far slower than this.
+constexpr int kMaxGpus = 64;
+std::mutex accounting_mutex;
+std::unordered_map<void*, std::pair<int, size_t>> live_allocations;
+std::array<MemoryStats, kMaxGpus> accounting{};
+
+void count_allocation(int index, void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lk(accounting_mutex);
+  live_allocations[p] = {index, bytes};
+  if (index < 0 || index >= kMaxGpus) return;
+  MemoryStats& m = accounting[static_cast<size_t>(index)];
+  m.current += bytes;
+  m.peak = std::max(m.peak, m.current);
+}
+
+void count_release(void* p) noexcept {
+  std::lock_guard<std::mutex> lk(accounting_mutex);
+  const auto it = live_allocations.find(p);
+  if (it == live_allocations.end()) return;
+  const auto [index, bytes] = it->second;
+  if (index >= 0 && index < kMaxGpus) accounting[static_cast<size_t>(index)].current -= bytes;
+  live_allocations.erase(it);
+}
+
 void* allocate(core::Device device, size_t bytes, const char* name) {
   LONGSEQ_CUDA_CALL(cudaSetDevice(device.index));
   void* p = nullptr;
@@ -57,10 +88,12 @@ void* allocate(core::Device device, size_t bytes, const char* name) {
                " bytes requested, ", free_b, " of ", total_b, " bytes free");
   }
   check(e, "cudaMalloc", __FILE__, __LINE__);
+  count_allocation(device.index, p, bytes);
   return p;
 }
 
 void release(core::Device, void* p) noexcept {
+  count_release(p);
   cudaFree(p);  // not checked: a destructor must not throw
 }
 
@@ -82,6 +115,19 @@ void zero(core::Device device, void* p, size_t bytes) {
 }
 
 }  // namespace
+
+MemoryStats memory_stats(int index) {
+  std::lock_guard<std::mutex> lk(accounting_mutex);
+  if (index < 0 || index >= kMaxGpus) return {};
+  return accounting[static_cast<size_t>(index)];
+}
+
+void reset_memory_peak(int index) {
+  std::lock_guard<std::mutex> lk(accounting_mutex);
+  if (index < 0 || index >= kMaxGpus) return;
+  MemoryStats& m = accounting[static_cast<size_t>(index)];
+  m.peak = m.current;
+}
 
 core::Device activate(int index) {
   int n = 0;

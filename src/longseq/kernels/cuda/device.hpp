@@ -61,6 +61,19 @@ void check(int status, const char* what, const char* file, int line);
 /// Stream is not waited for: synchronise that stream before copying what it writes.
 core::Device activate(int index);
 
+/// Device memory that core::Buffer holds on one GPU through activate's allocator, in bytes: now,
+/// and the most at any moment since the process started or reset_memory_peak (the trainer's
+/// measured peak, beside the planner's prediction). Kernels' own stream-ordered scratch
+/// (cudaMallocAsync: rmsnorm's and embedding's backward) and cuBLASLt's workspace are not
+/// counted; they are small against a model's tensors.
+struct MemoryStats {
+  size_t current = 0;
+  size_t peak = 0;
+};
+MemoryStats memory_stats(int index);
+/// Sets the peak to the current holding.
+void reset_memory_peak(int index);
+
 /// The stream of a CUDA kernel's execution context (a cudaStream_t as an opaque pointer; null is
 /// the legacy default stream). Every kernel under kernels/cuda/ calls it first, before it touches
 /// a pointer: throws core::Error("[kernels] <kernel> is a CUDA kernel but was called with a cpu
