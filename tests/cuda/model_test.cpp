@@ -37,16 +37,6 @@ using longseq::attention::MaskSpec;
 using longseq::core::Device;
 using longseq::core::DType;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    se += d * d;
-    sr += static_cast<double>(b[i]) * b[i];
-  }
-  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
-}
-
 std::shared_ptr<MaskSpec> mask_of(const std::string& kind, int64_t l) {
   auto m = std::make_shared<MaskSpec>();
   m->causal = true;
@@ -94,7 +84,7 @@ TEST(CudaModel, StepEqualsTheCpuStep) {
           const bool bf16 = precision == DType::bf16;
           EXPECT_NEAR(gpu.loss, cpu.loss, (bf16 ? 1e-3 : 1e-5) * cpu.loss) << what;
           for (size_t u = 0; u < cpu.grads.size(); ++u) {
-            const double e = rel_l2(gpu.grads[u], cpu.grads[u]);
+            const double e = ts::rel_l2(gpu.grads[u], cpu.grads[u]);
             EXPECT_LT(e, bf16 ? 1e-2 : 1e-4) << what << " unit " << u;
             ts::record_error(gpu.grads[u], cpu.grads[u],
                              "grad_unit" + std::to_string(u) + "_" + (bf16 ? "bf16" : "f32"));

@@ -5,6 +5,7 @@
 //
 // The batch: L tokens at positions 0..L-1 of one sequence (world 1), seeded ids, the next token
 // as the label and the last label ignored; the loss is the mean over the non-ignored labels.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -43,6 +44,17 @@ inline model::LlamaConfig tiny_llama(int variant) {
   }
   c.validate();
   return c;
+}
+
+/// ||a - b||_2 / ||b||_2 (the absolute L2 distance where b is all zeros).
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double se = 0, sr = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    se += d * d;
+    sr += static_cast<double>(b[i]) * b[i];
+  }
+  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
 }
 
 struct StepOutput {

@@ -29,16 +29,6 @@ using longseq::attention::Balance;
 using longseq::attention::Layout;
 using longseq::attention::MaskSpec;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    se += d * d;
-    sr += static_cast<double>(b[i]) * b[i];
-  }
-  return sr > 0 ? std::sqrt(se / sr) : std::sqrt(se);
-}
-
 TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
   const int64_t l = 45;
   for (int variant : {0, 1})
@@ -77,10 +67,10 @@ TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
           const auto n = static_cast<size_t>(layout.units()[u].size);
           const std::vector<float> want(st.grad_shard(u), st.grad_shard(u) + n);
           if (cfg.tied_embeddings && u == layout.embedding_unit()) {
-            EXPECT_LT(rel_l2(got.grads[u], want), 1e-6) << what << " unit " << u;
+            EXPECT_LT(ts::rel_l2(got.grads[u], want), 1e-6) << what << " unit " << u;
           } else {
             EXPECT_EQ(0, std::memcmp(got.grads[u].data(), want.data(), n * sizeof(float)))
-                << what << " unit " << u << " (rel " << rel_l2(got.grads[u], want) << ")";
+                << what << " unit " << u << " (rel " << ts::rel_l2(got.grads[u], want) << ")";
           }
         }
       });
