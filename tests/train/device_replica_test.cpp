@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "../model/device_step.hpp"
@@ -18,7 +19,9 @@
 #include "longseq/comm/launch.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/model/attention_op.hpp"
+#include "longseq/train/run.hpp"
 #include "longseq/train/zero.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
@@ -100,6 +103,68 @@ TEST(DeviceReplica, StartsFromTheSeedAndCopiesBothWays) {
   EXPECT_EQ(rep.download(u, 1)[3], 0.0f);
   // Units are disjoint: the next unit starts after this one's last element.
   EXPECT_GE(rep.offset(u + 1), rep.offset(u) + layout.units()[u].size);
+}
+
+}  // namespace
+
+namespace {
+
+namespace trn = longseq::train;
+
+// Steps [from, to) of `c` with the training state on the CPU "device" (attach_device_state),
+// saving as the trainer does; returns each step's loss and, at the end, the parameters.
+std::vector<double> device_path(const trn::TrainConfig& c, int64_t expect_first,
+                                std::vector<float>* params) {
+  const trn::RunSetup setup(c);
+  std::vector<double> losses;
+  longseq::comm::Options o;
+  o.world = 1;
+  longseq::comm::run(o, [&](longseq::comm::Group& g) {
+    trn::RankRun run(setup, g);
+    trn::attach_device_state(run, longseq::core::Device::cpu());
+    const int64_t first = trn::restore(run);
+    EXPECT_EQ(first, expect_first);
+    for (int64_t step = first; step < setup.end; ++step) {
+      losses.push_back(trn::run_step(run, step).loss);
+      trn::save_if_due(run, step);
+    }
+    trn::sync_from_device(run);
+    *params = trn::gather_all(run, false);
+  });
+  return losses;
+}
+
+// The trainer with its state on a device (what --device cuda runs), here on the CPU: the same
+// losses and parameters as the sharded path bit for bit (an untied model; device_replica.hpp), a
+// run interrupted after 2 steps and resumed included, so the state travels to and from the
+// device at restore and save without a bit lost.
+TEST(DeviceState, TheDevicePathOnTheCpuIsTheShardedPathBitForBit) {
+  trn::TrainConfig c = longseq::testing::tiny_config();
+  c.model.tied_embeddings = false;
+  c.steps = 4;
+  c.checkpoint = "seq-selective";
+  const trn::TrainSummary want = trn::train(c);
+  ASSERT_EQ(want.steps.size(), 4u);
+
+  const std::string dir = ::testing::TempDir() + "device_state_resume";
+  std::filesystem::remove_all(dir);
+  trn::TrainConfig first = c;
+  first.stop_after = 2;
+  first.out = dir;
+  first.save_every = 0;
+  std::vector<float> p_first;
+  const std::vector<double> l_first = device_path(first, 0, &p_first);
+  trn::TrainConfig rest = c;
+  rest.resume = dir;
+  std::vector<float> p_rest;
+  const std::vector<double> l_rest = device_path(rest, 2, &p_rest);
+  std::filesystem::remove_all(dir);
+
+  ASSERT_EQ(l_first.size() + l_rest.size(), 4u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(l_first[i], want.steps[i].loss) << "step " << i;
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(l_rest[i], want.steps[2 + i].loss) << "step " << 2 + i;
+  ASSERT_EQ(p_rest.size(), want.params.size());
+  EXPECT_EQ(0, std::memcmp(p_rest.data(), want.params.data(), p_rest.size() * sizeof(float)));
 }
 
 }  // namespace

@@ -4,13 +4,15 @@
 // CUDA: everything else takes what these return.
 //
 // On a GPU (issue "GPU III", first stage): one rank holds the whole sequence and the whole model
-// (world 1). The host's ShardedState stays the run's state (parameters, AdamW moments,
-// checkpoints, everything --resume reads); each step copies the parameters to a DeviceReplica on
-// the GPU, runs the forward and backward there, and copies the gradients back, where the host's
-// AdamW applies them (train/step.cpp). Moving the optimizer onto the GPU removes two copies of
-// the parameters per step; it is the next stage (docs/gpu.md).
+// (world 1). Parameters, gradients and AdamW's moments live on the GPU (a DeviceReplica and a
+// DeviceOptimizer) and every step runs there: forward, backward, gradient norm, clipping, AdamW.
+// The host's ShardedState is what checkpoints are written from and --resume reads into: it is
+// brought up to date from the GPU before a save and at the end, and the GPU from it after a
+// restore (train/run.hpp sync_to_device / sync_from_device), so a checkpoint is the same file
+// whatever trained it.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
@@ -19,9 +21,36 @@
 #include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/model/attention_op.hpp"
+#include "longseq/model/device_replica.hpp"
 #include "longseq/model/kernels.hpp"
+#include "longseq/train/optimizer.hpp"
 
 namespace longseq::train {
+
+/// AdamW beside a DeviceReplica: the moments and the weight-decay mask on the replica's device;
+/// the gradient norm, clipping and update run there (kernels/cuda on a GPU; on a CPU the loops of
+/// train/optimizer.hpp, bit for bit: the trainer's own path at world 1).
+class DeviceOptimizer {
+ public:
+  /// decay: replica.total() bytes, 1 where weight decay applies (in the replica's layout). Moments
+  /// zero. Throws core::Error naming the device for a GPU in a build without CUDA.
+  DeviceOptimizer(const model::DeviceReplica& replica, const std::vector<uint8_t>& decay);
+  /// ||g||_2 over every gradient of `r` (fp64 sum of squares; on a CPU in element order, as
+  /// global_grad_norm at world 1).
+  double grad_norm(const model::DeviceReplica& r) const;
+  /// Scales r's gradients by min(1, clip / norm) (clip_gradients), then one AdamW step at `lr`.
+  void step(model::DeviceReplica& r, double norm, const AdamWConfig& c, double lr, int64_t step);
+  /// Unit `unit` of exp_avg (which 1) or exp_avg_sq (2), to or from the host (the unit's size).
+  std::vector<float> download(int unit, int which) const;
+  void upload(int unit, int which, const float* values);
+
+ private:
+  const model::ParamLayout* layout_;
+  std::vector<int64_t> offset_;
+  core::Device device_;
+  core::Buffer<float> m_, v_;
+  core::Buffer<uint8_t> decay_;
+};
 
 /// Whether this build can run `--device cuda` (built with the CUDA backend).
 bool cuda_built();

@@ -29,6 +29,7 @@
 #include "longseq/model/kernels.hpp"
 #include "longseq/model/transformer.hpp"
 #include "longseq/train/data.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/progress.hpp"
 #include "longseq/train/trainer.hpp"
 #include "longseq/train/zero.hpp"
@@ -67,9 +68,11 @@ struct RankRun {
   ShardedState state;
   /// The model's kernels on --device (train/device.hpp).
   std::unique_ptr<model::Kernels> kernels;
-  /// --device cuda: the parameters and gradients on the GPU, a copy of `state`'s parameters made
-  /// at each step (state stays the run's state: optimizer, checkpoints). Null on a CPU.
+  /// --device cuda: the parameters, gradients (mirror) and AdamW moments (optimizer) on the GPU,
+  /// where every step runs; `state` holds them on the host for checkpoints, brought up to date by
+  /// sync_from_device (train/device.hpp). Null on a CPU.
   std::unique_ptr<model::DeviceReplica> mirror;
+  std::unique_ptr<DeviceOptimizer> optimizer;
   std::shared_ptr<const attention::MaskSpec> base_mask;  ///< --mask without per-step documents
   std::unique_ptr<model::AttentionOp> attn;              ///< rebuilt when the mask changes
   std::vector<StepRecord> records;                       ///< writer: every step so far
@@ -90,6 +93,16 @@ struct StepResult {
   std::vector<int32_t> docs;      ///< --mask document: document ids of the sequence (else empty)
 };
 
+/// Moves the run's training state onto `device`: a DeviceReplica and a DeviceOptimizer made from
+/// `state` (its parameters and moments as they are now), after which run_step computes, clips and
+/// steps there. RankRun does it for --device cuda; tests call it with the CPU, where the device
+/// path gives the sharded path's bits (an untied model: the tied embedding's two gradient
+/// contributions add in another order, device_replica.hpp).
+void attach_device_state(RankRun& run, core::Device device);
+/// state's parameters and moments -> the device (after restore); the device's -> state (before a
+/// checkpoint is written, and at the end). No-ops without device state. Not collective.
+void sync_to_device(RankRun& run);
+void sync_from_device(RankRun& run);
 /// The first step: 0, or the step a --resume checkpoint stopped at; loads --init-from weights.
 int64_t restore(RankRun& run);
 /// The attention operator for a sequence with document ids `docs` (empty: the base mask only).

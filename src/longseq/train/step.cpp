@@ -99,10 +99,7 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   b.len = static_cast<int64_t>(rt.pos.size());
   b.seq_len = s.cfg.seq;
   const double scale = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
-  // On a GPU the step computes on the mirror: this step's parameters go there first, and the
-  // gradients come back into the (world 1: whole-unit) shards the optimizer reads.
-  if (run.mirror)
-    for (int u = 0; u < s.layout.num_units(); ++u) run.mirror->upload(u, run.state.param_shard(u));
+  // With device state (--device cuda) the step computes on the device's replica.
   model::ParamSource& params = run.mirror ? static_cast<model::ParamSource&>(*run.mirror)
                                           : static_cast<model::ParamSource&>(run.state);
   if (run.mirror) run.mirror->zero_grads();
@@ -113,18 +110,15 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   } else {
     res = model::forward_backward(s.layout, params, attn, b, scale, s.options, *run.kernels);
   }
-  if (run.mirror)
-    for (int u = 0; u < s.layout.num_units(); ++u) {
-      const std::vector<float> g = run.mirror->download(u, 1);
-      std::copy(g.begin(), g.end(), run.state.grad_shard(u));
-    }
   double loss = res.loss_sum;
   {
     core::ScopedTimer t(&r.wait_s);
     // The norm's local sum of squares (1/R of the parameters) is counted with its all-reduce.
     core::OpScope op(core::Op::comm_wait);
     run.world.all_reduce(&loss, &loss, 1, core::DType::f64);
-    r.grad_norm = global_grad_norm(run.state.grads(), run.state.total_shard(), run.world);
+    r.grad_norm = run.optimizer
+                      ? run.optimizer->grad_norm(*run.mirror)
+                      : global_grad_norm(run.state.grads(), run.state.total_shard(), run.world);
   }
   r.loss = loss / static_cast<double>(std::max<int64_t>(count, 1));
   return res;
@@ -136,11 +130,20 @@ void update(RankRun& run, StepResult& r) {
   ShardedState& st = run.state;
   core::OpScope op(core::Op::optimizer);
   if (cfg.keep_params && r.step + 1 == run.s.end) {
+    if (run.mirror)  // the unclipped gradient, from the device into the shards gather_all reads
+      for (int u = 0; u < run.s.layout.num_units(); ++u) {
+        const std::vector<float> g = run.mirror->download(u, 1);
+        std::copy(g.begin(), g.end(), st.grad_shard(u));
+      }
     std::vector<float> g = gather_all(run, true);
     if (run.writer) run.final_grads = std::move(g);
   }
-  clip_gradients(st.grads(), st.total_shard(), r.grad_norm, cfg.optim.grad_clip);
   r.lr = learning_rate(cfg.optim, r.step, cfg.steps);
+  if (run.optimizer) {
+    run.optimizer->step(*run.mirror, r.grad_norm, cfg.optim, r.lr, r.step);
+    return;
+  }
+  clip_gradients(st.grads(), st.total_shard(), r.grad_norm, cfg.optim.grad_clip);
   adamw_step(st.params(), st.grads(), st.exp_avg(), st.exp_avg_sq(), st.decay_mask().data(),
              st.total_shard(), cfg.optim, r.lr, r.step);
 }

@@ -133,10 +133,47 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
       progress(setup.end, writer && !setup.cfg.quiet && Progress::stdout_is_terminal()) {
   state.set_gather_dtype(setup.parsed.precision);
   kernels = device_kernels(setup.parsed.device, setup.threads);
-  if (!setup.parsed.device.is_cpu())
-    mirror =
-        std::make_unique<model::DeviceReplica>(setup.layout, setup.parsed.device, setup.cfg.seed);
+  if (!setup.parsed.device.is_cpu()) attach_device_state(*this, setup.parsed.device);
   base_mask = setup.parsed.mask.base;
+}
+
+void attach_device_state(RankRun& run, core::Device device) {
+  const model::ParamLayout& layout = run.s.layout;
+  core::require(run.world.size() == 1, "train", "device state at world ", run.world.size(),
+                ": the parameters on one device are one rank's (world 1)");
+  run.mirror = std::make_unique<model::DeviceReplica>(layout, device, run.s.cfg.seed);
+  // The weight-decay mask in the replica's layout: each unit's elements of the shard's mask (at
+  // world 1 a unit's shard is the whole unit).
+  std::vector<uint8_t> decay(static_cast<size_t>(run.mirror->total()), 0);
+  const std::vector<uint8_t>& shard_decay = run.state.decay_mask();
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t from = run.state.param_shard(u) - run.state.params();
+    std::copy_n(shard_decay.begin() + from, layout.units()[u].size,
+                decay.begin() + run.mirror->offset(u));
+  }
+  run.optimizer = std::make_unique<DeviceOptimizer>(*run.mirror, decay);
+  sync_to_device(run);
+}
+
+void sync_to_device(RankRun& run) {
+  if (!run.mirror) return;
+  for (int u = 0; u < run.s.layout.num_units(); ++u) {
+    run.mirror->upload(u, run.state.param_shard(u));
+    run.optimizer->upload(u, 1, run.state.m_shard(u));
+    run.optimizer->upload(u, 2, run.state.v_shard(u));
+  }
+}
+
+void sync_from_device(RankRun& run) {
+  if (!run.mirror) return;
+  for (int u = 0; u < run.s.layout.num_units(); ++u) {
+    const std::vector<float> p = run.mirror->download(u, 0);
+    const std::vector<float> m = run.optimizer->download(u, 1);
+    const std::vector<float> v = run.optimizer->download(u, 2);
+    std::copy(p.begin(), p.end(), run.state.param_shard(u));
+    std::copy(m.begin(), m.end(), run.state.m_shard(u));
+    std::copy(v.begin(), v.end(), run.state.v_shard(u));
+  }
 }
 
 // ---- checkpointing -----------------------------------------------------------------------------
@@ -190,7 +227,10 @@ void check_same_data(const json& ts, const RunSetup& s, const std::string& where
 int64_t restore(RankRun& run) {
   const TrainConfig& cfg = run.s.cfg;
   if (!cfg.init_from.empty()) load_hf_weights(cfg.init_from, run.state);
-  if (cfg.resume.empty()) return 0;
+  if (cfg.resume.empty()) {
+    sync_to_device(run);  // --init-from's weights, or nothing new
+    return 0;
+  }
   const json ts = load_checkpoint(cfg.resume, run.state);
   core::require(ts.at("seed").get<uint64_t>() == cfg.seed, "train", "--resume ", cfg.resume,
                 ": checkpoint seed ", ts.at("seed").get<uint64_t>(), " differs from --seed ",
@@ -198,6 +238,7 @@ int64_t restore(RankRun& run) {
   const int64_t step = ts.at("step").get<int64_t>();
   check_same_data(ts, run.s, "--resume " + cfg.resume);
   run.records = history_of(ts, step, "--resume " + cfg.resume + ": trainer_state.json");
+  sync_to_device(run);
   return step;
 }
 
@@ -226,6 +267,7 @@ void save_if_due(RankRun& run, int64_t step, bool stopping) {
   json history = json::array();
   for (const StepRecord& r : run.records) history.push_back(record_json(r));
   ts["log_history"] = std::move(history);
+  sync_from_device(run);  // the device's parameters and moments are what is saved
   save_checkpoint(cfg.out, run.state, ts, run.writer);
 }
 
@@ -321,6 +363,7 @@ void run_rank(const RunSetup& setup, comm::Group& world, RunOutput& out) {
   }
   run.progress.finish();
   std::vector<float> params;
+  sync_from_device(run);
   if (setup.cfg.keep_params) params = gather_all(run, false);
   if (!run.writer) return;
   out.records.assign(run.records.begin() + static_cast<std::ptrdiff_t>(restored),

@@ -37,7 +37,64 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, const
   }
 }
 
+// Fixed block count and size of sum_squares: enough blocks to fill any GPU, a fixed tree inside
+// each.
+constexpr int kSumBlocks = 1024;
+constexpr int kSumThreads = 256;
+
+__global__ void __launch_bounds__(kSumThreads)
+    sum_squares_kernel(const float* x, int64_t n, double* partial) {
+  __shared__ double acc[kSumThreads];
+  const int64_t per_block = (n + kSumBlocks - 1) / kSumBlocks;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * per_block;
+  const int64_t hi = lo + per_block < n ? lo + per_block : n;
+  double s = 0.0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kSumThreads) {
+    const double v = x[i];
+    s += v * v;
+  }
+  acc[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kSumThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int>(threadIdx.x) < w) acc[threadIdx.x] += acc[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] *= f;
+}
+
 }  // namespace
+
+double sum_squares(const float* x, int64_t n, const core::Exec& exec) {
+  const cudaStream_t st = detail::stream(exec, "sum_squares");
+  LONGSEQ_CHECK_MSG(n >= 0, "sum_squares n=", n);
+  if (n == 0) return 0.0;
+  double* partial = nullptr;
+  LONGSEQ_CUDA_CALL(
+      cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), st));
+  sum_squares_kernel<<<kSumBlocks, kSumThreads, 0, st>>>(x, n, partial);
+  LONGSEQ_CUDA_LAUNCHED();
+  double host[kSumBlocks];
+  LONGSEQ_CUDA_CALL(cudaMemcpyAsync(host, partial, sizeof host, cudaMemcpyDeviceToHost, st));
+  LONGSEQ_CUDA_CALL(cudaFreeAsync(partial, st));
+  LONGSEQ_CUDA_CALL(cudaStreamSynchronize(st));
+  double s = 0.0;
+  for (double p : host) s += p;
+  return s;
+}
+
+void scale(float* x, int64_t n, float f, const core::Exec& exec) {
+  const cudaStream_t st = detail::stream(exec, "scale");
+  LONGSEQ_CHECK_MSG(n >= 0, "scale n=", n);
+  if (n == 0) return;
+  scale_kernel<<<detail::grid_for(n), kBlock, 0, st>>>(x, n, f);
+  LONGSEQ_CUDA_LAUNCHED();
+}
 
 void adamw_step(float* param, const float* grad, float* m, float* v, const uint8_t* decay,
                 int64_t n, const AdamWStep& s, const core::Exec& exec) {

@@ -27,4 +27,12 @@ struct AdamWStep {
 void adamw_step(float* param, const float* grad, float* m, float* v, const uint8_t* decay,
                 int64_t n, const AdamWStep& s, const core::Exec& exec);
 
+/// The sum of x[i]^2 over n elements (device memory), in fp64: each of a fixed number of blocks
+/// sums a fixed stretch in a fixed order, and the host adds the block sums in block order, so
+/// the bits depend only on x and n (the gradient norm of train::global_grad_norm, whose own
+/// order differs: equal to rounding). Blocking: waits for the stream and returns the value.
+double sum_squares(const float* x, int64_t n, const core::Exec& exec);
+/// x[i] *= s over n elements (the gradient clipping of train::clip_gradients).
+void scale(float* x, int64_t n, float s, const core::Exec& exec);
+
 }  // namespace longseq::kernels::cuda
