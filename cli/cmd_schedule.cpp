@@ -20,6 +20,7 @@ struct ScheduleArgs {
   int nodes = core::rows::nodes.number;
   int64_t seq = 64;
   std::string pass = "both";
+  std::string heads;  ///< "Q,KV": the attention's heads (Ulysses head groups); empty: unknown
 };
 }  // namespace
 
@@ -51,16 +52,21 @@ void print_step(const std::vector<attention::RankSchedule>& all, const comm::Top
     for (const Work& w : all[r].work)
       if (w.step == s)
         cell += core::cat("C", all[r].ring[w.origin], w.unit >= 0 ? core::cat("/", w.unit) : "",
-                          "(", w.pairs.size(), ") ");
+                          w.head_group >= 0 ? core::cat("#", w.head_group) : "", "(",
+                          w.pairs.size(), ") ");
     for (const Xfer& x : all[r].xfers)
       if (x.post_step == s) {
-        const char c = x.part == Part::data   ? (x.send ? 's' : 'r')
-                       : x.part == Part::grad ? (x.send ? 'g' : 'G')
-                                              : (x.send ? 'x' : 'X');
-        const std::string block = x.part == Part::side
-                                      ? core::cat(kField[int(all[r].side_blocks[x.slot].field)],
-                                                  all[r].side_blocks[x.slot].unit)
-                                      : "";
+        const char c = x.part == Part::data    ? (x.send ? 's' : 'r')
+                       : x.part == Part::grad  ? (x.send ? 'g' : 'G')
+                       : x.part == Part::heads ? (x.send ? 'h' : 'H')
+                                               : (x.send ? 'x' : 'X');
+        std::string block;
+        if (x.part == Part::side)
+          block = core::cat(kField[int(all[r].side_blocks[x.slot].field)],
+                            all[r].side_blocks[x.slot].unit);
+        if (x.part == Part::heads)
+          block = core::cat(kField[int(all[r].head_blocks[x.slot].field)], "#",
+                            all[r].head_blocks[x.slot].group);
         cell += std::string(1, c) + block + ":" + std::to_string(x.peer) + "@" +
                 std::to_string(x.wait_step) + (topo.same_node(r, x.peer) ? "" : "*") + " ";
       }
@@ -78,6 +84,24 @@ int print_schedule(const ScheduleArgs& a) {
   const comm::Topology topo = comm::Topology::declared(a.world, a.nodes);
   const comm::Topology sched_topo = schedule_topology(algo, topo);
   const PairTable pairs(layout, mask);
+  HeadCounts heads;
+  if (!a.heads.empty()) {
+    const auto comma = a.heads.find(',');
+    try {
+      core::require(comma != std::string::npos, "schedule", "--heads '", a.heads, "' must be Q,KV");
+      size_t used = 0;
+      heads.q = std::stoll(a.heads.substr(0, comma), &used);
+      core::require(used == comma, "schedule", "--heads '", a.heads, "' must be Q,KV");
+      heads.kv = std::stoll(a.heads.substr(comma + 1), &used);
+      core::require(used == a.heads.size() - comma - 1, "schedule", "--heads '", a.heads,
+                    "' must be Q,KV");
+    } catch (const std::logic_error&) {  // stoll: not a number, or out of range
+      core::fail("schedule", "--heads '", a.heads, "' must be Q,KV (two positive integers)");
+    }
+    core::require(heads.q >= 1 && heads.kv >= 1, "schedule", "--heads '", a.heads,
+                  "' must be Q,KV (two positive integers)");
+    algo.validate(a.world, heads.q, heads.kv);
+  }
   for (Pass pass : {Pass::forward, Pass::backward}) {
     if (a.pass == "forward" && pass != Pass::forward) continue;
     if (a.pass == "backward" && pass != Pass::backward) continue;
@@ -88,13 +112,15 @@ int print_schedule(const ScheduleArgs& a) {
     std::printf(
         "  C<j>[/u]: compute with rank j's bundle [key-side block u] (pairs)   s/r: data "
         "send/recv   g/G: gradient send/recv   x/X<field><u>: side block send/recv   "
-        "peer@wait-step, '*' = inter-node\n  collective steps (before step 0 / after the last): "
+        "h/H<field>#<g>: Ulysses head-group block send/recv (--heads)   C<j>#<g>: compute head "
+        "group g   peer@wait-step, '*' = inter-node\n  collective steps (before step 0 / after the "
+        "last): "
         "AG all-gather, RS reduce-scatter, A2H/H2A all-to-all into/out of head slices, MRG "
         "all-to-all + LSE merge; [members] (fields)\n");
     std::vector<RankSchedule> all;
     int steps = 0;
     for (int r = 0; r < a.world; ++r) {
-      all.push_back(make_schedule(r, sched_topo, layout, pairs, algo, pass));
+      all.push_back(make_schedule(r, sched_topo, layout, pairs, algo, pass, heads));
       steps = std::max(steps, all.back().num_steps);
     }
     print_collectives(all, "pre ", true);
@@ -116,6 +142,9 @@ std::function<int()> add_schedule(CLI::App& app) {
   add_row(app, core::rows::nodes, a->nodes);
   app.add_option("--seq", a->seq, "sequence length");
   app.add_option("--pass", a->pass, "forward | backward | both");
+  app.add_option("--heads", a->heads,
+                 "Q,KV: the attention's query and kv heads, so that ulysses shows its head groups "
+                 "(default: unknown, blocking all-to-alls)");
   return [a] { return print_schedule(*a); };
 }
 

@@ -307,6 +307,9 @@ void check_all_ranks(const std::vector<RankSchedule>& all, const std::string& wh
       if (x.part == Part::side) {  // after the ring's tags: 4 fields x the staged blocks
         ASSERT_GE(x.tag, ring_tags) << what;
         ASSERT_LT(x.tag, ring_tags + 4 * rs.side_units) << what;
+      } else if (x.part == Part::heads) {  // after those: 2 directions x groups x fields
+        ASSERT_GE(x.tag, ring_tags + 4 * rs.side_units) << what;
+        ASSERT_LT(x.tag, ring_tags + 4 * rs.side_units + 2 * rs.head_groups * kFieldCount) << what;
       } else {
         ASSERT_LT(x.tag, ring_tags) << what;
       }
@@ -535,4 +538,166 @@ TEST(Schedule, StarTrailStagesItsSideTransfers) {
     }
   EXPECT_GT(cases, 100);
   EXPECT_GT(received, 0);
+}
+
+namespace {
+
+// Ulysses head groups (schedule.hpp) of one pass, all ranks, against the unsplit schedules
+// `plain`: every head group computes exactly the unsplit work's pairs; every (direction, field,
+// group) block goes to and comes from every other member once, send and receive posted at the
+// same step with the same tag and bytes; a group's input blocks are posted before, and waited at
+// or before, the step of the work that reads them; a group's output blocks are posted only after
+// the step of the last work that writes them; every wait comes after its post; the bytes are the
+// all-to-alls'.
+void check_head_groups(const std::vector<RankSchedule>& all, const std::vector<RankSchedule>& plain,
+                       HeadCounts heads, const std::string& what) {
+  const int world = static_cast<int>(all.size());
+  const HeadSplit hs(heads.q, heads.kv, world);
+  const int want_groups = hs.replicated ? 1 : head_groups_for(hs.kv_per);
+  const Dims dm{7, heads.q, heads.kv, 4, 2};
+  // (from, to, tag) -> (post, bytes, op, field, group) of the send.
+  std::map<std::tuple<int, int, int>, std::tuple<int, int64_t, int, int, int>> sends;
+  for (int r = 0; r < world; ++r) {
+    const RankSchedule& rs = all[r];
+    const RankSchedule& un = plain[r];
+    ASSERT_EQ(rs.head_groups, want_groups) << what << " rank " << r;
+    const PassBytes b = schedule_bytes(rs, Algorithm::parse("ulysses"), Pass::forward, dm);
+    const PassBytes ub = schedule_bytes(un, Algorithm::parse("ulysses"), Pass::forward, dm);
+    EXPECT_EQ(b.collective, ub.collective) << what;
+    EXPECT_EQ(b.p2p, 0) << what;
+    if (want_groups == 1) {
+      EXPECT_TRUE(rs.head_blocks.empty()) << what;
+      EXPECT_EQ(rs.pre.size(), un.pre.size()) << what;
+      continue;
+    }
+    ASSERT_TRUE(rs.pre.empty() && rs.post.empty()) << what;
+    ASSERT_EQ(un.pre.size(), 1u) << what;
+    ASSERT_EQ(un.post.size(), 1u) << what;
+    const int g_count = rs.head_groups;
+    // Works: one per group, the unsplit pairs in the unsplit order.
+    std::vector<int> work_step(g_count, -1);
+    ASSERT_EQ(rs.work.size(), un.work.size() * g_count) << what;
+    for (const Work& w : rs.work) {
+      ASSERT_GE(w.head_group, 0) << what;
+      ASSERT_LT(w.head_group, g_count) << what;
+      ASSERT_EQ(work_step[w.head_group], -1) << what << ": two works for one group";
+      work_step[w.head_group] = w.step;
+      ASSERT_EQ(w.pairs.size(), un.work.at(0).pairs.size()) << what;
+      for (size_t i = 0; i < w.pairs.size(); ++i) {
+        const SubPair &a = w.pairs[i], &c = un.work[0].pairs[i];
+        ASSERT_TRUE(a.qc == c.qc && a.kc == c.kc && a.qp == c.qp && a.kp == c.kp &&
+                    a.kind == c.kind)
+            << what;
+      }
+    }
+    // Blocks: (op, field, group) x every other member, once per direction.
+    std::map<std::tuple<int, int, int>, std::set<int>> peers[2];  // [send]
+    for (const Xfer& x : rs.xfers) {
+      ASSERT_EQ(x.part, Part::heads) << what;
+      ASSERT_LT(x.post_step, x.wait_step) << what;
+      ASSERT_LT(x.wait_step, rs.num_steps) << what;
+      const HeadBlock& hb = rs.head_blocks.at(x.slot);
+      ASSERT_EQ(un.pre[0].members.at(hb.member), x.peer) << what;
+      const bool in = hb.op == Collective::Op::to_heads;
+      const std::vector<Field>& fields = (in ? un.pre : un.post)[0].fields;
+      ASSERT_NE(std::find(fields.begin(), fields.end(), hb.field), fields.end()) << what;
+      const auto key =
+          std::make_tuple(static_cast<int>(hb.op), static_cast<int>(hb.field), hb.group);
+      ASSERT_TRUE(peers[x.send][key].insert(hb.member).second) << what << ": block twice";
+      const int step = work_step[hb.group];
+      if (in && !x.send && step >= 0) {  // read by the group's work
+        EXPECT_LT(x.post_step, step) << what;
+        EXPECT_LE(x.wait_step, step) << what;
+      }
+      if (!in && x.send && step >= 0) {  // written by the group's work
+        EXPECT_GT(x.post_step, step) << what;
+      }
+      if (x.send)
+        sends[{r, x.peer, x.tag}] = {x.post_step, head_block_bytes(rs, hb, dm),
+                                     static_cast<int>(hb.op), static_cast<int>(hb.field), hb.group};
+    }
+    EXPECT_EQ(peers[0].size(), (un.pre[0].fields.size() + un.post[0].fields.size()) * g_count)
+        << what;
+    for (const Collective* c : {&un.pre[0], &un.post[0]})
+      for (Field f : c->fields)
+        for (int g = 0; g < g_count; ++g)
+          for (int send = 0; send < 2; ++send) {
+            const auto key = std::make_tuple(static_cast<int>(c->op), static_cast<int>(f), g);
+            EXPECT_EQ(peers[send][key].size(), static_cast<size_t>(world - 1)) << what;
+          }
+  }
+  // Every receive against its send: same step, bytes and block.
+  size_t matched = 0;
+  for (int r = 0; r < world; ++r)
+    for (const Xfer& x : all[r].xfers) {
+      if (x.send) continue;
+      const auto it = sends.find({x.peer, r, x.tag});
+      ASSERT_NE(it, sends.end()) << what << ": receive without send";
+      const HeadBlock& hb = all[r].head_blocks[x.slot];
+      EXPECT_EQ(it->second,
+                std::make_tuple(x.post_step, head_block_bytes(all[r], hb, dm),
+                                static_cast<int>(hb.op), static_cast<int>(hb.field), hb.group))
+          << what;
+      ++matched;
+    }
+  EXPECT_EQ(matched, sends.size()) << what;
+}
+
+}  // namespace
+
+TEST(Schedule, UlyssesHeadGroupsPostBeforeReadSendAfterWrite) {
+  int grouped = 0;
+  for (int world : {2, 3, 4, 6, 8})
+    for (int64_t per : {1, 2, 3, 4, 6, 8})  // kv heads per member (1: also replicated ones)
+      for (int64_t g : {1, 2})              // query heads per kv head
+        for (const char* mk : {"full", "causal", "docs"})
+          for (Pass pass : {Pass::forward, Pass::backward}) {
+            const int64_t n = world * 4 + 3;
+            MaskSpec m = make_mask(mk, n, world);
+            Layout layout(Balance::zigzag, n, world);
+            PairTable pairs(layout, m);
+            const Algorithm algo = Algorithm::parse("ulysses");
+            const longseq::comm::Topology topo(world);
+            for (const HeadCounts heads :
+                 {HeadCounts{per * world * g, per * world}, HeadCounts{world * g, 1}}) {
+              if (heads.kv == 1 && per > 1) continue;
+              std::vector<RankSchedule> all, plain;
+              for (int r = 0; r < world; ++r) {
+                all.push_back(make_schedule(r, topo, layout, pairs, algo, pass, heads));
+                plain.push_back(make_schedule(r, topo, layout, pairs, algo, pass));
+              }
+              const std::string what = std::string(mk) + " world " + std::to_string(world) +
+                                       " Hq " + std::to_string(heads.q) + " Hkv " +
+                                       std::to_string(heads.kv) +
+                                       (pass == Pass::forward ? " fwd" : " bwd");
+              check_head_groups(all, plain, heads, what);
+              check_all_ranks(all, what);
+              // make_schedules gives every rank's make_schedule.
+              const auto batch = make_schedules(topo, layout, pairs, algo, pass, heads);
+              for (int r = 0; r < world; ++r) {
+                ASSERT_EQ(batch[r].xfers.size(), all[r].xfers.size()) << what;
+                for (size_t i = 0; i < batch[r].xfers.size(); ++i) {
+                  const Xfer &a = batch[r].xfers[i], &b = all[r].xfers[i];
+                  ASSERT_TRUE(a.send == b.send && a.peer == b.peer && a.slot == b.slot &&
+                              a.post_step == b.post_step && a.wait_step == b.wait_step &&
+                              a.tag == b.tag && a.part == b.part)
+                      << what;
+                }
+                ASSERT_EQ(batch[r].head_groups, all[r].head_groups) << what;
+                ASSERT_EQ(batch[r].work.size(), all[r].work.size()) << what;
+              }
+              grouped += all[0].head_groups > 1;
+              if (::testing::Test::HasFailure()) return;
+            }
+          }
+  EXPECT_GT(grouped, 100);
+  // USP (a ring across Ulysses groups) and StarTrail keep their blocking collective steps.
+  const Layout layout(Balance::zigzag, 64, 8);
+  const PairTable pairs(layout, make_mask("causal", 64, 8));
+  for (const char* a : {"usp:2", "usp:4:ring", "startrail:2"}) {
+    const RankSchedule rs = make_schedule(0, longseq::comm::Topology(8), layout, pairs,
+                                          Algorithm::parse(a), Pass::forward, {64, 32});
+    EXPECT_EQ(rs.head_groups, 1) << a;
+    EXPECT_TRUE(rs.head_blocks.empty()) << a;
+  }
 }

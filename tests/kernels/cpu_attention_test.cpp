@@ -649,6 +649,10 @@ TEST(CpuAttention, WorkspaceQueriesAndChunks) {
   EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 2, 128}), 4);
   EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 1, 128}), 8);
   EXPECT_EQ(kc::attention_backward_chunks({1000, 100, 8, 1, 128}), 1);  // one key tile
+  // chunk_hkv: sized for that many kv heads, so a head group of a larger call keeps its chunks.
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 2, 1, 128, 4}), 2);
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 2, 128, 8}), 1);
+  EXPECT_EQ(kc::attention_backward_chunks({1000, 4000, 8, 2, 128, 0}), 4);
   // The forward needs no more with more rows: scratch is per thread, not per token.
   EXPECT_EQ(kc::attention_forward_workspace_floats({100, 100, 8, 8, 128}, 2),
             kc::attention_forward_workspace_floats({100000, 100000, 8, 8, 128}, 2));

@@ -3,8 +3,9 @@
 // simulator's step-by-step replay (per-rank step cursors, transfers found through (receiver, tag)
 // lists) and attention_cost's replay_pass (FLOPs summed pair by pair, in each work item's pair
 // order, from a dense table of every (q rank, q chunk, k rank, k chunk)), copied unchanged but for
-// names. tests/plan/replay_scale_test.cpp checks the fast path against it bit for bit; nothing
-// else uses it.
+// names (and for issue 31 item 4's Ulysses head groups: their transfers' bytes and their works'
+// FLOPs, 1/G of the pairs', as attention_cost costs them). tests/plan/replay_scale_test.cpp checks
+// the fast path against it bit for bit; nothing else uses it.
 #include <algorithm>
 #include <array>
 #include <numeric>
@@ -380,6 +381,13 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
 
   ReplayModel m;
   m.bytes = [&](int rank, const attention::Xfer& x) {
+    if (x.part == attention::Part::heads) {  // L rows of the group's heads of one field
+      const RankSchedule& rs = set.ranks[rank];
+      const attention::HeadBlock& b = rs.head_blocks[x.slot];
+      return static_cast<double>(l * attention::field_width(b.field, hq_s / rs.head_groups,
+                                                            hkv_s / rs.head_groups, p.d)) *
+             e;
+    }
     if (x.part == attention::Part::side) {
       const attention::SideBlock& b = set.ranks[rank].side_blocks[x.slot];
       return static_cast<double>(b.rows * attention::field_width(b.field, hq_s, hkv_s, p.d)) * e;
@@ -428,6 +436,17 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
   m.inter = hw.inter;
   m.wait_copy = hw.wait_copy;
   m.spans = keep;
+  // A head-group work computes its pairs on 1/G of the side's heads.
+  if (r0.head_groups > 1) {
+    auto per_group = [&set](std::function<double(int, const attention::Work&)> f) {
+      return [f, &set](int rank, const attention::Work& w) {
+        const double v = f(rank, w);
+        return w.head_group >= 0 ? v / set.ranks[rank].head_groups : v;
+      };
+    };
+    m.flops = per_group(m.flops);
+    if (m.cost_flops) m.cost_flops = per_group(m.cost_flops);
+  }
   Timeline tl = reference::replay(set.ranks, m);
 
   PassCost c;
@@ -450,11 +469,15 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
   if (buffer_bytes) {
     // Slots, plus the sides a schedule with collective steps holds beside the home tensors.
     const double sides =
-        r0.pre.empty() ? 0.0
-                       : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
+        attention::sides_are_home(r0)
+            ? 0.0
+            : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
     double b = 0;
     for (const RankSchedule& rs : set.ranks)
-      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides);
+      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides +
+                          // Head groups: the packed K,V slices the blocks leave from, the size of
+                          // the one data slot the blocking schedule holds instead.
+                          (rs.head_groups > 1 ? data_b : 0.0));
     *buffer_bytes = b;
   }
   if (keep) c.timeline = std::move(tl);
@@ -474,7 +497,7 @@ inline AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, co
   if (frac > 0) {
     // The executor limits the query rows only where the query side is the rank's own tokens (no
     // collective steps); elsewhere the recomputation is the whole forward.
-    const bool own_rows = r0.pre.empty();
+    const bool own_rows = attention::sides_are_home(r0);
     c.partial_recompute = replay_pass(
         fwd, a, p, Pass::forward, hw,
         own_rows ? static_cast<int64_t>(frac * static_cast<double>(l)) : -1, false, nullptr);

@@ -8,8 +8,8 @@ namespace longseq::attention {
 
 namespace cpu = kernels::cpu;
 
-BlockOps::BlockOps(int64_t hq, int64_t hkv, int64_t d, double scale, int threads)
-    : hq_(hq), hkv_(hkv), d_(d), scale_(scale), threads_(threads) {}
+BlockOps::BlockOps(int64_t hq, int64_t hkv, int64_t d, double scale, int threads, int64_t chunk_hkv)
+    : hq_(hq), hkv_(hkv), d_(d), chunk_hkv_(chunk_hkv), scale_(scale), threads_(threads) {}
 
 static void ensure(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -33,7 +33,7 @@ void BlockOps::backward(const T* q, const T* k, const T* v, const T* dout, const
                         const float* dvec, const kernels::Tokens& qt, int64_t tq,
                         const kernels::Tokens& kt, int64_t tk, const kernels::Mask& mask, float* dq,
                         float* dk, float* dv) {
-  const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_};
+  const cpu::AttnDims dims{tq, tk, hq_, hkv_, d_, chunk_hkv_};
   ensure(work_, cpu::attention_backward_workspace_floats(dims, threads_));
   cpu::attention_block_backward(q, k, v, dout, lse, dvec, qt, kt, mask, static_cast<float>(scale_),
                                 dims, threads_, work_, dq, dk, dv);

@@ -17,7 +17,9 @@ namespace longseq::attention {
 
 class BlockOps {
  public:
-  BlockOps(int64_t hq, int64_t hkv, int64_t d, double scale, int threads);
+  /// chunk_hkv: the kv heads the backward's dq chunking is sized for (AttnDims::chunk_hkv; 0:
+  /// hkv), so a head group computes the bits its heads get in a call over all heads.
+  BlockOps(int64_t hq, int64_t hkv, int64_t d, double scale, int threads, int64_t chunk_hkv = 0);
 
   /// Attention of tq queries against tk keys; the partial (O', LSE') is merged into the running
   /// (o_acc [tq, Hq, D], lse_acc [tq, Hq]) with LSE weights.
@@ -38,7 +40,7 @@ class BlockOps {
   void compute_d(const float* o, const T* dout, int64_t l, float* dvec);
 
  private:
-  int64_t hq_, hkv_, d_;
+  int64_t hq_, hkv_, d_, chunk_hkv_;
   double scale_;
   int threads_;
   std::vector<float> o_part_, lse_part_, work_;

@@ -230,8 +230,8 @@ struct Plan {
   std::shared_ptr<const RankSchedule> rs;
 };
 
-Plan plan_for(const AttentionSpec& spec, const Layout& layout, const comm::Group& group,
-              Pass pass) {
+Plan plan_for(const AttentionSpec& spec, const Layout& layout, const comm::Group& group, Pass pass,
+              HeadCounts heads) {
   static Cache<Tables> tables;
   static Cache<RankSchedule> schedules;
   const MaskSpec& mask = *spec.mask;
@@ -243,10 +243,11 @@ Plan plan_for(const AttentionSpec& spec, const Layout& layout, const comm::Group
   const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   std::string nodes;
   for (int r = 0; r < topo.size(); ++r) nodes += core::cat(topo.node(r), ",");
+  if (!spec.head_groups) heads = {};
   const std::string sk = core::cat(tk, "|", spec.algo.name(), "|", nodes, "|", group.rank(), "|",
-                                   static_cast<int>(pass));
+                                   static_cast<int>(pass), "|", heads.q, ":", heads.kv);
   p.rs = schedules.get(sk, [&] {
-    return make_schedule(group.rank(), topo, layout, p.tables->pairs, spec.algo, pass);
+    return make_schedule(group.rank(), topo, layout, p.tables->pairs, spec.algo, pass, heads);
   });
   check_schedule(*p.rs);
   return p;
@@ -392,7 +393,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
   const kernels::Mask kmask = spec.mask->kernel_mask();
-  const Plan plan = plan_for(spec, layout, group, pass);
+  const Plan plan = plan_for(spec, layout, group, pass, {dm.hq, dm.hkv});
   const RankSchedule& rs = *plan.rs;
   const TokenTable& tokens = plan.tables->tokens;
   const bool bq = bundle_is_query(spec.algo, pass);
@@ -443,16 +444,84 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
     run_collectives(rs.pre, rs, dm, st, group, spec.threads);
   }
+  // Ulysses head groups (schedule.hpp): every group's sides, [n*L rows, the group's heads] per
+  // field; the home rows of every (group, member) head slice packed for the to_heads sends; the
+  // from_heads receives. The pack and the copy of our own slices are local work (compute).
+  const int groups = rs.head_groups;
+  const int64_t hq_g = hq_s / groups, hkv_g = hkv_s / groups;
+  std::vector<std::array<std::byte*, kFields>> gside(groups);
+  std::array<std::byte*, kFields> packed{}, back{};
+  std::array<bool, kFields> to_f{}, from_f{};
+  const int n_u = rs.head_slices, me_u = rs.head_slice;
+  const HeadSplit hsplit(dm.hq, dm.hkv, n_u);
+  auto g_width = [&](Field f) { return field_width(f, hq_g, hkv_g, d); };
+  // First element of member j's heads of group g in a home row of field f.
+  auto g_begin = [&](Field f, int j, int g) {
+    const int64_t unit = f == Field::lse || f == Field::dvec ? 1 : d;
+    return (kv_field(f) ? hsplit.kv_begin(j) + g * hkv_g : hsplit.q_begin(j) + g * hq_g) * unit;
+  };
+  if (groups > 1) {
+    LONGSEQ_CHECK(rs.pre.empty() && rs.post.empty() && hq_s % groups == 0 && hkv_s % groups == 0 &&
+                  hsplit.kv_per == hkv_s && !hsplit.replicated);
+    for (const HeadBlock& b : rs.head_blocks)
+      (b.op == Collective::Op::to_heads ? to_f : from_f)[static_cast<size_t>(b.field)] = true;
+    core::ScopedTimer t(compute_s);
+    for (size_t fi = 0; fi < kFields; ++fi) {
+      if (!to_f[fi]) continue;
+      const Field f = static_cast<Field>(fi);
+      const int64_t eb = field_bytes(f, dm), wh = field_width(f, dm.hq, dm.hkv, d);
+      const int64_t blk = l * g_width(f) * eb;
+      packed[fi] = st.make(groups * n_u * blk);
+      for (int g = 0; g < groups; ++g) {
+        for (int j = 0; j < n_u; ++j)
+          for (int64_t t = 0; t < l; ++t)
+            std::memcpy(packed[fi] + (g * n_u + j) * blk + t * g_width(f) * eb,
+                        st.home_of(f) + (t * wh + g_begin(f, j, g)) * eb, g_width(f) * eb);
+        gside[g][fi] = st.make(n_u * blk);
+        std::memcpy(gside[g][fi] + me_u * blk, packed[fi] + (g * n_u + me_u) * blk, blk);
+      }
+    }
+    for (int g = 0; g < groups; ++g) {
+      auto& sd = gside[g];
+      if (fwd) {
+        sd[static_cast<size_t>(Field::o)] = st.make(rows_q * hq_g * d * 4);
+        sd[static_cast<size_t>(Field::lse)] = st.make(rows_q * hq_g * 4);
+        std::fill_n(reinterpret_cast<float*>(sd[static_cast<size_t>(Field::lse)]), rows_q * hq_g,
+                    kNegInf);
+      } else {
+        sd[static_cast<size_t>(Field::dq)] = st.make(rows_q * hq_g * d * 4);
+        sd[static_cast<size_t>(Field::dk)] = st.make(2 * rows_k * hkv_g * d * 4);
+        sd[static_cast<size_t>(Field::dv)] =
+            sd[static_cast<size_t>(Field::dk)] + rows_k * hkv_g * d * 4;
+      }
+    }
+    for (size_t fi = 0; fi < kFields; ++fi)
+      if (from_f[fi]) back[fi] = st.make(groups * n_u * l * g_width(static_cast<Field>(fi)) * 4);
+  }
+  auto head_block = [&](const Xfer& x) {
+    const HeadBlock& b = rs.head_blocks[x.slot];
+    const size_t fi = static_cast<size_t>(b.field);
+    const int64_t bytes = head_block_bytes(rs, b, dm);
+    const int64_t at = b.group * n_u + b.member;
+    std::byte* p = nullptr;
+    if (b.op == Collective::Op::to_heads)
+      p = x.send ? packed[fi] + at * bytes : gside[b.group][fi] + b.member * bytes;
+    else
+      p = x.send ? gside[b.group][fi] + b.member * bytes : back[fi] + at * bytes;
+    LONGSEQ_CHECK(p != nullptr);
+    return std::make_pair(p, static_cast<size_t>(bytes));
+  };
+
   // Output sides: home without collectives, else fresh buffers for this rank's pieces and heads.
-  const bool aliased = rs.pre.empty();
-  if (fwd && !aliased) {
+  const bool aliased = sides_are_home(rs);
+  if (fwd && !aliased && groups == 1) {
     st.side_of(Field::o) = st.make(rows_q * hq_s * d * 4);
     st.side_of(Field::lse) = st.make(rows_q * hq_s * 4);
     std::fill_n(st.s<float>(Field::lse), rows_q * hq_s, kNegInf);
   }
   // Backward: dK, dV side contiguous ([dK | dV] is ring's home gradient); dQ side.
   const int64_t kv_side = rows_k * hkv_s * d;
-  if (!fwd) {
+  if (!fwd && groups == 1) {
     st.side_of(Field::dk) = st.make(2 * kv_side * 4);
     st.side_of(Field::dv) = st.side_of(Field::dk) + kv_side * 4;
     if (!aliased) st.side_of(Field::dq) = st.make(rows_q * hq_s * d * 4);
@@ -517,6 +586,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   float* home_grad = bq ? st.s<float>(Field::dq) : st.s<float>(Field::dk);
 
   BlockOps ops(hq_s, hkv_s, d, scale, spec.threads);
+  // A head group's kernels: the dq chunking of the side's hkv_s heads, for the same bits.
+  BlockOps gops(hq_g, hkv_g, d, scale, spec.threads, hkv_s);
   Transport tr(group, tag_base(pass), stats);
   // Rows past spec.query_rows are not asked for (forward, where the query side is home).
   const int64_t q_rows =
@@ -543,6 +614,9 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
           tr.post(x, dslots[x.slot].bytes(), bl.bytes);
         } else if (x.part == Part::grad) {
           tr.post(x, gslots[x.slot].data(), gel * sizeof(float));
+        } else if (x.part == Part::heads) {
+          const auto [ptr, bytes] = head_block(x);
+          tr.post(x, ptr, bytes);
         } else {
           const auto [ptr, bytes] = side_block(x);
           tr.post(x, ptr, bytes);
@@ -551,6 +625,38 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     if (wi >= rs.work.size() || rs.work[wi].step != s) continue;
     core::ScopedTimer t(compute_s);
     const Work& w = rs.work[wi++];
+    if (w.head_group >= 0) {  // one head group on its own sides (the own bundle, never sent)
+      const auto& sd = gside[w.head_group];
+      auto side = [&](Field f) { return sd[static_cast<size_t>(f)]; };
+      const T* gq = reinterpret_cast<const T*>(side(Field::q));
+      const T* gk = reinterpret_cast<const T*>(side(Field::k));
+      const T* gv = reinterpret_cast<const T*>(side(Field::v));
+      for (const SubPair& p : w.pairs) {
+        const int qr = rs.q_pieces[rs.member][p.qp], kr = rs.kv_pieces[rs.member][p.kp];
+        const Chunk& qc = layout.chunks(qr)[p.qc];
+        const Chunk& kc = layout.chunks(kr)[p.kc];
+        if (fwd && qc.len == 0) continue;  // as the unsplit forward: no rows, no pair
+        const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
+        const int64_t qo = qrow * hq_g * d, ro = qrow * hq_g, ko = krow * hkv_g * d;
+        const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
+        const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
+        if (fwd) {
+          gops.forward_merge(gq + qo, qt, qc.len, gk + ko, gv + ko, kt, kc.len, kmask,
+                             reinterpret_cast<float*>(side(Field::o)) + qo,
+                             reinterpret_cast<float*>(side(Field::lse)) + ro);
+        } else {
+          gops.backward(gq + qo, gk + ko, gv + ko,
+                        reinterpret_cast<const T*>(side(Field::dout)) + qo,
+                        reinterpret_cast<const float*>(side(Field::lse)) + ro,
+                        reinterpret_cast<const float*>(side(Field::dvec)) + ro, qt, qc.len, kt,
+                        kc.len, kmask, reinterpret_cast<float*>(side(Field::dq)) + qo,
+                        reinterpret_cast<float*>(side(Field::dk)) + ko,
+                        reinterpret_cast<float*>(side(Field::dv)) + ko);
+        }
+        if (stats) ++stats->pairs;
+      }
+      continue;
+    }
     float* gout = w.grad_slot < 0 ? home_grad : gslots[w.grad_slot].data();
     if (w.grad_slot >= 0 && w.clear_grad) std::fill(gout, gout + gel, 0.0f);
     DataSlot& b = dslots[w.slot];
@@ -593,6 +699,23 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     st.side_of(Field::dv) = grads_back + kv_side * 4;
   }
   if (stats) stats->steps += rs.num_steps;
+  if (groups > 1) {  // from_heads: every group's outputs home, as the all-to-all's unpack does
+    core::ScopedTimer t(compute_s);
+    for (size_t fi = 0; fi < kFields; ++fi) {
+      if (!from_f[fi]) continue;
+      const Field f = static_cast<Field>(fi);
+      const int64_t wh = field_width(f, dm.hq, dm.hkv, d), ws = g_width(f);
+      float* home = st.h<float>(f);
+      std::fill(home, home + l * wh, 0.f);
+      for (int i = 0; i < n_u; ++i)
+        for (int g = 0; g < groups; ++g) {
+          const float* in = reinterpret_cast<const float*>(
+              i == me_u ? gside[g][fi] + i * l * ws * 4 : back[fi] + (g * n_u + i) * l * ws * 4);
+          for (int64_t t = 0; t < l; ++t)
+            for (int64_t e = 0; e < ws; ++e) home[t * wh + g_begin(f, i, g) + e] += in[t * ws + e];
+        }
+    }
+  }
   {
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
     run_collectives(rs.post, rs, dm, st, group, spec.threads);
@@ -619,7 +742,7 @@ void check_shapes(View<const float> q, View<const float> k, View<const float> v,
 
 void prepare(const AttentionSpec& spec, const Layout& layout, comm::Group& group) {
   for (Pass pass : {Pass::forward, Pass::backward}) {
-    const Plan plan = plan_for(spec, layout, group, pass);
+    const Plan plan = plan_for(spec, layout, group, pass, {});
     for (const auto* list : {&plan.rs->pre, &plan.rs->post})
       for (const Collective& c : *list)
         if (!c.members.empty()) sub_group(c, group);

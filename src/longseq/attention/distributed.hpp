@@ -48,6 +48,10 @@ struct AttentionSpec {
   /// under every layout, so a prefix is the rank's earliest tokens: sequence-level selective
   /// checkpointing recomputes exactly those (model/transformer.hpp).
   int64_t query_rows = -1;
+  /// Ulysses over the whole group: run the all-to-alls as head-group transfers that overlap the
+  /// compute of the previous group (schedule.hpp, "Ulysses head groups"). false: one blocking
+  /// all-to-all before and after the compute. The outputs are bit-identical either way.
+  bool head_groups = true;
 };
 
 /// Per-rank timings of one pass, for stats.json and the trainer's metrics.

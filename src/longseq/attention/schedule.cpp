@@ -744,10 +744,74 @@ void stage_side(RankSchedule& rs, const StarTrailConfig& cfg, const Layout& layo
   }
 }
 
+// Ulysses over the whole world with head groups (schedule.hpp): the pre / post all-to-alls of
+// `rs` become Part::heads transfers, group by group, and its one work one work per group.
+//
+// Why only where the ring has one member: with a ring across Ulysses groups (USP), a group's
+// compute is the whole ring, so overlapping the next group's all-to-all would run the ring once
+// per head group (G times its messages); that is not done here.
+void split_heads(RankSchedule& rs, HeadCounts heads) {
+  if (rs.ring.size() != 1 || rs.head_slices <= 1 || heads.q <= 0 || rs.pre.size() != 1 ||
+      rs.post.size() != 1)
+    return;
+  const HeadSplit hs(heads.q, heads.kv, rs.head_slices);
+  if (hs.replicated) return;  // one kv head per side: nothing to split along kv heads
+  const int g_count = head_groups_for(hs.kv_per);
+  if (g_count <= 1) return;
+  const Collective in = std::move(rs.pre.front()), out = std::move(rs.post.front());
+  rs.pre.clear();
+  rs.post.clear();
+  LONGSEQ_CHECK_MSG(rs.xfers.empty() && rs.accumulates.empty() && rs.work.size() <= 1 &&
+                        (rs.work.empty() || rs.work.front().step == 0),
+                    "rank ", rs.rank, ": a one-member ring has only its own step 0");
+  LONGSEQ_CHECK(in.op == Collective::Op::to_heads && out.op == Collective::Op::from_heads);
+  rs.head_groups = g_count;
+  const int me = rs.head_slice;
+  LONGSEQ_CHECK(in.members.at(me) == rs.rank);
+  const int final_step = g_count + 2;
+  rs.num_steps = final_step + 1;
+  // The unsplit work read the own bundle from the sides; the group works read the group sides.
+  rs.own_slot = -1;
+  rs.data_slots = 0;
+  std::vector<Work> works;
+  for (const Work& w : rs.work)
+    for (int g = 0; g < g_count; ++g) {
+      Work x = w;
+      x.step = 1 + g;
+      x.slot = -1;
+      x.head_group = g;
+      works.push_back(std::move(x));
+    }
+  rs.work = std::move(works);
+  const int base = 2 * static_cast<int>(rs.ring.size()) + 4 * rs.side_units;
+  auto add = [&](const Collective& c, int dir, int g, int post, int recv_wait) {
+    for (const Field f : c.fields)
+      for (int j = 0; j < static_cast<int>(c.members.size()); ++j) {
+        if (j == me) continue;  // our own slice is copied, not sent
+        rs.head_blocks.push_back({c.op, f, g, j});
+        const int slot = static_cast<int>(rs.head_blocks.size()) - 1;
+        const int tag = base + (dir * g_count + g) * kFieldCount + static_cast<int>(f);
+        rs.xfers.push_back({false, c.members[j], -1, Part::heads, slot, post, recv_wait, tag});
+        rs.xfers.push_back({true, c.members[j], -1, Part::heads, slot, post, final_step, tag});
+      }
+  };
+  // In a step's list order: the blocks the next compute needs before the outputs of the last.
+  for (int s = 0; s <= g_count + 1; ++s) {
+    if (s < g_count) add(in, 0, s, s, s + 1);
+    if (s >= 2) add(out, 1, s - 2, s, final_step);
+  }
+}
+
 }  // namespace
 
+int head_groups_for(int64_t side_kv) {
+  for (int64_t g = std::min<int64_t>(kMaxHeadGroups, side_kv); g > 1; --g)
+    if (side_kv % g == 0) return static_cast<int>(g);
+  return 1;
+}
+
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
-                           const PairTable& pairs, Algorithm algo, Pass pass) {
+                           const PairTable& pairs, Algorithm algo, Pass pass, HeadCounts heads) {
   RankSchedule rs;
   RingSetup su = setup_schedule(rs, rank, topo, layout, algo, pass);
   const bool bq = bundle_is_query(algo, pass);
@@ -756,11 +820,13 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   if (algo.family == Algorithm::Family::startrail && algo.team > 1)
     stage_side(rs, StarTrailConfig(topo.size(), algo.team, algo.placement), layout, pairs,
                pass == Pass::backward);
+  split_heads(rs, heads);
   return rs;
 }
 
 std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layout& layout,
-                                         const PairTable& pairs, Algorithm algo, Pass pass) {
+                                         const PairTable& pairs, Algorithm algo, Pass pass,
+                                         HeadCounts heads) {
   const int world = topo.size();
   const bool bq = bundle_is_query(algo, pass);
   std::vector<RankSchedule> out(world);
@@ -790,6 +856,7 @@ std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layou
     const StarTrailConfig cfg(world, algo.team, algo.placement);
     for (int r = 0; r < world; ++r) stage_side(out[r], cfg, layout, pairs, pass == Pass::backward);
   }
+  for (RankSchedule& rs : out) split_heads(rs, heads);
   return out;
 }
 
@@ -843,6 +910,12 @@ int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, con
   return 2 * dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * side_hkv(rs, dm) * dm.d;
 }
 
+int64_t head_block_bytes(const RankSchedule& rs, const HeadBlock& b, const Dims& dm) {
+  const int64_t g = rs.head_groups;
+  return dm.l * field_width(b.field, side_hq(rs, dm) / g, side_hkv(rs, dm) / g, dm.d) *
+         field_bytes(b.field, dm);
+}
+
 PassBytes schedule_bytes(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
   PassBytes b;
   const int64_t hq = side_hq(rs, dm), hkv = side_hkv(rs, dm);
@@ -867,7 +940,9 @@ PassBytes schedule_bytes(const RankSchedule& rs, const Algorithm& algo, Pass pas
   const int64_t grad = grad_elems(rs, algo, pass, dm) * 4;
   for (const Xfer& x : rs.xfers) {
     if (!x.send || x.peer == rs.rank) continue;
-    if (x.part == Part::side) {
+    if (x.part == Part::heads) {
+      b.collective += head_block_bytes(rs, rs.head_blocks[x.slot], dm);
+    } else if (x.part == Part::side) {
       const SideBlock& sb = rs.side_blocks[x.slot];
       b.p2p += sb.rows * field_width(sb.field, hq, hkv, dm.d) * field_bytes(sb.field, dm);
     } else {

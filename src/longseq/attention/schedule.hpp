@@ -48,11 +48,27 @@
 // the other posts from it, so a tagless transport (NCCL) matches them by order alone
 // (tests/attention/pair_order_test.cpp).
 //
+// Ulysses head groups (issue 31, item 4). Where the whole world is one Ulysses group (the ring
+// has one member) and the caller names the heads (HeadCounts), the all-to-alls are not blocking
+// `pre` / `post` steps but Part::heads transfers of the ring loop, per head group: the side's kv
+// heads split into G = head_groups groups of whole kv heads (each with its query heads), and
+// group g's blocks travel while group g-1 computes:
+//  * step 0 posts group 0's to_heads blocks (home rows of the peer's head slice -> our side);
+//  * step 1 + g waits for group g's blocks, posts group g+1's, posts group g-1's from_heads blocks
+//    (its outputs are final: its one work ran at step g), and computes group g's work (the same
+//    chunk pairs as the unsplit work, on the group's heads);
+//  * step G + 1 posts group G-1's from_heads blocks; every send and every from_heads receive is
+//    waited at the final step G + 2, after which the executor writes the outputs home.
+// Every block is one field of one (group, peer) pair and the messages are those of the
+// all-to-all, cut by group; the sums are those of the unsplit work, head by head (the kernels'
+// dq chunking is sized for the side's kv heads, not the group's), so outputs are bit-identical.
+//
 // Tags belong to the schedule: ring transfers take tags [0, 2n) (origin * 2 + part, n ring
-// members), side transfers the 4U tags after them (2n + field * U + block); the executor adds a
-// per-pass base. Collectives run on cached sub-groups (comm::Group::split_cached) whose messages
-// never meet user tags. So no two transfers between one pair of ranks share a tag, at any world
-// size.
+// members), side transfers the 4U tags after them (2n + field * U + block), head transfers the
+// 2 G kFieldCount after those (2n + 4U + (direction * G + group) * kFieldCount + field); the
+// executor adds a per-pass base. Collectives run on cached sub-groups (comm::Group::split_cached)
+// whose messages never meet user tags. So no two transfers between one pair of ranks share a tag,
+// at any world size.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -136,7 +152,9 @@ struct HeadSplit {
 
 /// data, grad: a bundle's parts. side: a row block of the key side or of its gradient
 /// (RankSchedule::side_blocks), StarTrail's initial transfer and its return.
-enum class Part : uint8_t { data, grad, side };
+/// heads: one field of one head group for one peer, a Ulysses all-to-all block
+/// (RankSchedule::head_blocks).
+enum class Part : uint8_t { data, grad, side, heads };
 
 /// One point-to-point transfer of the ring as seen from one side.
 struct Xfer {
@@ -173,6 +191,8 @@ struct Work {
   std::vector<SubPair> pairs;
   int unit = -1;
   bool clear_grad = true;
+  /// >= 0: only the heads of this head group (RankSchedule::head_groups); -1: all side heads.
+  int head_group = -1;
 };
 
 /// At `step` (after waits), add grad slot `from` into grad slot `into` (-1: into our own gradient).
@@ -185,6 +205,7 @@ struct Accumulate {
 /// The tensors collective steps move. q, k, v, dout are in the compute type (bf16 under precision
 /// bf16); dvec (= rowsum(dO * O)), lse, o and the gradients are fp32.
 enum class Field : uint8_t { q, k, v, dout, dvec, lse, o, dq, dk, dv };
+inline constexpr int kFieldCount = 10;
 
 /// One collective step over a sub-group of ranks (`members`, world ranks in group order; the
 /// sub-group is the split named `partition`).
@@ -265,6 +286,32 @@ struct SideBlock {
 /// chunks per rank; blocks end at chunk boundaries, so every chunk pair reads one block).
 inline constexpr int kSideSplit = 2;
 
+/// One Part::heads transfer's block: field `field` of head group `group`, exchanged with member
+/// `member` of the Ulysses group (the peer). to_heads (a query or key field): the sender's home
+/// rows for the member's head slice, group g; the receiver's side rows [member * L, + L) of group
+/// g. from_heads (an output): the sender's side rows [member * L, + L) of group g; the receiver's
+/// home rows for the member's head slice, group g.
+struct HeadBlock {
+  Collective::Op op = Collective::Op::to_heads;
+  Field field = Field::q;
+  int group = 0;
+  int member = 0;
+};
+
+/// Head groups at most (more groups: more, smaller messages; 4 already leaves only a quarter of
+/// the to_heads transfer, and of the from_heads one, outside compute).
+inline constexpr int kMaxHeadGroups = 4;
+
+/// Heads of the attention: the schedule splits Ulysses' all-to-alls by head group when it knows
+/// them (q = kv = 0: unknown, no head groups).
+struct HeadCounts {
+  int64_t q = 0, kv = 0;
+};
+
+/// Head groups of a Ulysses side with `side_kv` kv heads (not replicated): the largest divisor
+/// of side_kv that is at most kMaxHeadGroups (1: the all-to-alls stay blocking steps).
+int head_groups_for(int64_t side_kv);
+
 /// Everything one rank does in one pass.
 struct RankSchedule {
   int rank = 0;
@@ -285,18 +332,29 @@ struct RankSchedule {
   /// Part::side transfers' blocks (Xfer::slot indexes them); empty without a side transfer.
   std::vector<SideBlock> side_blocks;
   int side_units = 0;  ///< key-side blocks the staged steps use (pieces x split); 0: no staging
+  /// Ulysses head groups (see above); > 1: the all-to-alls are the Part::heads transfers, whose
+  /// Xfer::slot indexes head_blocks, and pre / post are empty.
+  int head_groups = 1;
+  std::vector<HeadBlock> head_blocks;
 };
+
+/// Whether the sides of `rs` are its home tensors (no collective steps, no head groups).
+inline bool sides_are_home(const RankSchedule& rs) {
+  return rs.pre.empty() && rs.head_groups == 1;
+}
 
 /// The plan of `rank`. Pure: the same arguments give the same schedule on every rank.
 RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& layout,
-                           const PairTable& pairs, Algorithm algo, Pass pass);
+                           const PairTable& pairs, Algorithm algo, Pass pass,
+                           HeadCounts heads = {});
 
 /// The plans of every rank of `topo`: element r equals make_schedule(r, ...). One ring's route
 /// trees are built once for all its members, so the whole world costs about one rank's
 /// make_schedule plus the plans' own size (P calls would cost P times that: the planner replays
 /// all ranks).
 std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layout& layout,
-                                         const PairTable& pairs, Algorithm algo, Pass pass);
+                                         const PairTable& pairs, Algorithm algo, Pass pass,
+                                         HeadCounts heads = {});
 
 /// Which side of a (q, kv) pair the bundle is, for `algo` and `pass` (StarTrail's backward is
 /// always burst-style).
@@ -328,8 +386,12 @@ int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, con
 int64_t side_hq(const RankSchedule& rs, const Dims& dm);
 int64_t side_hkv(const RankSchedule& rs, const Dims& dm);
 
+/// Bytes of a Part::heads block (L rows of the group's heads of its field).
+int64_t head_block_bytes(const RankSchedule& rs, const HeadBlock& b, const Dims& dm);
+
 /// Bytes one rank sends in one pass by its schedule (what comm's counters see; self-transfers
-/// count zero): sub-group collectives, and point-to-point (ring and side transfers).
+/// count zero): sub-group collectives (Part::heads transfers included: they are the all-to-alls,
+/// cut by head group), and point-to-point (ring and side transfers).
 struct PassBytes {
   int64_t collective = 0, p2p = 0;
   int64_t total() const { return collective + p2p; }

@@ -279,7 +279,8 @@ ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass 
   if (sized.route == Route::double_ring) sized.inner = inner_ring(algo, prob);
   const comm::Topology topo = attention::schedule_topology(sized, comm::Topology(world));
   const PairTable& pairs = pair_table(layout, prob.mask);
-  return {topo, layout, attention::make_schedules(topo, layout, pairs, algo, pass)};
+  return {topo, layout,
+          attention::make_schedules(topo, layout, pairs, algo, pass, {prob.hq, prob.hkv})};
 }
 
 namespace {
@@ -404,6 +405,13 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
 
   ReplayModel m;
   m.bytes = [&](int rank, const attention::Xfer& x) {
+    if (x.part == attention::Part::heads) {  // L rows of the group's heads of one field
+      const RankSchedule& rs = set.ranks[rank];
+      const attention::HeadBlock& b = rs.head_blocks[x.slot];
+      return static_cast<double>(l * attention::field_width(b.field, hq_s / rs.head_groups,
+                                                            hkv_s / rs.head_groups, p.d)) *
+             e;
+    }
     if (x.part == attention::Part::side) {
       const attention::SideBlock& b = set.ranks[rank].side_blocks[x.slot];
       return static_cast<double>(b.rows * attention::field_width(b.field, hq_s, hkv_s, p.d)) * e;
@@ -483,6 +491,17 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   m.inter = hw.inter;
   m.wait_copy = hw.wait_copy;
   m.spans = keep;
+  // A head-group work computes its pairs on 1/G of the side's heads.
+  if (r0.head_groups > 1) {
+    auto per_group = [&set](std::function<double(int, const attention::Work&)> f) {
+      return [f, &set](int rank, const attention::Work& w) {
+        const double v = f(rank, w);
+        return w.head_group >= 0 ? v / set.ranks[rank].head_groups : v;
+      };
+    };
+    m.flops = per_group(m.flops);
+    if (m.cost_flops) m.cost_flops = per_group(m.cost_flops);
+  }
   Timeline tl = replay(set.ranks, m);
 
   PassCost c;
@@ -505,11 +524,15 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   if (buffer_bytes) {
     // Slots, plus the sides a schedule with collective steps holds beside the home tensors.
     const double sides =
-        r0.pre.empty() ? 0.0
-                       : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
+        attention::sides_are_home(r0)
+            ? 0.0
+            : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
     double b = 0;
     for (const RankSchedule& rs : set.ranks)
-      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides);
+      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides +
+                          // Head groups: the packed K,V slices the blocks leave from, the size of
+                          // the one data slot the blocking schedule holds instead.
+                          (rs.head_groups > 1 ? data_b : 0.0));
     *buffer_bytes = b;
   }
   if (keep) c.timeline = std::move(tl);
@@ -536,7 +559,7 @@ AttentionCost cost_forward(const Algorithm& a, const AttnProblem& p, const Hardw
     // The executor limits the query rows only where the query side is the rank's own tokens (no
     // collective steps); elsewhere the recomputation is the whole forward, whose replay (the same
     // schedules, no query limit) is c.forward's: taken from it instead of replayed again.
-    const bool own_rows = r0.pre.empty();
+    const bool own_rows = attention::sides_are_home(r0);
     if (own_rows) {
       c.partial_recompute =
           replay_pass(fwd, a, p, Pass::forward, hw,

@@ -109,7 +109,8 @@ void attention_block_forward(const bf16* q, const bf16* k, const bf16* v, const 
 
 int64_t attention_backward_chunks(const AttnDims& dims) {
   const int64_t nkt = std::max<int64_t>(1, ceil_div(dims.tk, kBackwardTileK));
-  const int64_t want = ceil_div(kBackwardUnits, std::max<int64_t>(dims.hkv, 1));
+  const int64_t heads = dims.chunk_hkv > 0 ? dims.chunk_hkv : dims.hkv;
+  const int64_t want = ceil_div(kBackwardUnits, std::max<int64_t>(heads, 1));
   return std::clamp<int64_t>(want, 1, nkt);
 }
 

@@ -112,7 +112,7 @@ void attention_delta(const core::bf16* dout, const float* o, int64_t t, int64_t 
 /// place), and the buffers are added to dq in order c = 0..C-1 at the end: a fixed summation
 /// order whatever the thread count.
 /// Worked example: Hkv = 8 gives C = 1 (8 independent heads, one buffer); Hkv = 2 gives C = 4
-/// (8 units, 4 buffers); Hkv = 1 (MQA) gives C = 8.
+/// (8 units, 4 buffers); Hkv = 1 (MQA) gives C = 8. dims.chunk_hkv > 0 stands for Hkv here.
 int64_t attention_backward_chunks(const AttnDims& dims);
 
 /// Floats of workspace attention_block_backward needs for `dims` on `threads` threads.

@@ -17,6 +17,10 @@ namespace longseq::kernels::ref {
 
 struct AttnDims {
   int64_t tq = 0, tk = 0, hq = 0, hkv = 0, d = 0;
+  /// The CPU backward's dq chunking (attention_backward_chunks) is sized for this many kv heads
+  /// (0: hkv). A caller that runs the heads of one call in several calls of fewer heads names the
+  /// whole count, so the chunks, and with them the bits of dq, stay those of the one call.
+  int64_t chunk_hkv = 0;
 };
 
 /// o = softmax(scale * q k^T + mask) v per head; lse = natural-log logsumexp of the masked scaled
