@@ -39,6 +39,8 @@ int64_t xfer_bytes(const RankSchedule& rs, const Xfer& x, const Algorithm& algo,
                    const Dims& dm) {
   if (x.part == Part::data) return static_cast<int64_t>(data_layout(rs, algo, pass, dm).bytes);
   if (x.part == Part::grad) return grad_elems(rs, algo, pass, dm) * 4;
+  if (x.part == Part::heads)
+    return head_block_bytes(rs, rs.head_blocks[static_cast<size_t>(x.slot)], dm);
   const SideBlock& b = rs.side_blocks[static_cast<size_t>(x.slot)];
   return b.rows * field_width(b.field, side_hq(rs, dm), side_hkv(rs, dm), dm.d) *
          field_bytes(b.field, dm);
@@ -233,21 +235,25 @@ TEST(PairOrder, EveryScheduleNeedsNoTags) {
               }
               const auto topo = schedule_topology(algo, group);
               const Dims dm{layout.local_len(), hq, hkv, 3, 2};
-              for (Pass pass : {Pass::forward, Pass::backward}) {
-                const auto all = make_schedules(topo, layout, pairs, algo, pass);
-                const std::string what = a + " " + std::string(balance_name(b)) + " " + mk +
-                                         " world " + std::to_string(world) + " nodes " +
-                                         std::to_string(nodes) + " H " + std::to_string(hq) + "/" +
-                                         std::to_string(hkv) +
-                                         (pass == Pass::forward ? " fwd" : " bwd");
-                const PairStreams ps = posting_order(all, algo, pass, dm);
-                const auto bad = broken_pairs(ps);
-                ASSERT_TRUE(bad.empty()) << what << ": " << bad.front();
-                const auto bad_c = broken_collectives(all, dm);
-                ASSERT_TRUE(bad_c.empty()) << what << ": collectives of " << bad_c.front();
-                for (const auto& [k, v] : ps.sent) messages += static_cast<int>(v.size());
-                ++cases;
-              }
+              // Without the head counts and with them: Ulysses' all-to-alls as collective
+              // steps, and as the head groups' point-to-point blocks (schedule.hpp).
+              for (const bool named : {false, true})
+                for (Pass pass : {Pass::forward, Pass::backward}) {
+                  const HeadCounts heads = named ? HeadCounts{hq, hkv} : HeadCounts{};
+                  const auto all = make_schedules(topo, layout, pairs, algo, pass, heads);
+                  const std::string what =
+                      a + (named ? " heads named " : " ") + std::string(balance_name(b)) + " " +
+                      mk + " world " + std::to_string(world) + " nodes " + std::to_string(nodes) +
+                      " H " + std::to_string(hq) + "/" + std::to_string(hkv) +
+                      (pass == Pass::forward ? " fwd" : " bwd");
+                  const PairStreams ps = posting_order(all, algo, pass, dm);
+                  const auto bad = broken_pairs(ps);
+                  ASSERT_TRUE(bad.empty()) << what << ": " << bad.front();
+                  const auto bad_c = broken_collectives(all, dm);
+                  ASSERT_TRUE(bad_c.empty()) << what << ": collectives of " << bad_c.front();
+                  for (const auto& [k, v] : ps.sent) messages += static_cast<int>(v.size());
+                  ++cases;
+                }
             }
           }
         }
