@@ -35,19 +35,21 @@ void DeviceReplica::zero_grads() {
   core::zero_bytes(grads_.device(), grads_.data(), grads_.bytes());
 }
 
-std::vector<float> DeviceReplica::download(int unit, int which) const {
-  LONGSEQ_CHECK(which == 0 || which == 1);
+void DeviceReplica::unit_to_host(const float* base, int unit, float* out) const {
   const auto n = static_cast<size_t>(layout_.units().at(static_cast<size_t>(unit)).size);
-  std::vector<float> out(n);
-  const float* src = (which == 0 ? params_.data() : grads_.data()) + offset(unit);
-  core::copy_bytes(out.data(), core::Device::cpu(), src, device(), n * sizeof(float));
-  return out;
+  core::copy_bytes(out, core::Device::cpu(), base + offset(unit), device(), n * sizeof(float));
 }
 
-void DeviceReplica::upload(int unit, const float* values) {
+void DeviceReplica::unit_from_host(float* base, int unit, const float* in) const {
   const auto n = static_cast<size_t>(layout_.units().at(static_cast<size_t>(unit)).size);
-  core::copy_bytes(params_.data() + offset(unit), device(), values, core::Device::cpu(),
-                   n * sizeof(float));
+  core::copy_bytes(base + offset(unit), device(), in, core::Device::cpu(), n * sizeof(float));
+}
+
+std::vector<float> DeviceReplica::download(int unit, int which) const {
+  LONGSEQ_CHECK(which == 0 || which == 1);
+  std::vector<float> out(static_cast<size_t>(layout_.units().at(static_cast<size_t>(unit)).size));
+  unit_to_host(which == 0 ? params_.data() : grads_.data(), unit, out.data());
+  return out;
 }
 
 }  // namespace longseq::model

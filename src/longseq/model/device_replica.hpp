@@ -38,11 +38,15 @@ class DeviceReplica final : public ParamSource {
 
   /// Zeroes every gradient (blocking).
   void zero_grads();
-  /// Unit `unit` of the parameters (which 0) or gradients (1), layout().units()[unit].size floats,
-  /// copied to the host. Blocking.
+  /// Unit `unit` (layout().units()[unit].size floats at offset(unit)) of a buffer on device()
+  /// laid out like params(): copied to `out` on the host, or set from `in` on the host. Blocking.
+  /// For the parameters, the gradients and whatever else is kept per parameter (AdamW's moments).
+  void unit_to_host(const float* base, int unit, float* out) const;
+  void unit_from_host(float* base, int unit, const float* in) const;
+  /// Unit `unit` of the parameters (which 0) or gradients (1), on the host.
   std::vector<float> download(int unit, int which) const;
-  /// Sets unit `unit`'s parameters from the host (at least its size floats). Blocking.
-  void upload(int unit, const float* values);
+  /// Sets unit `unit`'s parameters from the host (at least its size floats).
+  void upload(int unit, const float* values) { unit_from_host(params_.data(), unit, values); }
 
   // ParamSource
   const float* acquire(int unit) override { return params_.data() + offset(unit); }

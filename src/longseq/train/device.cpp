@@ -26,51 +26,46 @@ namespace {
 }  // namespace
 #endif
 
-DeviceOptimizer::DeviceOptimizer(const model::DeviceReplica& replica,
-                                 const std::vector<uint8_t>& decay)
-    : layout_(&replica.layout()), device_(replica.device()) {
+DeviceOptimizer::DeviceOptimizer(model::DeviceReplica& replica, const std::vector<uint8_t>& decay)
+    : replica_(&replica) {
+  const core::Device device = replica.device();
   LONGSEQ_CHECK(static_cast<int64_t>(decay.size()) == replica.total());
 #if !defined(LONGSEQ_WITH_CUDA)
-  if (!device_.is_cpu()) no_cuda(device_);
+  if (!device.is_cpu()) no_cuda(device);
 #endif
-  for (int u = 0; u < layout_->num_units(); ++u) offset_.push_back(replica.offset(u));
   const auto n = static_cast<size_t>(replica.total());
-  m_ = core::Buffer<float>(n, device_, "exp_avg");
-  v_ = core::Buffer<float>(n, device_, "exp_avg_sq");
-  decay_ = core::Buffer<uint8_t>(n, device_, core::Uninit{}, "weight decay mask");
-  core::copy_bytes(decay_.data(), device_, decay.data(), core::Device::cpu(), n);
+  m_ = core::Buffer<float>(n, device, "exp_avg");
+  v_ = core::Buffer<float>(n, device, "exp_avg_sq");
+  decay_ = core::Buffer<uint8_t>(n, device, core::Uninit{}, "weight decay mask");
+  core::copy_bytes(decay_.data(), device, decay.data(), core::Device::cpu(), n);
 }
 
-double DeviceOptimizer::grad_norm(const model::DeviceReplica& r) const {
-  if (device_.is_cpu()) {
-    // global_grad_norm's loop (its all-reduce is the identity at world 1); the replica's gaps
-    // are zeros, which leave the sum's bits alone.
-    const float* g = r.grads();
-    double ss = 0.0;
-    for (int64_t i = 0; i < r.total(); ++i) ss += static_cast<double>(g[i]) * g[i];
-    return std::sqrt(ss);
-  }
+double DeviceOptimizer::grad_norm() const {
+  const model::DeviceReplica& r = *replica_;
+  // On a CPU, global_grad_norm's sum (its all-reduce is the identity at world 1); the replica's
+  // gaps are zeros, which leave the sum's bits alone.
+  if (r.device().is_cpu()) return std::sqrt(sum_squares(r.grads(), r.total()));
 #if defined(LONGSEQ_WITH_CUDA)
   return std::sqrt(
-      kernels::cuda::sum_squares(r.grads(), r.total(), core::Exec::gpu(device_, nullptr)));
+      kernels::cuda::sum_squares(r.grads(), r.total(), core::Exec::gpu(r.device(), nullptr)));
 #else
-  no_cuda(device_);
+  no_cuda(r.device());
 #endif
 }
 
-void DeviceOptimizer::step(model::DeviceReplica& r, double norm, const AdamWConfig& c, double lr,
-                           int64_t step) {
+void DeviceOptimizer::step(double norm, const AdamWConfig& c, double lr, int64_t step) {
+  model::DeviceReplica& r = *replica_;
   const int64_t n = r.total();
-  if (device_.is_cpu()) {
+  if (r.device().is_cpu()) {
     clip_gradients(r.grads(), n, norm, c.grad_clip);
     adamw_step(r.params(), r.grads(), m_.data(), v_.data(), decay_.data(), n, c, lr, step);
     return;
   }
 #if defined(LONGSEQ_WITH_CUDA)
-  const core::Exec exec = core::Exec::gpu(device_, nullptr);
-  // clip_gradients' factor, computed on the host exactly as there.
-  if (c.grad_clip > 0 && norm > c.grad_clip)
-    kernels::cuda::scale(r.grads(), n, static_cast<float>(c.grad_clip / norm), exec);
+  const core::Exec exec = core::Exec::gpu(r.device(), nullptr);
+  // clip_gradients' factor and its fp32 rounding, as on the host.
+  const double f = clip_factor(norm, c.grad_clip);
+  if (f != 1.0) kernels::cuda::scale(r.grads(), n, static_cast<float>(f), exec);
   kernels::cuda::AdamWStep s;
   s.lr = lr;
   s.beta1 = c.beta1;
@@ -80,24 +75,26 @@ void DeviceOptimizer::step(model::DeviceReplica& r, double norm, const AdamWConf
   s.step = step;
   kernels::cuda::adamw_step(r.params(), r.grads(), m_.data(), v_.data(), decay_.data(), n, s, exec);
 #else
-  no_cuda(device_);
+  no_cuda(r.device());
 #endif
 }
 
-std::vector<float> DeviceOptimizer::download(int unit, int which) const {
+float* DeviceOptimizer::moment(int which) {
   LONGSEQ_CHECK(which == 1 || which == 2);
-  const auto n = static_cast<size_t>(layout_->units().at(static_cast<size_t>(unit)).size);
-  std::vector<float> out(n);
-  const float* src = (which == 1 ? m_.data() : v_.data()) + offset_.at(static_cast<size_t>(unit));
-  core::copy_bytes(out.data(), core::Device::cpu(), src, device_, n * sizeof(float));
-  return out;
+  return which == 1 ? m_.data() : v_.data();
 }
 
-void DeviceOptimizer::upload(int unit, int which, const float* values) {
+const float* DeviceOptimizer::moment(int which) const {
   LONGSEQ_CHECK(which == 1 || which == 2);
-  const auto n = static_cast<size_t>(layout_->units().at(static_cast<size_t>(unit)).size);
-  float* dst = (which == 1 ? m_.data() : v_.data()) + offset_.at(static_cast<size_t>(unit));
-  core::copy_bytes(dst, device_, values, core::Device::cpu(), n * sizeof(float));
+  return which == 1 ? m_.data() : v_.data();
+}
+
+void DeviceOptimizer::to_host(int unit, int which, float* out) const {
+  replica_->unit_to_host(moment(which), unit, out);
+}
+
+void DeviceOptimizer::from_host(int unit, int which, const float* in) {
+  replica_->unit_from_host(moment(which), unit, in);
 }
 
 bool cuda_built() {

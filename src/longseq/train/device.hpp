@@ -32,22 +32,25 @@ namespace longseq::train {
 /// train/optimizer.hpp, bit for bit: the trainer's own path at world 1).
 class DeviceOptimizer {
  public:
-  /// decay: replica.total() bytes, 1 where weight decay applies (in the replica's layout). Moments
-  /// zero. Throws core::Error naming the device for a GPU in a build without CUDA.
-  DeviceOptimizer(const model::DeviceReplica& replica, const std::vector<uint8_t>& decay);
-  /// ||g||_2 over every gradient of `r` (fp64 sum of squares; on a CPU in element order, as
-  /// global_grad_norm at world 1).
-  double grad_norm(const model::DeviceReplica& r) const;
-  /// Scales r's gradients by min(1, clip / norm) (clip_gradients), then one AdamW step at `lr`.
-  void step(model::DeviceReplica& r, double norm, const AdamWConfig& c, double lr, int64_t step);
+  /// For `replica` (which must outlive it). decay: replica.total() bytes, 1 where weight decay
+  /// applies (in the replica's layout). Moments zero. Throws core::Error naming the device for a
+  /// GPU in a build without CUDA.
+  DeviceOptimizer(model::DeviceReplica& replica, const std::vector<uint8_t>& decay);
+  /// ||g||_2 over every gradient of the replica (fp64 sum of squares; on a CPU train::sum_squares,
+  /// as global_grad_norm at world 1).
+  double grad_norm() const;
+  /// Scales the replica's gradients by clip_factor(norm, c.grad_clip) (clip_gradients), then one
+  /// AdamW step at `lr`.
+  void step(double norm, const AdamWConfig& c, double lr, int64_t step);
   /// Unit `unit` of exp_avg (which 1) or exp_avg_sq (2), to or from the host (the unit's size).
-  std::vector<float> download(int unit, int which) const;
-  void upload(int unit, int which, const float* values);
+  void to_host(int unit, int which, float* out) const;
+  void from_host(int unit, int which, const float* in);
 
  private:
-  const model::ParamLayout* layout_;
-  std::vector<int64_t> offset_;
-  core::Device device_;
+  float* moment(int which);
+  const float* moment(int which) const;
+
+  model::DeviceReplica* replica_;
   core::Buffer<float> m_, v_;
   core::Buffer<uint8_t> decay_;
 };

@@ -26,16 +26,25 @@ double learning_rate(const AdamWConfig& c, int64_t step, int64_t total) {
   return c.min_lr + (c.lr - c.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
 }
 
-double global_grad_norm(const float* g, int64_t n, const comm::Group& group) {
+double sum_squares(const float* g, int64_t n) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(g[i]) * g[i];
+  return ss;
+}
+
+double global_grad_norm(const float* g, int64_t n, const comm::Group& group) {
+  double ss = sum_squares(g, n);
   group.all_reduce(&ss, &ss, 1, core::DType::f64);
   return std::sqrt(ss);
 }
 
+double clip_factor(double norm, double clip) {
+  return clip <= 0 || !(norm > clip) ? 1.0 : clip / norm;
+}
+
 double clip_gradients(float* g, int64_t n, double norm, double clip) {
-  if (clip <= 0 || !(norm > clip)) return 1.0;
-  const double f = clip / norm;
+  const double f = clip_factor(norm, clip);
+  if (f == 1.0) return 1.0;
   const float ff = static_cast<float>(f);
   for (int64_t i = 0; i < n; ++i) g[i] *= ff;
   return f;

@@ -28,11 +28,18 @@ struct AdamWConfig {
 /// Learning rate of step `step` (0-based) of `total` steps.
 double learning_rate(const AdamWConfig& c, int64_t step, int64_t total);
 
-/// Global L2 norm of the gradient whose shards live on the ranks of `group` (fp64 partial sums,
-/// all-reduced; identical on every rank). Collective.
+/// sum of g[i]^2 over n host elements, in fp64, in element order (one rank's part of the norm).
+double sum_squares(const float* g, int64_t n);
+
+/// Global L2 norm of the gradient whose shards live on the ranks of `group` (sum_squares of each
+/// shard, all-reduced; identical on every rank). Collective.
 double global_grad_norm(const float* grad_shard, int64_t n, const comm::Group& group);
 
-/// Scales the shard by min(1, clip / norm) (no-op when clip <= 0 or norm <= clip). Returns the
+/// The factor clipping applies: clip / norm when clip > 0 and norm > clip, else 1 (a NaN norm is
+/// not clipped).
+double clip_factor(double norm, double clip);
+
+/// Scales the shard by clip_factor(norm, clip) (rounded to fp32; no-op when it is 1). Returns the
 /// factor applied.
 double clip_gradients(float* grad_shard, int64_t n, double norm, double clip);
 

@@ -119,7 +119,7 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
     core::OpScope op(core::Op::comm_wait);
     run.world.all_reduce(&loss, &loss, 1, core::DType::f64);
     r.grad_norm = run.optimizer
-                      ? run.optimizer->grad_norm(*run.mirror)
+                      ? run.optimizer->grad_norm()
                       : global_grad_norm(run.state.grads(), run.state.total_shard(), run.world);
   }
   r.loss = loss / static_cast<double>(std::max<int64_t>(count, 1));
@@ -133,16 +133,14 @@ void update(RankRun& run, StepResult& r) {
   core::OpScope op(core::Op::optimizer);
   if (cfg.keep_params && r.step + 1 == run.s.end) {
     if (run.mirror)  // the unclipped gradient, from the device into the shards gather_all reads
-      for (int u = 0; u < run.s.layout.num_units(); ++u) {
-        const std::vector<float> g = run.mirror->download(u, 1);
-        std::copy(g.begin(), g.end(), st.grad_shard(u));
-      }
+      for (int u = 0; u < run.s.layout.num_units(); ++u)
+        run.mirror->unit_to_host(run.mirror->grads(), u, st.grad_shard(u));
     std::vector<float> g = gather_all(run, true);
     if (run.writer) run.final_grads = std::move(g);
   }
   r.lr = learning_rate(cfg.optim, r.step, cfg.steps);
   if (run.optimizer) {
-    run.optimizer->step(*run.mirror, r.grad_norm, cfg.optim, r.lr, r.step);
+    run.optimizer->step(r.grad_norm, cfg.optim, r.lr, r.step);
     return;
   }
   clip_gradients(st.grads(), st.total_shard(), r.grad_norm, cfg.optim.grad_clip);

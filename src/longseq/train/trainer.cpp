@@ -159,20 +159,17 @@ void sync_to_device(RankRun& run) {
   if (!run.mirror) return;
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
     run.mirror->upload(u, run.state.param_shard(u));
-    run.optimizer->upload(u, 1, run.state.m_shard(u));
-    run.optimizer->upload(u, 2, run.state.v_shard(u));
+    run.optimizer->from_host(u, 1, run.state.m_shard(u));
+    run.optimizer->from_host(u, 2, run.state.v_shard(u));
   }
 }
 
 void sync_from_device(RankRun& run) {
   if (!run.mirror) return;
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
-    const std::vector<float> p = run.mirror->download(u, 0);
-    const std::vector<float> m = run.optimizer->download(u, 1);
-    const std::vector<float> v = run.optimizer->download(u, 2);
-    std::copy(p.begin(), p.end(), run.state.param_shard(u));
-    std::copy(m.begin(), m.end(), run.state.m_shard(u));
-    std::copy(v.begin(), v.end(), run.state.v_shard(u));
+    run.mirror->unit_to_host(run.mirror->params(), u, run.state.param_shard(u));
+    run.optimizer->to_host(u, 1, run.state.m_shard(u));
+    run.optimizer->to_host(u, 2, run.state.v_shard(u));
   }
 }
 
