@@ -32,6 +32,17 @@ tr::TrainConfig tiny(const char* precision, int64_t steps) {
   return c;
 }
 
+// Runs the first 2 steps of `c` into a fresh `root` (removed first) and returns root: a
+// checkpoint after step 2 for a --resume to continue.
+std::string first_two_steps(tr::TrainConfig c, const std::string& root) {
+  std::filesystem::remove_all(root);
+  c.stop_after = 2;
+  c.out = root;
+  c.save_every = 0;
+  tr::train(c);
+  return root;
+}
+
 TEST(CudaTrain, LossesFollowTheCpuRun) {
   LONGSEQ_NEED_GPU();
   for (const char* precision : {"fp32", "bf16"}) {
@@ -55,16 +66,10 @@ TEST(CudaTrain, LossesFollowTheCpuRun) {
 
 TEST(CudaTrain, ResumeOnTheGpuIsBitIdentical) {
   LONGSEQ_NEED_GPU();
-  const std::string root = testing::TempDir() + "cuda_train_resume";
-  std::filesystem::remove_all(root);
   tr::TrainConfig c = tiny("bf16", 4);
   c.device = "cuda";
   const tr::TrainSummary whole = tr::train(c);
-  tr::TrainConfig first = c;
-  first.stop_after = 2;
-  first.out = root;
-  first.save_every = 0;
-  tr::train(first);
+  const std::string root = first_two_steps(c, testing::TempDir() + "cuda_train_resume");
   tr::TrainConfig second = c;
   second.resume = root;
   const tr::TrainSummary rest = tr::train(second);
@@ -76,16 +81,10 @@ TEST(CudaTrain, ResumeOnTheGpuIsBitIdentical) {
 
 TEST(CudaTrain, AGpuCheckpointResumesOnTheCpu) {
   LONGSEQ_NEED_GPU();
-  const std::string root = testing::TempDir() + "cuda_train_to_cpu";
-  std::filesystem::remove_all(root);
   tr::TrainConfig c = tiny("bf16", 3);
   c.device = "cuda";
   const tr::TrainSummary gpu = tr::train(c);
-  tr::TrainConfig first = c;
-  first.stop_after = 2;
-  first.out = root;
-  first.save_every = 0;
-  tr::train(first);
+  const std::string root = first_two_steps(c, testing::TempDir() + "cuda_train_to_cpu");
   tr::TrainConfig on_cpu = c;
   on_cpu.device = "cpu";
   on_cpu.resume = root;
