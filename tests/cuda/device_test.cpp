@@ -1,6 +1,8 @@
 // kernels/cuda/device: the runtime query and activation's refusal work with or without a GPU; on a
 // GPU, core::Buffers on the device round-trip host data, out of memory is an error naming the
-// tensor and its bytes, events time a stream. Without a visible GPU every test that needs one
+// tensor and its bytes (also when the memory pool holds freed blocks that must be given back
+// first), freed buffers are reused from the pool without taking more device memory, events time a
+// stream. Without a visible GPU every test that needs one
 // reports skipped (never passed).
 #include "longseq/kernels/cuda/device.hpp"
 
@@ -85,6 +87,49 @@ TEST(CudaDevice, OutOfMemoryNamesTheTensorAndItsBytes) {
   // The failed allocation leaves the device usable.
   longseq::core::Buffer<float> ok(16, gpu, "after_oom");
   EXPECT_EQ(ok.size(), 16u);
+}
+
+// The pool (device.hpp, activate): a freed buffer's block serves the next buffer of that size,
+// so the pool takes nothing more from the device, and the byte counts follow the buffers.
+TEST(CudaDevice, AFreedBufferIsReusedFromThePool) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU visible: " << kcu::runtime_info().status;
+  const longseq::core::Device gpu = kcu::activate(0);
+  if (!kcu::memory_caching()) GTEST_SKIP() << "LONGSEQ_CUDA_CACHING=0: no pool";
+  const size_t n = (size_t{64} << 20) / sizeof(float) + 7;  // 64 MiB and an odd tail
+  const kcu::MemoryStats before = kcu::memory_stats(0);
+  { longseq::core::Buffer<float> a(n, gpu, longseq::core::Uninit{}, "first"); }
+  const kcu::MemoryStats freed = kcu::memory_stats(0);
+  EXPECT_EQ(freed.current, before.current);
+  EXPECT_GE(freed.peak, before.current + n * sizeof(float));
+  EXPECT_GE(freed.reserved, n * sizeof(float)) << "the pool gave the freed block back";
+  longseq::core::Buffer<float> b(n, gpu, longseq::core::Uninit{}, "second");
+  const kcu::MemoryStats again = kcu::memory_stats(0);
+  EXPECT_EQ(again.current, before.current + n * sizeof(float));
+  EXPECT_EQ(again.reserved, freed.reserved) << "the second buffer took new device memory";
+  // The reused block is ordinary memory: a round trip through it.
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i % 1000) - 0.5f;
+  longseq::core::copy_bytes(b.data(), gpu, h.data(), longseq::core::Device::cpu(), n * 4);
+  std::vector<float> back(n, 0.0f);
+  longseq::core::copy_bytes(back.data(), longseq::core::Device::cpu(), b.data(), gpu, n * 4);
+  EXPECT_EQ(back, h);
+}
+
+// A pool that keeps a large freed block must still fit a larger buffer that only fits once the
+// block is given back: 40% of the card held free in the pool, then 65% asked for.
+TEST(CudaDevice, FreedBlocksAreGivenBackWhenALargerBufferNeedsThem) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU visible: " << kcu::runtime_info().status;
+  const longseq::core::Device gpu = kcu::activate(0);
+  if (!kcu::memory_caching()) GTEST_SKIP() << "LONGSEQ_CUDA_CACHING=0: no pool";
+  const size_t total = kcu::runtime_info().gpus[0].total_bytes;
+  {
+    longseq::core::Buffer<unsigned char> a(total / 100 * 40, gpu, longseq::core::Uninit{}, "held");
+  }
+  EXPECT_GE(kcu::memory_stats(0).reserved, total / 100 * 40);
+  longseq::core::Buffer<unsigned char> big(total / 100 * 65, gpu, longseq::core::Uninit{}, "big");
+  EXPECT_EQ(big.size(), total / 100 * 65);
+  // What the pool holds now is the big buffer (and at most a little scratch), not the 40% too.
+  EXPECT_LE(kcu::memory_stats(0).reserved, total / 100 * 67) << "the freed block was kept";
 }
 
 TEST(CudaDevice, EventsTimeAStream) {

@@ -9,6 +9,9 @@
 // messages between a pair match by posting order, which the pair-order rule (group.hpp) makes the
 // order tags would give. Byte counts are not compared with the peer's (NCCL cannot): a mismatch
 // is a schedule bug the pair-order tests catch, not a user error this backend reports.
+// Ordering with compute: the rank's stream waits (on the GPU) for the work queued so far on the
+// legacy default stream before each launch (Comm::after_legacy), so device buffers are read and
+// written after the kernels and copies that the caller queued before posting.
 //
 // Collectives are NCCL's (native_collectives): collectives.cpp counts the messages of its own
 // algorithm so Stats read as on every backend. Host buffers (split's agreement, gather_stats)
@@ -87,12 +90,25 @@ struct Comm {
   cudaStream_t stream = nullptr;
   bool owns_stream = false;
   int world_rank = 0;
+  cudaEvent_t legacy = nullptr;
   Comm() = default;
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
   ~Comm() {
     if (comm) ncclCommDestroy(comm);
+    if (legacy) cudaEventDestroy(legacy);
     if (owns_stream && stream) cudaStreamDestroy(stream);
+  }
+  /// Orders `stream` after the work queued so far on the legacy default stream, before any
+  /// launch: the model's kernels and core's copies run there, so a buffer handed to a send holds
+  /// what they wrote only once they ran, and a buffer handed to a receive may be a block of the
+  /// memory pool that work queued there still reads (kernels/cuda/device.hpp). One event record
+  /// and one stream wait; the GPU waits, the host does not.
+  void after_legacy() {
+    if (!legacy)
+      check_cuda(cudaEventCreateWithFlags(&legacy, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(legacy, cudaStreamLegacy), "cudaEventRecord (legacy stream)");
+    check_cuda(cudaStreamWaitEvent(stream, legacy, 0), "cudaStreamWaitEvent");
   }
 };
 
@@ -182,6 +198,7 @@ class NcclGroupImpl final : public GroupImpl, public std::enable_shared_from_thi
   void flush() {
     std::lock_guard<std::mutex> lk(mu_);
     if (queue_.empty()) return;
+    comm_->after_legacy();
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (const Op& op : queue_) {
       if (op.send)
@@ -269,6 +286,7 @@ class NcclGroupImpl final : public GroupImpl, public std::enable_shared_from_thi
     const ncclRedOp_t op = c.op == ReduceOp::sum ? ncclSum : ncclMax;
     ncclComm_t comm = comm_->comm;
     cudaStream_t s = comm_->stream;
+    comm_->after_legacy();
     DeviceBytes flag(c.kind == Kind::barrier ? sizeof(int) : 0);
     switch (c.kind) {
       case Kind::all_gather:

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -76,25 +79,88 @@ void count_release(void* p) noexcept {
   live_allocations.erase(it);
 }
 
+// Where core::Buffer's device memory comes from. Default: the device's stream-ordered pool
+// (cudaMallocAsync / cudaFreeAsync on the legacy default stream, the stream the model's kernels and
+// the blocking copies run on), which keeps freed blocks and hands them out again. A training step
+// makes and drops a few hundred tensors; straight cudaMalloc / cudaFree would map and unmap device
+// memory each time, and every cudaFree waits for the whole device, so the host could never queue
+// work ahead of the GPU. LONGSEQ_CUDA_CACHING=0 goes back to cudaMalloc / cudaFree: for
+// compute-sanitizer runs, and to tell a stream-ordering bug from a kernel bug.
+bool caching() {
+  static const bool on = [] {
+    const char* e = std::getenv("LONGSEQ_CUDA_CACHING");
+    return !(e != nullptr && std::string_view(e) == "0");
+  }();
+  return on;
+}
+
+cudaMemPool_t pool_of(int index) {
+  cudaMemPool_t pool = nullptr;
+  LONGSEQ_CUDA_CALL(cudaDeviceGetMemPool(&pool, index));
+  return pool;
+}
+
+// The pool keeps what it was given back (by default it returns freed memory to the device at
+// every synchronisation, and the next step maps it again). Set once per device, at activation;
+// the kernels' own stream-ordered scratch (rmsnorm, embedding, gemm) comes from the same pool and
+// gains the same.
+void keep_pool_memory(int index) {
+  uint64_t keep = UINT64_MAX;
+  LONGSEQ_CUDA_CALL(
+      cudaMemPoolSetAttribute(pool_of(index), cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
+[[noreturn]] void out_of_memory(core::Device device, size_t bytes, const char* name) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  core::fail("cuda", "out of device memory for ", name, " on ", device.str(), ": ", bytes,
+             " bytes requested, ", free_b, " of ", total_b, " bytes free");
+}
+
 void* allocate(core::Device device, size_t bytes, const char* name) {
   LONGSEQ_CUDA_CALL(cudaSetDevice(device.index));
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    core::fail("cuda", "out of device memory for ", name, " on ", device.str(), ": ", bytes,
-               " bytes requested, ", free_b, " of ", total_b, " bytes free");
+  if (!caching()) {
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      out_of_memory(device, bytes, name);
+    }
+    check(e, "cudaMalloc", __FILE__, __LINE__);
+  } else {
+    cudaError_t e = cudaMallocAsync(&p, bytes, nullptr);
+    if (e == cudaErrorMemoryAllocation) {
+      // The pool may hold free blocks of other sizes that together would fit: wait until every
+      // queued free has happened, give all of them back to the device, and ask once more.
+      cudaGetLastError();
+      LONGSEQ_CUDA_CALL(cudaDeviceSynchronize());
+      LONGSEQ_CUDA_CALL(cudaMemPoolTrimTo(pool_of(device.index), 0));
+      e = cudaMallocAsync(&p, bytes, nullptr);
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        out_of_memory(device, bytes, name);
+      }
+    }
+    check(e, "cudaMallocAsync", __FILE__, __LINE__);
   }
-  check(e, "cudaMalloc", __FILE__, __LINE__);
   count_allocation(device.index, p, bytes);
   return p;
 }
 
-void release(core::Device, void* p) noexcept {
+// Not checked: a destructor must not throw. The free is queued on the legacy default stream of
+// the buffer's own device (made current for the call, then the caller's device restored), so the
+// block is reused only after the work queued there before it.
+void release(core::Device device, void* p) noexcept {
   count_release(p);
-  cudaFree(p);  // not checked: a destructor must not throw
+  if (!caching()) {
+    cudaFree(p);
+    return;
+  }
+  int current = -1;
+  cudaGetDevice(&current);
+  if (current != device.index) cudaSetDevice(device.index);
+  cudaFreeAsync(p, nullptr);
+  if (current != device.index && current >= 0) cudaSetDevice(current);
 }
 
 // cudaMemcpyDefault: with unified virtual addressing (every 64-bit platform CUDA 13 supports) the
@@ -117,16 +183,43 @@ void zero(core::Device device, void* p, size_t bytes) {
 }  // namespace
 
 MemoryStats memory_stats(int index) {
-  std::lock_guard<std::mutex> lk(accounting_mutex);
-  if (index < 0 || index >= kMaxGpus) return {};
-  return accounting[static_cast<size_t>(index)];
+  MemoryStats m;
+  {
+    std::lock_guard<std::mutex> lk(accounting_mutex);
+    if (index < 0 || index >= kMaxGpus) return {};
+    m = accounting[static_cast<size_t>(index)];
+  }
+  if (caching()) {
+    uint64_t now = 0, high = 0;
+    const cudaMemPool_t pool = pool_of(index);
+    LONGSEQ_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &now));
+    LONGSEQ_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
+    m.reserved = static_cast<size_t>(now);
+    m.reserved_peak = static_cast<size_t>(high);
+  } else {
+    m.reserved = m.current;
+    m.reserved_peak = m.peak;
+  }
+  return m;
 }
 
 void reset_memory_peak(int index) {
-  std::lock_guard<std::mutex> lk(accounting_mutex);
-  if (index < 0 || index >= kMaxGpus) return;
-  MemoryStats& m = accounting[static_cast<size_t>(index)];
-  m.peak = m.current;
+  {
+    std::lock_guard<std::mutex> lk(accounting_mutex);
+    if (index < 0 || index >= kMaxGpus) return;
+    MemoryStats& m = accounting[static_cast<size_t>(index)];
+    m.peak = m.current;
+  }
+  // Writing 0 to a pool's high-water mark resets it to what the pool holds now.
+  if (caching()) {
+    uint64_t zero = 0;
+    LONGSEQ_CUDA_CALL(
+        cudaMemPoolSetAttribute(pool_of(index), cudaMemPoolAttrReservedMemHigh, &zero));
+  }
+}
+
+bool memory_caching() {
+  return caching();
 }
 
 core::Device activate(int index) {
@@ -139,6 +232,7 @@ core::Device activate(int index) {
   core::require(index >= 0 && index < n, "cuda", "no GPU ", index, ": this machine shows ", n,
                 " (indices 0..", n - 1, ")");
   LONGSEQ_CUDA_CALL(cudaSetDevice(index));
+  if (caching()) keep_pool_memory(index);
   core::DeviceMemory ops;
   ops.allocate = allocate;
   ops.release = release;

@@ -53,26 +53,47 @@ void check(int status, const char* what, const char* file, int line);
 /// Makes GPU `index` current on the calling thread and, on the first call, registers CUDA's
 /// memory operations with core (core/device.hpp), so that core::Buffer<T>(n, device, name) owns
 /// device memory from then on. Returns the device. Throws core::Error naming the index and what
-/// the runtime sees when there is no such GPU. Memory of a buffer on a device: cudaMalloc'd,
-/// out of memory names the tensor, its bytes and what the device had free; copies use
-/// cudaMemcpy with unified addressing (host <-> device, device <-> device). Copies and zeroing run
-/// on the legacy default stream and are blocking (finished when the call returns), so a kernel
-/// queued afterwards on any stream sees their result; work queued earlier on a non-blocking
-/// Stream is not waited for: synchronise that stream before copying what it writes.
+/// the runtime sees when there is no such GPU.
+///
+/// Memory of a buffer on a device comes from the GPU's stream-ordered pool: cudaMallocAsync and
+/// cudaFreeAsync on the legacy default stream, with the pool told to keep what it is given back,
+/// so that once a training step has run, the next one's tensors reuse its blocks with no
+/// cudaMalloc and no device-wide wait (a cudaFree waits for the whole GPU). Ordering, therefore:
+/// a buffer is made and freed in the order of the legacy default stream, which the model's
+/// kernels, the blocking copies and zeroing run on. Work on a non-blocking Stream that uses a
+/// buffer must be finished (Stream::synchronize, or an event the legacy stream waits on) before
+/// the buffer is destroyed, and a fresh buffer goes to a non-blocking stream only after a
+/// blocking call (a copy into it, zeroing, or a synchronize): its block may be one that work
+/// still queued on the legacy stream was reading. Environment LONGSEQ_CUDA_CACHING=0: plain
+/// cudaMalloc / cudaFree instead (for compute-sanitizer, or to rule the pool out).
+/// Out of memory: the pool's free blocks are given back to the device and the allocation is tried
+/// once more; then core::Error names the tensor, its bytes and what the device had free.
+/// Copies use cudaMemcpy with unified addressing (host <-> device, device <-> device). Copies and
+/// zeroing run on the legacy default stream and are blocking (finished when the call returns), so
+/// a kernel queued afterwards on any stream sees their result; work queued earlier on a
+/// non-blocking Stream is not waited for: synchronise that stream before copying what it writes.
 core::Device activate(int index);
 
-/// Device memory that core::Buffer holds on one GPU through activate's allocator, in bytes: now,
-/// and the most at any moment since the process started or reset_memory_peak (the trainer's
-/// measured peak, beside the planner's prediction). Kernels' own stream-ordered scratch
-/// (cudaMallocAsync: rmsnorm's and embedding's backward) and cuBLASLt's workspace are not
-/// counted; they are small against a model's tensors.
+/// Device memory on one GPU, in bytes. `current` / `peak`: what core::Buffer holds through
+/// activate's allocator, now and the most at any moment since the process started or
+/// reset_memory_peak (the trainer's measured peak, beside the planner's prediction); kernels' own
+/// stream-ordered scratch (cudaMallocAsync: rmsnorm's and embedding's backward) and cuBLASLt's
+/// workspace are not counted, being small against a model's tensors. `reserved` /
+/// `reserved_peak`: what the pool has taken from the device (the held buffers, the kernels'
+/// scratch, and freed blocks it keeps for reuse), now and at most: what cudaMemGetInfo sees
+/// missing. Without the pool (LONGSEQ_CUDA_CACHING=0) reserved equals current.
 struct MemoryStats {
   size_t current = 0;
   size_t peak = 0;
+  size_t reserved = 0;
+  size_t reserved_peak = 0;
 };
 MemoryStats memory_stats(int index);
-/// Sets the peak to the current holding.
+/// Sets the peaks to the current holdings.
 void reset_memory_peak(int index);
+/// Whether core::Buffer's device memory comes from the stream-ordered pool (activate): true
+/// unless the environment has LONGSEQ_CUDA_CACHING=0.
+bool memory_caching();
 
 /// The stream of a CUDA kernel's execution context (a cudaStream_t as an opaque pointer; null is
 /// the legacy default stream). Every kernel under kernels/cuda/ calls it first, before it touches
