@@ -113,6 +113,38 @@ TEST(CudaModel, RepeatedStepsAreBitIdentical) {
   EXPECT_GT(attn->times().compute_s, 0.0);
 }
 
+// Activation offload on the GPU (pinned host memory, a copy stream, events): the same bits as
+// the step without it, two steps in a row (the second reuses the pinned blocks), every policy,
+// three layers so that a fetch runs ahead of the block that takes it.
+TEST(CudaModel, OffloadGivesTheSameBits) {
+  LONGSEQ_NEED_GPU();
+  lm::LlamaConfig cfg = ts::tiny_llama(1);
+  cfg.layers = 3;
+  const lm::ParamLayout layout(cfg);
+  const ts::StepInput in = ts::step_input(45, cfg.vocab, 6);
+  const Layout lay(Balance::contiguous, 45, 1);
+  for (const char* policy : {"none", "full", "selective++", "seq-selective"}) {
+    lm::ModelOptions opt;
+    opt.precision = DType::bf16;
+    opt.policy = lm::parse_checkpoint_policy(policy);
+    auto kernels = lm::cuda::make_kernels(Device::cuda(0));
+    auto attn =
+        lm::cuda::make_local_attention(mask_of("causal", 45), lay, DType::bf16, Device::cuda(0));
+    lm::DeviceReplica rep(layout, Device::cuda(0), 3);
+    const ts::StepOutput kept = ts::device_step(rep, *attn, *kernels, in, opt);
+    lm::ModelOptions off = opt;
+    off.offload = true;
+    for (int step = 0; step < 2; ++step) {
+      const ts::StepOutput parked = ts::device_step(rep, *attn, *kernels, in, off);
+      EXPECT_EQ(parked.loss, kept.loss) << policy << " step " << step;
+      EXPECT_EQ(parked.grads, kept.grads) << policy << " step " << step;
+      EXPECT_EQ(kept.saved_floats_peak - parked.saved_floats_peak,
+                (cfg.layers - 1) * 45 * cfg.hidden)
+          << policy;
+    }
+  }
+}
+
 TEST(CudaModel, RefusesWhatItCannotRun) {
   LONGSEQ_NEED_GPU();
   const Layout two(Balance::contiguous, 64, 2);

@@ -64,6 +64,22 @@ TEST(CudaTrain, LossesFollowTheCpuRun) {
   }
 }
 
+// --offload moves where the block inputs wait, not what is computed: the same losses and
+// parameters, bit for bit, as the same GPU run without it.
+TEST(CudaTrain, OffloadTrainsTheSameBits) {
+  LONGSEQ_NEED_GPU();
+  tr::TrainConfig c = tiny("bf16", 3);
+  c.device = "cuda";
+  c.checkpoint = "full";
+  const tr::TrainSummary kept = tr::train(c);
+  c.offload = true;
+  const tr::TrainSummary parked = tr::train(c);
+  ASSERT_EQ(parked.steps.size(), kept.steps.size());
+  for (size_t i = 0; i < kept.steps.size(); ++i)
+    EXPECT_EQ(parked.steps[i].loss, kept.steps[i].loss) << "step " << i;
+  EXPECT_EQ(parked.params, kept.params);
+}
+
 TEST(CudaTrain, ResumeOnTheGpuIsBitIdentical) {
   LONGSEQ_NEED_GPU();
   tr::TrainConfig c = tiny("bf16", 4);

@@ -60,6 +60,7 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 struct StepOutput {
   double loss = 0;                        ///< mean over the non-ignored labels
   std::vector<std::vector<float>> grads;  ///< per unit, on the host
+  int64_t saved_floats_peak = 0;          ///< model::StepResult's
 };
 
 struct StepInput {
@@ -96,6 +97,7 @@ inline StepOutput device_step(model::DeviceReplica& replica, model::AttentionOp&
       model::forward_backward(replica.layout(), replica, attn, b, scale, opt, kernels);
   StepOutput out;
   out.loss = r.loss_sum / static_cast<double>(in.count);
+  out.saved_floats_peak = r.saved_floats_peak;
   for (int u = 0; u < replica.layout().num_units(); ++u)
     out.grads.push_back(replica.download(u, 1));
   return out;

@@ -59,6 +59,18 @@ TEST(DeviceFlag, AGpuRunIsOneRankWithTheFusedLoss) {
   EXPECT_EQ(error_of(c), "");
 }
 
+// --offload parks activations off a GPU: with the CPU as device there is nowhere to park them.
+TEST(DeviceFlag, OffloadNeedsAGpu) {
+  tr::TrainConfig c = longseq::testing::tiny_config();
+  c.offload = true;
+  const std::string e = error_of(c);
+  EXPECT_NE(e.find("[train] --offload"), std::string::npos) << e;
+  EXPECT_NE(e.find("--device cpu"), std::string::npos) << e;
+  c.device = "cuda:1";
+  EXPECT_EQ(error_of(c), "");
+  EXPECT_TRUE(c.to_json().value("offload", false));
+}
+
 // Without a GPU (this build has none, or the runtime sees none) a --device cuda run stops at its
 // start with an error naming the device; with one it trains (tests/cuda/train_test.cpp checks how
 // well).

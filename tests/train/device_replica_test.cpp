@@ -80,6 +80,61 @@ TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
     }
 }
 
+// Activation offload (ModelOptions::offload) on the CPU: every block input but the last is
+// parked off the device and taken back for the backward; the step gives the same bits as
+// without, and the activations kept on the device shrink by exactly those inputs. Three layers,
+// so that a fetch runs ahead of the block that takes it; every policy.
+TEST(DeviceReplica, OffloadGivesTheSameBitsAndKeepsTheBlockInputsOff) {
+  const int64_t l = 45;
+  for (int variant : {0, 1})
+    for (const char* policy : {"none", "full", "selective++", "seq-selective"}) {
+      lm::LlamaConfig cfg = ts::tiny_llama(variant);
+      cfg.layers = 3;
+      const lm::ParamLayout layout(cfg);
+      const ts::StepInput in = ts::step_input(l, cfg.vocab, 31 + variant);
+      lm::ModelOptions opt;
+      opt.policy = lm::parse_checkpoint_policy(policy);
+      opt.ffn_chunk = 16;
+      const std::string what = std::string(policy) + " variant " + std::to_string(variant);
+      longseq::comm::Options o;
+      o.world = 1;
+      longseq::comm::run(o, [&](longseq::comm::Group& g) {
+        const Layout lay(Balance::contiguous, l, 1);
+        auto mask = std::make_shared<MaskSpec>();
+        mask->causal = true;
+        auto attn = lm::make_distributed_attention(Algorithm::parse("ring"), mask, lay, g, 1);
+        lm::DeviceReplica rep(layout, longseq::core::Device::cpu(), 5);
+        const ts::StepOutput kept = ts::device_step(rep, *attn, lm::CpuKernels(1), in, opt);
+        lm::ModelOptions off = opt;
+        off.offload = true;
+        const ts::StepOutput parked = ts::device_step(rep, *attn, lm::CpuKernels(1), in, off);
+        EXPECT_EQ(parked.loss, kept.loss) << what;
+        ASSERT_EQ(parked.grads.size(), kept.grads.size());
+        for (size_t u = 0; u < kept.grads.size(); ++u)
+          EXPECT_EQ(parked.grads[u], kept.grads[u]) << what << " unit " << u;
+        EXPECT_EQ(kept.saved_floats_peak - parked.saved_floats_peak,
+                  (cfg.layers - 1) * l * cfg.hidden)
+            << what;
+      });
+    }
+}
+
+// The CPU's park / fetch / take: the same bits back, the shape kept.
+TEST(DeviceReplica, AParkedTensorComesBackBitForBit) {
+  const lm::CpuKernels k(1);
+  longseq::core::Tensor<float> t(longseq::core::Shape{7, 3}, longseq::core::Device::cpu(),
+                                 longseq::core::Uninit{}, "t");
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = std::ldexp(1.0f + i, -static_cast<int>(i));
+  const std::vector<float> want(t.data(), t.data() + t.numel());
+  auto p = k.park(std::move(t));
+  k.fetch(*p);
+  k.fetch(*p);  // a second prefetch does nothing
+  const longseq::core::Tensor<float> back = k.take(*p);
+  EXPECT_EQ(back.dim(0), 7);
+  EXPECT_EQ(back.dim(1), 3);
+  EXPECT_EQ(std::vector<float>(back.data(), back.data() + back.numel()), want);
+}
+
 // The replica starts where every state with its seed starts, and its host copies go both ways.
 TEST(DeviceReplica, StartsFromTheSeedAndCopiesBothWays) {
   const lm::ParamLayout layout(ts::tiny_llama(0));

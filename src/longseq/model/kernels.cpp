@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "longseq/core/error.hpp"
 #include "longseq/kernels/cpu/linear.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
@@ -26,12 +28,38 @@ class CpuRope final : public Rope {
   int threads_;
 };
 
+// A CPU's parked tensor: a host copy of the data and the shape.
+struct CpuParked final : Parked {
+  core::Shape shape;
+  std::vector<float> data;
+  bool taken = false;
+};
+
 }  // namespace
 
 CpuKernels::CpuKernels(int threads) : Kernels(core::Exec::cpu(std::max(threads, 1))) {}
 
 void CpuKernels::copy(float* dst, const float* src, int64_t n) const {
   if (n > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+}
+
+std::unique_ptr<Parked> CpuKernels::park(core::Tensor<float> t) const {
+  auto p = std::make_unique<CpuParked>();
+  p->shape = t.shape();
+  p->data.assign(t.data(), t.data() + t.numel());
+  return p;  // t's memory goes with it
+}
+
+void CpuKernels::fetch(Parked&) const {}
+
+core::Tensor<float> CpuKernels::take(Parked& parked) const {
+  auto& p = dynamic_cast<CpuParked&>(parked);
+  LONGSEQ_CHECK_MSG(!p.taken, "a parked tensor is taken once");
+  p.taken = true;
+  core::Tensor<float> t(p.shape, device(), core::Uninit{}, "fetched activation");
+  copy(t.data(), p.data.data(), t.numel());
+  p.data = {};
+  return t;
 }
 
 void CpuKernels::rmsnorm_forward(const float* x, const float* weight, int64_t t, int64_t c,

@@ -22,6 +22,7 @@
 
 #include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/tensor.hpp"
 #include "longseq/model/lm_head.hpp"
 #include "longseq/model/rope_scaling.hpp"
 
@@ -35,6 +36,14 @@ class Rope {
   virtual void forward(float* x, int64_t h) const = 0;
   /// The transpose, in place: dx from dout.
   virtual void backward(float* dx, int64_t h) const = 0;
+};
+
+/// A tensor moved off its device until the backward needs it (activation offload,
+/// ModelOptions::offload): made by Kernels::park, brought back by fetch and take. Opaque: each
+/// device's Kernels has its own.
+class Parked {
+ public:
+  virtual ~Parked() = default;
 };
 
 class Kernels {
@@ -51,6 +60,19 @@ class Kernels {
   virtual void copy(float* dst, const float* src, int64_t n) const = 0;
   /// Waits until everything handed so far has run (a no-op on a CPU).
   virtual void synchronize() const = 0;
+
+  /// Activation offload. park: moves `t` (on device()) to host memory as it is once the work
+  /// handed so far has run, and gives its device memory back once copied. fetch: starts bringing
+  /// a parked tensor back (a prefetch, so that the copy overlaps the work handed next; later
+  /// calls do nothing). take: the tensor on device() again, bit for bit, for the work handed from
+  /// now on (fetching it first if fetch was not called); a Parked is taken at most once.
+  /// On a GPU the copies run on a stream of their own into pinned host memory that is kept for
+  /// the next step, and at most two parked tensors wait for their copy out at any time, so the
+  /// device holds at most two of them. On a CPU the host copy is a plain one: nothing is saved
+  /// there (train refuses --offload without a GPU); it exists so that the path runs in CPU tests.
+  virtual std::unique_ptr<Parked> park(core::Tensor<float> t) const = 0;
+  virtual void fetch(Parked& p) const = 0;
+  virtual core::Tensor<float> take(Parked& p) const = 0;
 
   // The kernels, with the contracts of kernels/cpu/*.hpp (rmsnorm, linear, swiglu, lm_head) and
   // model/layers.hpp (embedding).
@@ -95,6 +117,9 @@ class CpuKernels final : public Kernels {
 
   void copy(float* dst, const float* src, int64_t n) const override;
   void synchronize() const override {}
+  std::unique_ptr<Parked> park(core::Tensor<float> t) const override;
+  void fetch(Parked& p) const override;
+  core::Tensor<float> take(Parked& p) const override;
   void rmsnorm_forward(const float* x, const float* weight, int64_t t, int64_t c, float eps,
                        float* out, float* rstd) const override;
   void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,

@@ -319,6 +319,8 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   params.release(emb);
 
   std::vector<Saved> saved(static_cast<size_t>(cfg.layers));
+  // Offload: the block inputs parked off the device (ModelOptions::offload), by layer.
+  std::vector<std::unique_ptr<Parked>> parked(static_cast<size_t>(cfg.layers));
   int64_t saved_floats = 0;
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const int u = layout.layer_unit(l);
@@ -326,9 +328,13 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     params.prefetch(l + 1 < cfg.layers ? layout.layer_unit(l + 1) : layout.final_unit());
     saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, k, *rope, attn, opt.policy);
     params.release(u);
-    saved_floats += saved[l].floats();
+    if (opt.offload && l + 1 < cfg.layers) parked[l] = k.park(std::move(saved[l].x));
+    saved_floats += saved[l].floats();  // what stays on the device
   }
   res.saved_floats_peak = saved_floats;
+
+  // The first block input the backward reads from the host travels during the LM head.
+  if (cfg.layers >= 2 && parked[cfg.layers - 2]) k.fetch(*parked[cfg.layers - 2]);
 
   // Final norm + LM head + loss, forward and backward together.
   const int fin = layout.final_unit();
@@ -366,6 +372,12 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
     // (The embedding's backward needs its gradient only, not its parameters: no prefetch at 0.)
     if (l > 0) params.prefetch(layout.layer_unit(l - 1));
     float* g = params.acquire_grad(u);
+    if (parked[l]) {
+      saved[l].x = k.take(*parked[l]);
+      parked[l].reset();
+    }
+    // The next block's input comes back while this block computes.
+    if (l > 0 && parked[l - 1]) k.fetch(*parked[l - 1]);
     block_backward(dx.data(), saved[l], w, g, lo, dm, k, *rope, attn, opt.policy);
     params.release_grad(u);
     params.release(u);

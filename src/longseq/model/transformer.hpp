@@ -97,6 +97,12 @@ struct ModelOptions {
   /// seq-selective: the share f of each rank's local rows (its earliest tokens) whose attention
   /// is recomputed; the later rows keep (o, lse). In (0, 1).
   double seq_selective_fraction = 0.5;
+  /// Activation offload: each block's saved input (every policy keeps it) is parked off the
+  /// device between its forward and its backward (Kernels::park), and fetched back one block
+  /// ahead of the backward that reads it, so the copies overlap compute. The last block's input
+  /// stays: its backward comes next. The gradients are the same bits either way. Meant for a GPU
+  /// (pinned host memory); on a CPU it only copies.
+  bool offload = false;
 };
 
 /// The seq-selective split of L local rows: ceil(f L), clamped to [1, L]. Throws core::Error

@@ -118,6 +118,9 @@ void check_relations(const TrainConfig& c, const ParsedConfig& p) {
     core::require(p.fused_loss, "train", "--device ", c.device,
                   " has the fused LM head only: drop --loss ", c.loss);
   }
+  core::require(!c.offload || !p.device.is_cpu(), "train",
+                "--offload parks activations in host memory, off a GPU; with --device ", c.device,
+                " they are in host memory already (add --device cuda)");
   core::require(c.init_from.empty() || c.resume.empty(), "train", "--init-from ", c.init_from,
                 " and --resume ", c.resume, " exclude each other (resume continues a run of ours)");
   if (!c.init_from.empty()) check_init_from(c);

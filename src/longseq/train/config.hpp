@@ -69,6 +69,8 @@
     core::parsed_by(check_precision), R::precision.help)                                           \
   X(std::string, device, R::device.flag, R::device.text, cli_json, core::parsed_by(check_device), \
     R::device.help)                                                                                \
+  X(bool, offload, "--offload", false, cli_json, core::any(),                                      \
+    "--device cuda: park each block's saved input in pinned host memory until its backward")       \
   X(uint64_t, seed, "--seed", 1234, cli_json, core::any(), "initialisation seed")                  \
   X(std::string, data, "--data", "data/kjv-genesis-exodus.txt", cli_json, core::any(),             \
     "token file, or .txt tokenized byte-level")                                                    \

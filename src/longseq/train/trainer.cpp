@@ -77,6 +77,7 @@ model::ModelOptions model_options(const TrainConfig& cfg, const ParsedConfig& p,
   mo.threads = threads;
   mo.precision = p.precision;
   mo.seq_selective_fraction = cfg.seq_selective_fraction;
+  mo.offload = cfg.offload;
   return mo;
 }
 

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "longseq/core/error.hpp"
@@ -44,9 +48,137 @@ class CudaRope final : public Rope {
   core::Exec exec_;
 };
 
+// Pinned host memory for parked activations, kept for reuse: pinning is slow (the pages are
+// locked one by one, ~ms per GiB), and every step parks tensors of the same sizes as the last.
+// A block handed out is never handed out again before it is given back; what was queued on it
+// is ordered by the one copy stream of its Kernels, so a block given back may be reused at once.
+class PinnedPool {
+ public:
+  PinnedPool() = default;
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+  ~PinnedPool() {
+    for (const auto& [bytes, p] : free_) cudaFreeHost(p);  // not checked: a destructor
+  }
+  /// The smallest kept block of at least `bytes`, or a new one.
+  std::pair<void*, size_t> get(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
+      if (best != free_.end()) {
+        const std::pair<void*, size_t> r{best->second, best->first};
+        free_.erase(best);
+        return r;
+      }
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      core::fail("model", "activation offload: cannot pin ", bytes, " bytes of host memory (",
+                 cudaGetErrorString(e), "); ", held_, " bytes are pinned already");
+    }
+    held_ += bytes;
+    return {p, bytes};
+  }
+  void put(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    free_.emplace_back(bytes, p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<size_t, void*>> free_;
+  size_t held_ = 0;
+};
+
+// An event for ordering (no timing), destroyed with it.
+struct OrderEvent {
+  cudaEvent_t e = nullptr;
+  OrderEvent() { LONGSEQ_CUDA_CALL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~OrderEvent() {
+    if (e) cudaEventDestroy(e);
+  }
+  OrderEvent(const OrderEvent&) = delete;
+  OrderEvent& operator=(const OrderEvent&) = delete;
+};
+
+// The device copy of a parked tensor, kept until its copy out has run (CudaKernels::settle).
+struct Outbound {
+  Tensor<float> device;
+  OrderEvent out_done;
+};
+
+class CudaParked final : public Parked {
+ public:
+  CudaParked(std::shared_ptr<PinnedPool> pool, std::pair<void*, size_t> host, Shape shape)
+      : pool_(std::move(pool)), host_(host), shape_(shape) {}
+  ~CudaParked() override {
+    // Fetched but never taken (an exception between): the copy in must end before `back` goes.
+    if (fetched && !taken) cudaEventSynchronize(in_done.e);
+    pool_->put(host_.first, host_.second);
+  }
+  std::shared_ptr<PinnedPool> pool_;
+  std::pair<void*, size_t> host_;
+  Shape shape_;
+  Tensor<float> back;  // the fetched copy
+  OrderEvent in_done;
+  bool fetched = false, taken = false;
+};
+
 class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(core::Device device) : Kernels(gpu_exec(device)) {}
+  ~CudaKernels() override {
+    // Copies out still running read device tensors that the members free next.
+    if (copies_) cudaStreamSynchronize(static_cast<cudaStream_t>(copies_->get()));
+  }
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  // Activation offload (kernels.hpp): copies on a stream of their own, ordered against the
+  // legacy stream's work by events, so the GPU waits and the host does not (except to bound the
+  // device copies waiting for their copy out).
+  std::unique_ptr<Parked> park(Tensor<float> t) const override {
+    settle(kMaxOutbound - 1);
+    const size_t bytes = sizeof(float) * static_cast<size_t>(t.numel());
+    auto p = std::make_unique<CudaParked>(pool_, pool_->get(std::max<size_t>(bytes, 1)), t.shape());
+    cudaStream_t cs = copy_stream();
+    after_compute(cs);
+    if (bytes > 0)
+      LONGSEQ_CUDA_CALL(
+          cudaMemcpyAsync(p->host_.first, t.data(), bytes, cudaMemcpyDeviceToHost, cs));
+    auto out = std::make_unique<Outbound>();
+    LONGSEQ_CUDA_CALL(cudaEventRecord(out->out_done.e, cs));
+    out->device = std::move(t);
+    outbound_.push_back(std::move(out));
+    return p;
+  }
+  void fetch(Parked& parked) const override {
+    auto& p = dynamic_cast<CudaParked&>(parked);
+    LONGSEQ_CHECK_MSG(!p.taken, "a parked tensor is taken once");
+    if (p.fetched) return;
+    p.fetched = true;
+    p.back = Tensor<float>(p.shape_, device(), core::Uninit{}, "fetched activation");
+    const size_t bytes = sizeof(float) * static_cast<size_t>(p.back.numel());
+    cudaStream_t cs = copy_stream();
+    // The new tensor's block comes from the pool in legacy-stream order: work queued there may
+    // still read it, so the copy in waits for that work.
+    after_compute(cs);
+    if (bytes > 0)
+      LONGSEQ_CUDA_CALL(
+          cudaMemcpyAsync(p.back.data(), p.host_.first, bytes, cudaMemcpyHostToDevice, cs));
+    LONGSEQ_CUDA_CALL(cudaEventRecord(p.in_done.e, cs));
+  }
+  Tensor<float> take(Parked& parked) const override {
+    auto& p = dynamic_cast<CudaParked&>(parked);
+    fetch(p);
+    p.taken = true;
+    LONGSEQ_CUDA_CALL(cudaStreamWaitEvent(stream(), p.in_done.e, 0));
+    return std::move(p.back);
+  }
 
   void copy(float* dst, const float* src, int64_t n) const override {
     if (n <= 0) return;
@@ -104,6 +236,40 @@ class CudaKernels final : public Kernels {
 
  private:
   cudaStream_t stream() const { return static_cast<cudaStream_t>(exec().stream); }
+
+  // At most this many parked tensors keep their device copy while their copy out runs: the
+  // device holds no more than two block inputs beyond what is not parked.
+  static constexpr size_t kMaxOutbound = 2;
+
+  cudaStream_t copy_stream() const {
+    if (!copies_) copies_ = std::make_unique<kcu::Stream>();
+    return static_cast<cudaStream_t>(copies_->get());
+  }
+  // Orders `cs` after everything handed to the compute stream so far.
+  void after_compute(cudaStream_t cs) const {
+    LONGSEQ_CUDA_CALL(cudaEventRecord(computed_.e, stream()));
+    LONGSEQ_CUDA_CALL(cudaStreamWaitEvent(cs, computed_.e, 0));
+  }
+  // Frees the device copies whose copy out has run, then waits for the oldest until at most
+  // `keep` remain. Their memory goes back to the pool in legacy-stream order, after the copy.
+  void settle(size_t keep) const {
+    while (!outbound_.empty()) {
+      const cudaError_t q = cudaEventQuery(outbound_.front()->out_done.e);
+      if (q == cudaErrorNotReady) {
+        cudaGetLastError();
+        if (outbound_.size() <= keep) break;
+        LONGSEQ_CUDA_CALL(cudaEventSynchronize(outbound_.front()->out_done.e));
+      } else {
+        LONGSEQ_CUDA_CALL(q);
+      }
+      outbound_.pop_front();
+    }
+  }
+
+  std::shared_ptr<PinnedPool> pool_ = std::make_shared<PinnedPool>();
+  mutable std::unique_ptr<kcu::Stream> copies_;
+  mutable OrderEvent computed_;
+  mutable std::deque<std::unique_ptr<Outbound>> outbound_;
 };
 
 // ---- attention of a rank holding the whole sequence --------------------------------------------
