@@ -595,6 +595,41 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   const T* qs = st.s<T>(Field::q);
   const T* ks = st.s<T>(Field::k);
   const T* vs = st.s<T>(Field::v);
+  // The chunk pairs of one Work item over operands laid out [rows, heads, D] (rows of every piece
+  // back to back, L each): a head group's sides, a bundle, or this rank's sides. The forward reads
+  // q, k, v and merges into o, lse_out; the backward reads q, k, v, dout, lse, dvec and adds into
+  // dq, dk, dv. qm, km: the members whose pieces the query and key rows are.
+  struct Operands {
+    BlockOps* ops;
+    int64_t hq, hkv;
+    int qm, km;
+    const T *q, *k, *v, *dout;
+    const float *lse, *dvec;
+    float *o, *lse_out;
+    float *dq, *dk, *dv;
+  };
+  auto run_pairs = [&](const Work& w, const Operands& x) {
+    for (const SubPair& p : w.pairs) {
+      const int qr = rs.q_pieces[x.qm][p.qp], kr = rs.kv_pieces[x.km][p.kp];
+      const Chunk& qc = layout.chunks(qr)[p.qc];
+      const Chunk& kc = layout.chunks(kr)[p.kc];
+      const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
+      const int64_t qo = qrow * x.hq * d, ro = qrow * x.hq, ko = krow * x.hkv * d;
+      const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
+      const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
+      if (fwd) {
+        // Rows past q_rows are not asked for; a chunk without rows is no pair.
+        const int64_t q_len = std::clamp<int64_t>(q_rows - qrow, 0, qc.len);
+        if (q_len == 0) continue;
+        x.ops->forward_merge(x.q + qo, qt, q_len, x.k + ko, x.v + ko, kt, kc.len, kmask, x.o + qo,
+                             x.lse_out + ro);
+      } else {
+        x.ops->backward(x.q + qo, x.k + ko, x.v + ko, x.dout + qo, x.lse + ro, x.dvec + ro, qt,
+                        qc.len, kt, kc.len, kmask, x.dq + qo, x.dk + ko, x.dv + ko);
+      }
+      if (stats) ++stats->pairs;
+    }
+  };
   size_t wi = 0, ai = 0;
   for (int s = 0; s < rs.num_steps; ++s) {
     tr.wait_step(s);
@@ -627,34 +662,11 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     const Work& w = rs.work[wi++];
     if (w.head_group >= 0) {  // one head group on its own sides (the own bundle, never sent)
       const auto& sd = gside[w.head_group];
-      auto side = [&](Field f) { return sd[static_cast<size_t>(f)]; };
-      const T* gq = reinterpret_cast<const T*>(side(Field::q));
-      const T* gk = reinterpret_cast<const T*>(side(Field::k));
-      const T* gv = reinterpret_cast<const T*>(side(Field::v));
-      for (const SubPair& p : w.pairs) {
-        const int qr = rs.q_pieces[rs.member][p.qp], kr = rs.kv_pieces[rs.member][p.kp];
-        const Chunk& qc = layout.chunks(qr)[p.qc];
-        const Chunk& kc = layout.chunks(kr)[p.kc];
-        if (fwd && qc.len == 0) continue;  // as the unsplit forward: no rows, no pair
-        const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
-        const int64_t qo = qrow * hq_g * d, ro = qrow * hq_g, ko = krow * hkv_g * d;
-        const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
-        const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
-        if (fwd) {
-          gops.forward_merge(gq + qo, qt, qc.len, gk + ko, gv + ko, kt, kc.len, kmask,
-                             reinterpret_cast<float*>(side(Field::o)) + qo,
-                             reinterpret_cast<float*>(side(Field::lse)) + ro);
-        } else {
-          gops.backward(gq + qo, gk + ko, gv + ko,
-                        reinterpret_cast<const T*>(side(Field::dout)) + qo,
-                        reinterpret_cast<const float*>(side(Field::lse)) + ro,
-                        reinterpret_cast<const float*>(side(Field::dvec)) + ro, qt, qc.len, kt,
-                        kc.len, kmask, reinterpret_cast<float*>(side(Field::dq)) + qo,
-                        reinterpret_cast<float*>(side(Field::dk)) + ko,
-                        reinterpret_cast<float*>(side(Field::dv)) + ko);
-        }
-        if (stats) ++stats->pairs;
-      }
+      auto in = [&](Field f) { return reinterpret_cast<const T*>(sd[static_cast<size_t>(f)]); };
+      auto f32 = [&](Field f) { return reinterpret_cast<float*>(sd[static_cast<size_t>(f)]); };
+      run_pairs(w, {&gops, hq_g, hkv_g, rs.member, rs.member, in(Field::q), in(Field::k),
+                    in(Field::v), in(Field::dout), f32(Field::lse), f32(Field::dvec), f32(Field::o),
+                    f32(Field::lse), f32(Field::dq), f32(Field::dk), f32(Field::dv)});
       continue;
     }
     float* gout = w.grad_slot < 0 ? home_grad : gslots[w.grad_slot].data();
@@ -662,35 +674,20 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     DataSlot& b = dslots[w.slot];
     // A K,V bundle's own steps read the key side (the same values the own slot holds once packed).
     const bool own_kv = !bq && w.origin == rs.member;
-    const T* bk = own_kv ? ks : b.at<T>(0);
-    const T* bv = own_kv ? vs : b.at<T>(bl.second);
     const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
-    for (const SubPair& p : w.pairs) {
-      const int qr = rs.q_pieces[qm][p.qp], kr = rs.kv_pieces[km][p.kp];
-      const Chunk& qc = layout.chunks(qr)[p.qc];
-      const Chunk& kc = layout.chunks(kr)[p.kc];
-      const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
-      const int64_t qo = qrow * hq_s * d, ro = qrow * hq_s, ko = krow * hkv_s * d;
-      const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
-      const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
-      if (fwd) {
-        const int64_t q_len = std::clamp<int64_t>(q_rows - qrow, 0, qc.len);
-        if (q_len == 0) continue;
-        ops.forward_merge(qs + qo, qt, q_len, bk + ko, bv + ko, kt, kc.len, kmask,
-                          st.s<float>(Field::o) + qo, st.s<float>(Field::lse) + ro);
-      } else if (bq) {
-        // Queries (and dO, D, LSE) from the bundle, keys from the key side; dQ into the bundle's
-        // gradient.
-        ops.backward(b.at<T>(0) + qo, ks + ko, vs + ko, b.at<T>(bl.second) + qo,
-                     b.at<float>(bl.lse) + ro, b.at<float>(bl.dvec) + ro, qt, qc.len, kt, kc.len,
-                     kmask, gout + qo, st.s<float>(Field::dk) + ko, st.s<float>(Field::dv) + ko);
-      } else {
-        // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient.
-        ops.backward(qs + qo, bk + ko, bv + ko, st.s<T>(Field::dout) + qo,
-                     st.s<float>(Field::lse) + ro, st.s<float>(Field::dvec) + ro, qt, qc.len, kt,
-                     kc.len, kmask, st.s<float>(Field::dq) + qo, gout + ko, gout + kv_side + ko);
-      }
-      if (stats) ++stats->pairs;
+    if (bq) {
+      // (A backward: bundle_is_query.) Queries (and dO, D, LSE) from the bundle, keys from the
+      // key side; dQ into the bundle's gradient.
+      run_pairs(w, {&ops, hq_s, hkv_s, qm, km, b.at<T>(0), ks, vs, b.at<T>(bl.second),
+                    b.at<float>(bl.lse), b.at<float>(bl.dvec), nullptr, nullptr, gout,
+                    st.s<float>(Field::dk), st.s<float>(Field::dv)});
+    } else {
+      // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient
+      // (forward: O, LSE into the query side).
+      run_pairs(w, {&ops, hq_s, hkv_s, qm, km, qs, own_kv ? ks : b.at<T>(0),
+                    own_kv ? vs : b.at<T>(bl.second), st.s<T>(Field::dout), st.s<float>(Field::lse),
+                    st.s<float>(Field::dvec), st.s<float>(Field::o), st.s<float>(Field::lse),
+                    st.s<float>(Field::dq), gout, gout + kv_side});
     }
   }
   tr.wait_all();
