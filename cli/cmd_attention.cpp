@@ -19,6 +19,8 @@
 #include "longseq/core/rng.hpp"
 #include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
+#include "longseq/model/attention_op.hpp"
+#include "longseq/train/device.hpp"
 #include "table_flags.hpp"
 
 namespace longseq::cli {
@@ -44,6 +46,7 @@ struct AttentionArgs {
   int warmup = 0;  // untimed runs before the measured one
   std::string backend = comm::Options{}.backend;
   std::string precision = rows::precision.text;
+  std::string device = rows::device.text;
   const CLI::Option* world_opt = nullptr;
   const CLI::Option* nodes_opt = nullptr;
 };
@@ -149,6 +152,77 @@ Outcome run_ranks(const AttentionArgs& a, const attention::GlobalInputs& in,
   return out;
 }
 
+// --device cuda: the whole sequence on one GPU (world 1), through the attention the trainer runs
+// there (train::device_attention): the inputs cut into the layout's local order (padding rows
+// zero) and copied to the device, --warmup untimed passes, the measured forward (+ backward),
+// the results copied back to global order. The same files as a CPU run, so the two compare
+// directly; no communication, so the byte counters are zero.
+Outcome run_on_device(const AttentionArgs& a, const attention::GlobalInputs& in,
+                      const attention::AttentionSpec& spec, attention::Balance balance,
+                      core::Device device) {
+  using namespace attention;
+  const Layout layout(balance, in.n(), 1, spec.mask->block_size);
+  const int64_t l = layout.local_len(), hq = in.hq(), hkv = in.hkv(), d = in.d();
+  auto to_device = [&](const core::Tensor<float>& global, int64_t heads, const char* name) {
+    core::Tensor<float> local(core::Shape{l, heads, d});
+    layout.shard(global.data(), heads * d, 0, local.data());
+    core::Tensor<float> dev(local.shape(), device, core::Uninit{}, name);
+    core::copy_bytes(dev.data(), device, local.data(), core::Device::cpu(),
+                     sizeof(float) * static_cast<size_t>(local.numel()));
+    return dev;
+  };
+  auto to_global = [&](const core::Tensor<float>& dev, int64_t row) {
+    core::Tensor<float> local(dev.shape());
+    core::copy_bytes(local.data(), core::Device::cpu(), dev.data(), device,
+                     sizeof(float) * static_cast<size_t>(dev.numel()));
+    const core::Shape shape = dev.shape().rank() == 3 ? core::Shape{in.n(), dev.dim(1), dev.dim(2)}
+                                                      : core::Shape{in.n(), dev.dim(1)};
+    core::Tensor<float> global(shape);
+    layout.unshard(local.data(), row, 0, global.data());
+    return global;
+  };
+  Outcome out;
+  out.world = 1;
+  out.threads = 1;
+  comm::Options one;
+  one.world = 1;
+  one.backend = "local";
+  comm::run(one, [&](comm::Group& g) {
+    auto op = train::device_attention(device, spec.algo, spec.mask, layout, g, 1, spec.precision);
+    const core::Tensor<float> q = to_device(in.q, hq, "q"), k = to_device(in.k, hkv, "k"),
+                              v = to_device(in.v, hkv, "v");
+    core::Tensor<float> dout;
+    if (in.backward()) dout = to_device(in.dout, hq, "dO");
+    auto pass = [&](HarnessRun* keep) {
+      const model::AttentionTimes t0 = op->times();
+      AttentionSaved saved = op->forward(q.view(), k.view(), v.view());
+      const model::AttentionTimes t1 = op->times();
+      AttentionGrads grads;
+      if (in.backward()) grads = op->backward(dout.view(), saved);
+      const model::AttentionTimes t2 = op->times();
+      if (!keep) return;
+      RankRecord rr;
+      rr.forward.compute_s = t1.compute_s - t0.compute_s;
+      rr.backward.compute_s = t2.compute_s - t1.compute_s;
+      keep->ranks = {rr};
+      keep->o = to_global(saved.o, hq * d);
+      keep->lse = to_global(saved.lse, hq);
+      if (in.backward()) {
+        keep->dq = to_global(grads.dq, hq * d);
+        keep->dk = to_global(grads.dk, hkv * d);
+        keep->dv = to_global(grads.dv, hkv * d);
+      }
+    };
+    for (int i = 0; i < a.warmup; ++i) pass(nullptr);
+    const core::Timer measured;
+    pass(&out.run);
+    out.seconds = measured.elapsed();
+  });
+  out.run.work = attention_work(*spec.mask, in.n(), in.hq(), in.d());
+  out.have_rank0 = true;
+  return out;
+}
+
 nlohmann::json stats_json(const AttentionArgs& a, const attention::AttentionSpec& spec,
                           const attention::GlobalInputs& in, const Outcome& r) {
   const bool backward = in.backward();
@@ -166,6 +240,7 @@ nlohmann::json stats_json(const AttentionArgs& a, const attention::AttentionSpec
           {"nodes", r.nodes},
           {"backend", std::string(comm::resolve_backend(a.backend).name)},
           {"precision", std::string(core::dtype_name(spec.precision))},
+          {"device", a.device},
           {"seconds", r.seconds},
           {"visible_pairs", r.run.work.visible_pairs},
           {"forward_flops", r.run.work.forward_flops},
@@ -229,7 +304,16 @@ int run_attention(const AttentionArgs& a) {
                 " must divide the world of ", world, " ranks");
   // Refuse a layout that cannot exist before any rank starts (a clear message, once per process).
   (void)Layout(balance, in.n(), world, spec.mask->block_size);
-  const Outcome r = run_ranks(a, in, spec, balance, cfg);
+  const core::Device device = core::Device::parse(a.device, "attention");
+  if (!device.is_cpu()) {
+    // One GPU holds the whole sequence: several ranks on GPUs need the device executor.
+    core::require(world == 1, "attention", "--device ", a.device, " runs one rank: got --world ",
+                  world, " (several ranks on GPUs need the device executor, not built yet)");
+    core::require(a.scale == 0, "attention", "--device ", a.device,
+                  " takes the default scale 1/sqrt(D) only: drop --scale ", a.scale);
+  }
+  const Outcome r = device.is_cpu() ? run_ranks(a, in, spec, balance, cfg)
+                                    : run_on_device(a, in, spec, balance, device);
   // Another process of the mpirun job writes and prints: the one holding rank 0 of the MPI
   // world, or, with --backend local under mpirun (every process runs the same threads), the
   // launcher's rank 0.
@@ -268,6 +352,7 @@ std::function<int()> add_attention(CLI::App& app) {
                  "library's per-shape kernels and first-touch memory); outputs, stats.json and "
                  "the time are the measured run's");
   add_row(app, rows::precision, a->precision);
+  add_row(app, rows::device, a->device);
   // Not a core row: the backends' names and help are the registry's (comm/backends.hpp), so a
   // new backend shows here without an edit.
   app.add_option("--backend", a->backend, comm::backend_help())->capture_default_str();

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "longseq/core/error.hpp"
@@ -69,6 +71,29 @@ TEST(DeviceFlag, OffloadNeedsAGpu) {
   c.device = "cuda:1";
   EXPECT_EQ(error_of(c), "");
   EXPECT_TRUE(c.to_json().value("offload", false));
+}
+
+// `longseq attention --device`: the words, the combinations a GPU run does not take (several
+// ranks, a --scale), and a GPU asked of a machine without one, each refused naming the value;
+// --device cpu is the CPU run with "device" in stats.json.
+TEST(DeviceFlag, TheAttentionCommandTakesADevice) {
+  const std::string base = std::string(LONGSEQ_CLI) + " attention --random 37,4,2,16 --mask causal";
+  std::string out;
+  EXPECT_NE(longseq::testing::run(base + " --device cuda --world 3", out), 0);
+  EXPECT_NE(out.find("[attention] --device cuda runs one rank: got --world 3"), std::string::npos)
+      << out;
+  EXPECT_NE(longseq::testing::run(base + " --device cuda:0 --scale 0.25", out), 0);
+  EXPECT_NE(out.find("drop --scale 0.25"), std::string::npos) << out;
+  EXPECT_NE(longseq::testing::run(base + " --device npu", out), 0);
+  EXPECT_NE(out.find("'npu'"), std::string::npos) << out;
+  const std::string dir = testing::TempDir() + "attention_device_cpu";
+  ASSERT_EQ(longseq::testing::run(base + " --device cpu --out " + dir, out), 0) << out;
+  std::ifstream f(dir + "/stats.json");
+  EXPECT_EQ(nlohmann::json::parse(f).value("device", ""), "cpu");
+  // With a GPU it runs (tests/cuda compares it with the CPU); without one it names the device.
+  if (longseq::testing::run(base + " --device cuda", out) != 0) {
+    EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+  }
 }
 
 // Without a GPU (this build has none, or the runtime sees none) a --device cuda run stops at its
