@@ -10,7 +10,9 @@
 # Writes OUTDIR/gpu_train/{NAME}_ours/metrics.json, {NAME}_torch.json and gpu_train.json: per
 # configuration both step times (ours: the best step after the first), tokens/s, MFU and peak
 # memory (ours: the tensors the GPU held, kernels::cuda::memory_stats; PyTorch: its allocator's
-# max_memory_allocated), and their ratio. GPU_TRAIN_SEQS="8192 32768" and GPU_TRAIN_STEPS=3 set
+# max_memory_allocated), and their ratio; beside ours, the planner's prediction of that peak
+# (`longseq plan --train PRESET --device cuda`, plan/memory.hpp device_trainer_memory; the
+# presets are written to OUTDIR/gpu_train/*_preset.json) and predicted / measured. GPU_TRAIN_SEQS="8192 32768" and GPU_TRAIN_STEPS=3 set
 # the 1B lengths and the steps per run; each run is capped at GPU_TRAIN_TIMEOUT seconds (300).
 set -uo pipefail
 LONGSEQ=${1:?usage: gpu_train_bench.sh LONGSEQ OUTDIR [PYTHON]}
@@ -28,6 +30,19 @@ TORCH_1B=(--layers 16 --hidden 2048 --heads 32 --kv-heads 8 --head-dim 64 --inte
 MAIN=(--layers 4 --hidden 256 --heads 4 --kv-heads 4 --head-dim 64 --intermediate 688
   --vocab 257)
 
+# The runs' shapes as presets, for the planner (plan --train takes a preset, not model flags).
+cat >"$OUT/main_preset.json" <<'JSON'
+{"inherits": "main", "world": 1, "precision": "bf16"}
+JSON
+cat >"$OUT/llama1b_preset.json" <<'JSON'
+{"inherits": "main", "world": 1, "precision": "bf16", "layers": 16,
+ "hidden": 2048, "heads": 32, "kv_heads": 8, "head_dim": 64, "intermediate": 8192,
+ "vocab": 128256}
+JSON
+plan_ours() {  # NAME PRESET SEQ CHECKPOINT: the planner's prediction of the run's device peak
+  "$LONGSEQ" plan --train "$OUT/$2_preset.json" --device cuda --seq "$3" --checkpoint "$4" \
+    --json >"$OUT/$1_plan.json" 2>"$OUT/$1_plan.log" || echo "[gpu_train] plan: $1 failed (rc $?)"
+}
 run_ours() {  # NAME ARGS...
   local name=$1
   shift
@@ -45,9 +60,11 @@ run_torch() {  # NAME ARGS...
 }
 
 run_ours main_32k --seq 32768
+plan_ours main_32k main 32768 seq-selective
 run_torch main_32k --seq 32768 "${MAIN[@]}" --no-checkpoint --loss-chunk 32768
 for s in $SEQS; do
   run_ours "llama1b_$s" --seq "$s" --checkpoint full "${LLAMA_1B[@]}"
+  plan_ours "llama1b_$s" llama1b "$s" full
   run_torch "llama1b_$s" --seq "$s" "${TORCH_1B[@]}"
 done
 
@@ -76,6 +93,14 @@ for f in sorted(os.listdir(out)):
         row["ours"]["peak_gflops_measured"] = cfg.get("peak_gflops_measured")
     except Exception as e:
         row["ours"] = {"error": str(e)}
+    try:  # the planner's predicted device peak (plan --train --device cuda)
+        pj = json.load(open(os.path.join(out, name + "_plan.json")))
+        pred = pj["policies"][0]["device"]["predicted_bytes"] / 2**20
+        row["planned_device_mib"] = pred
+        if row["ours"].get("device_peak_mib"):
+            row["planned_over_measured"] = pred / row["ours"]["device_peak_mib"]
+    except Exception as e:
+        row["planned_device_mib"] = {"error": str(e)}
     t = row["torch"].get("step_seconds")
     o = row["ours"].get("seconds")
     if t and o:
@@ -84,8 +109,10 @@ for f in sorted(os.listdir(out)):
 json.dump({"runs": rows}, open(os.path.join(out, "gpu_train.json"), "w"), indent=1)
 for r in rows:
     o, t = r["ours"], r["torch"]
-    print("[gpu_train] %-16s ours %s s (%s MiB)  torch %s s (%s GiB)  ratio %s" % (
+    print("[gpu_train] %-16s ours %s s (%s MiB, planned %s)  torch %s s (%s GiB)  ratio %s" % (
         r["name"], o.get("seconds", "-"), o.get("device_peak_mib", "-"),
+        "%.0f MiB = %.3f" % (r["planned_device_mib"], r["planned_over_measured"])
+        if "planned_over_measured" in r else "-",
         t.get("step_seconds", "oom" if t.get("oom") else "-"), t.get("peak_allocated_gib", "-"),
         "%.2f" % r["ours_over_torch_seconds"] if "ours_over_torch_seconds" in r else "-"))
 EOF

@@ -39,6 +39,7 @@ struct PlanArgs {
   std::string train;
   int64_t ffn_chunk = -1, data_tokens = -1;
   bool longest = false;
+  std::string device = core::rows::device.text;  // with --train: also the GPU run's memory
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -83,10 +84,38 @@ void print_host(const PlanArgs& a, const plan::HostPlan& r) {
       c.algo.c_str(), c.balance.c_str(), r.mask.c_str(), c.loss.c_str(),
       static_cast<long long>(c.ffn_chunk), static_cast<long long>(r.data_tokens),
       r.limit_bytes / (1 << 30), r.limit_given ? " (--memory-limit)" : " (MemTotal)");
-  std::printf("%-14s %12s %10s  %s\n", "checkpoint", "peak MiB", "phase", "fits");
-  for (size_t i = 0; i < r.policies.size(); ++i)
-    std::printf("%-14s %12.1f %10s  %s\n", r.policies[i].c_str(), mib(r.memory[i].total()),
+  const plan::DevicePlan* d = r.device ? &*r.device : nullptr;
+  if (d) {
+    std::printf(
+        "GPU run (train --device %s, world 1): peak device memory as the trainer's "
+        "device_peak_mib counts it (its allocator; not the CUDA context, cuBLASLt workspace or "
+        "RoPE table); %s\n",
+        d->device.c_str(),
+        d->limit_bytes > 0 ? core::cat("profile ", d->hardware, ": ", d->gpu, ", ",
+                                       d->limit_bytes / (1 << 30), " GiB")
+                                 .c_str()
+                           : "no GPU profile (--hardware): no limit");
+    if (d->gemm_flops > 0)
+      std::printf(
+          "  step >= %.3g s: %.4g model FLOPs at the profile's %s GEMM rate %.4g TFLOP/s "
+          "(recomputation not counted)\n",
+          d->step_seconds_bound(), d->step_flops, c.precision.c_str(), d->gemm_flops / 1e12);
+  }
+  std::printf("%-14s %12s %10s  %-4s", "checkpoint", "peak MiB", "phase", "fits");
+  if (d) std::printf(" %12s  %-22s %s", "GPU MiB", "GPU phase", "fits GPU");
+  std::printf("\n");
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    std::printf("%-14s %12.1f %10s  %-4s", r.policies[i].c_str(), mib(r.memory[i].total()),
                 r.memory[i].phase.c_str(), r.memory[i].total() <= r.limit_bytes ? "yes" : "no");
+    if (d) {
+      const plan::DeviceTrainerMemory& g = d->memory[i];
+      std::printf(" %12.1f  %-22s %s", mib(g.peak), g.phase.c_str(),
+                  d->limit_bytes <= 0        ? "?"
+                  : g.peak <= d->limit_bytes ? "yes"
+                                             : "no");
+    }
+    std::printf("\n");
+  }
   if (a.explain)
     for (size_t i = 0; i < r.policies.size(); ++i) {
       const plan::HostTrainerMemory& m = r.memory[i];
@@ -99,6 +128,13 @@ void print_host(const PlanArgs& a, const plan::HostPlan& r) {
       for (const auto& [name, bytes] : m.items)
         std::printf("  %d x %-60s %10.1f MiB\n", m.ranks, name.c_str(), mib(bytes * m.ranks));
       std::printf("  %-64s %10.1f MiB\n", "total", mib(m.total()));
+      if (d) {
+        const plan::DeviceTrainerMemory& g = d->memory[i];
+        std::printf("  GPU (%s), peak at %s:\n", d->device.c_str(), g.phase.c_str());
+        for (const auto& [name, bytes] : g.items)
+          std::printf("    %-62s %10.1f MiB\n", name.c_str(), mib(bytes));
+        std::printf("    %-62s %10.1f MiB\n", "total", mib(g.peak));
+      }
     }
   if (!a.longest) return;
   std::printf("\nlongest N within %.2f GiB (multiples of %lld tokens):\n",
@@ -124,6 +160,8 @@ int run_host(const PlanArgs& a, const CLI::App& app) {
   h.data_tokens = a.data_tokens;
   h.memory_limit_gib = a.memory_limit_gib;
   h.longest = a.longest;
+  h.device = a.device;
+  if (given("--hardware")) h.hardware = a.hardware;
   const plan::HostPlan r = plan::host_plan(h);
   if (a.json) {
     std::printf("%s\n", r.to_json(a.train).dump(1).c_str());
@@ -298,13 +336,22 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_option("--train", a->train,
                  "PRESET | FILE.json: predict the peak RSS of `longseq train` on this host per "
                  "checkpoint policy instead (--seq, --gpus = world, --mask, --algo, --balance, "
-                 "--checkpoint, --loss, --memory-limit override; --explain: the breakdown)");
+                 "--checkpoint, --loss, --memory-limit override; --explain: the breakdown); with "
+                 "--device cuda or --hardware GPU-PROFILE (calibrate --device cuda) also the GPU "
+                 "memory of `train --device cuda` at world 1");
   app.add_flag("--longest", a->longest,
                "with --train: the longest N each policy fits in --memory-limit (0: MemTotal)");
   app.add_option("--ffn-chunk", a->ffn_chunk, "with --train: tokens per blockwise-FFN chunk");
   app.add_option("--data-tokens", a->data_tokens,
                  "with --train: tokens of the token file (default: read the preset's)");
-  return [a, app = &app] { return a->train.empty() ? run_cluster(*a) : run_host(*a, *app); };
+  add_row(app, core::rows::device, a->device);
+  return [a, app = &app] {
+    // The cluster planner models GPUs already; --device names the trainer's device for --train.
+    core::require(a->train.empty() ? core::Device::parse(a->device, "plan").is_cpu() : true, "plan",
+                  "--device ", a->device,
+                  " applies to --train PRESET (the GPU memory of `longseq train --device cuda`)");
+    return a->train.empty() ? run_cluster(*a) : run_host(*a, *app);
+  };
 }
 
 }  // namespace longseq::cli

@@ -9,6 +9,7 @@
 # both with $TORCH_PYTHON, default python3; skipped with a note where torch or its GPU is missing),
 # and writes under OUTDIR: info.txt (longseq info: CPU, variants, CUDA runtime/driver, GPUs),
 # nvidia-smi.txt, ctest_cuda.xml (JUnit) and ctest_cuda.txt, one JSON per benchmark,
+# local-cuda.json (the GPU's hardware profile, calibrate --device cuda),
 # torch_kernels.json, cuda_attention_torch.json, compare.json / compare.txt (ours vs PyTorch and
 # the bandwidth floor, per kernel), attention_compare.json / .txt (ours vs SDPA's flash and cuDNN
 # backends, per shape), test_cuda.json with errors.json / errors.txt (each kernel's measured error
@@ -86,6 +87,10 @@ if [ -f "$out/cuda_attention_bench.json" ]; then
     --text "$out/attention_compare.txt" > /dev/null 2>&1 ||
     echo "[gpu_check] attention comparison failed" >&2
 fi
+# The GPU's profile (`longseq calibrate --device cuda`: memory, bf16/fp32 GEMM rates, copy
+# bandwidth; a few seconds), for `plan --train PRESET --hardware "$out/local-cuda.json"`.
+timeout "$cap" "$BUILD_DIR/cli/longseq" calibrate --device cuda --out "$out/local-cuda.json" \
+  > "$out/calibrate_cuda.txt" 2>&1 || { echo "[gpu_check] calibrate --device cuda failed" >&2; rc=1; }
 # The trainer on the GPU beside PyTorch's (bench/gpu_train_bench.sh: the main model at 32K, LLaMA-1B
 # at 8K and 32K; GPU_CHECK_TRAIN=0 leaves it out). Its runs are capped one by one.
 if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then

@@ -1,11 +1,16 @@
 // core/device: device names parse and print, an execution context for a GPU is refused where a
 // CPU's is needed, host buffers copy through the device layer, and a buffer on a device whose
 // backend never registered fails with a message naming the device (no allocation anywhere).
+// Buffers made with an explicit Device::cpu() are counted (cpu_device_memory_stats: what the
+// planner's GPU memory model is checked against without a GPU), host-only ones are not.
 #include "longseq/core/device.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "longseq/core/error.hpp"
 #include "longseq/core/tensor.hpp"
@@ -85,6 +90,45 @@ TEST(DeviceBuffer, ADeviceWithoutARegisteredBackendIsAnErrorNamingIt) {
   const Buffer<float> host(4);
   const std::string msg2 = error_of([&] { (void)host.to(Device::cuda(0)); });
   EXPECT_NE(msg2.find("no memory backend for cuda:0"), std::string::npos) << msg2;
+}
+
+TEST(Device, CpuDeviceBuffersAreCounted) {
+  using longseq::core::cpu_device_memory_stats;
+  using longseq::core::Tensor;
+  const size_t base = cpu_device_memory_stats().current;
+  longseq::core::reset_cpu_device_memory_peak();
+  {
+    Buffer<float> host(1000);  // host-only: not counted
+    EXPECT_EQ(cpu_device_memory_stats().current, base);
+    Buffer<float> a(1000, Device::cpu(), "a");
+    EXPECT_EQ(cpu_device_memory_stats().current, base + 4000);
+    Buffer<float> b = host.to(Device::cpu(), "b");  // a copy made on a device: counted
+    EXPECT_EQ(cpu_device_memory_stats().current, base + 8000);
+    {
+      Tensor<double> t(longseq::core::Shape{3, 5}, Device::cpu(), longseq::core::Uninit{}, "t");
+      Buffer<uint8_t> empty(0, Device::cpu(), "empty");  // a 64-byte line, as on a GPU
+      EXPECT_EQ(cpu_device_memory_stats().current, base + 8000 + 120 + 64);
+    }
+    EXPECT_EQ(cpu_device_memory_stats().peak, base + 8000 + 120 + 64);
+    // A move carries the count with the memory: released once, by its last owner.
+    Buffer<float> moved = std::move(a);
+    a = Buffer<float>();
+    EXPECT_EQ(cpu_device_memory_stats().current, base + 8000);
+  }
+  EXPECT_EQ(cpu_device_memory_stats().current, base);
+  EXPECT_EQ(cpu_device_memory_stats().peak, base + 8000 + 120 + 64);
+  longseq::core::reset_cpu_device_memory_peak();
+  EXPECT_EQ(cpu_device_memory_stats().peak, base);
+  // Threads allocating at once (ranks of one process) count right.
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([] {
+      for (int k = 0; k < 1000; ++k) Buffer<float> x(16, Device::cpu(), "x");
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(cpu_device_memory_stats().current, base);
+  EXPECT_LE(cpu_device_memory_stats().peak, base + 4 * 64);
+  EXPECT_GE(cpu_device_memory_stats().peak, base + 64);
 }
 
 }  // namespace

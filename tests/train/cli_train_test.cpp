@@ -124,12 +124,12 @@ TEST(TrainCli, SharedFlagsReadTheSameInEveryCommand) {
        {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::world, &rows::nodes,
         &rows::threads, &rows::link}},
       {"schedule", {&rows::algo, &rows::balance, &rows::mask, &rows::world, &rows::nodes}},
-      {"plan", {&rows::balance, &rows::mask}},
+      {"plan", {&rows::balance, &rows::mask, &rows::device}},
       {"eval",
        {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::world, &rows::threads}},
       {"generate", {&rows::algo, &rows::balance, &rows::precision, &rows::world, &rows::threads}},
       {"passkey", {&rows::algo, &rows::balance, &rows::world, &rows::threads}},
-      {"calibrate", {&rows::threads}},
+      {"calibrate", {&rows::threads, &rows::device}},
   };
   const longseq::train::TrainConfig main = longseq::train::preset("main");
   for (const auto& [cmd, taken] : commands) {

@@ -1,5 +1,6 @@
 #include "longseq/core/tensor.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -44,7 +45,31 @@ std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s) {
   return st;
 }
 
+namespace {
+// cpu_device_memory_stats: one atomic each, so that ranks (threads) allocating at once count right.
+std::atomic<size_t> cpu_device_current{0}, cpu_device_peak{0};
+
+void count_cpu_device(size_t bytes) {
+  const size_t now = cpu_device_current.fetch_add(bytes) + bytes;
+  size_t peak = cpu_device_peak.load();
+  while (now > peak && !cpu_device_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+}  // namespace
+
+CpuDeviceMemoryStats cpu_device_memory_stats() {
+  return {cpu_device_current.load(), cpu_device_peak.load()};
+}
+
+void reset_cpu_device_memory_peak() {
+  cpu_device_peak.store(cpu_device_current.load());
+}
+
 namespace detail {
+size_t counted_bytes(Device device, size_t bytes) {
+  return device.is_cpu() ? (bytes ? bytes : kAlignment) : 0;
+}
+
 void* aligned_alloc_bytes(size_t bytes, bool zero) {
   // aligned_alloc needs a size that is a multiple of the alignment; zero-size gets one line so
   // data() is never null for an allocated buffer.
@@ -56,7 +81,11 @@ void* aligned_alloc_bytes(size_t bytes, bool zero) {
 }
 
 void* alloc_bytes(Device device, size_t bytes, bool zero, const char* name) {
-  if (device.is_cpu()) return aligned_alloc_bytes(bytes, zero);
+  if (device.is_cpu()) {
+    void* p = aligned_alloc_bytes(bytes, zero);
+    count_cpu_device(counted_bytes(device, bytes));
+    return p;
+  }
   const DeviceMemory& ops = device_memory(device);
   // As on the host, an empty buffer still owns a line so data() is never null.
   void* p = ops.allocate(device, bytes ? bytes : kAlignment, name);
@@ -68,6 +97,7 @@ void BufferFree::operator()(void* p) const noexcept {
   if (!p) return;
   if (device.is_cpu()) {
     std::free(p);
+    cpu_device_current.fetch_sub(counted);
     return;
   }
   // A buffer on a device exists only after its backend registered; the lookup cannot fail here.

@@ -106,14 +106,35 @@ namespace detail {
 /// zero = false leaves the bytes as the allocator returned them.
 void* aligned_alloc_bytes(size_t bytes, bool zero = true);
 /// Host memory as aligned_alloc_bytes; elsewhere the device's registered allocator (device.hpp),
-/// whose out-of-memory error names `name`.
+/// whose out-of-memory error names `name`. Host memory asked for this way (an explicit
+/// Device::cpu()) is counted in cpu_device_memory_stats.
 void* alloc_bytes(Device device, size_t bytes, bool zero, const char* name);
-/// Frees what alloc_bytes returned on `device`.
+/// The bytes alloc_bytes counts for `bytes` on `device`: what the device's allocator is asked for
+/// (an empty buffer still owns kAlignment bytes); 0 off the CPU, whose backend counts its own.
+size_t counted_bytes(Device device, size_t bytes);
+/// Frees what alloc_bytes returned on `device`; `counted` bytes leave cpu_device_memory_stats.
 struct BufferFree {
   Device device;
+  size_t counted = 0;
   void operator()(void* p) const noexcept;
 };
 }  // namespace detail
+
+/// Bytes held by buffers made with an explicit device that is the CPU (Buffer(n, device, ...),
+/// Tensor(shape, device, ...), Buffer::to): now, and the most at any moment since the process
+/// started or reset_cpu_device_memory_peak. The host's counterpart of kernels::cuda::memory_stats:
+/// the device path (model/kernels.hpp) run with the CPU as its device allocates exactly what it
+/// allocates on a GPU through these constructors, so this count checks the planner's GPU memory
+/// model (plan/memory.hpp device_trainer_memory) on a machine without a GPU. Host-only buffers
+/// (Buffer(n), Tensor(shape): every CPU kernel's and the CPU attention's own) are not counted.
+/// Thread-safe.
+struct CpuDeviceMemoryStats {
+  size_t current = 0;
+  size_t peak = 0;
+};
+CpuDeviceMemoryStats cpu_device_memory_stats();
+/// Sets the peak to the current holding.
+void reset_cpu_device_memory_peak();
 
 inline constexpr size_t kAlignment = 64;
 
@@ -144,12 +165,12 @@ class Buffer {
   /// `n` zeroed elements on `device`; `name` labels the tensor in an out-of-memory error.
   Buffer(size_t n, Device device, const char* name = "buffer")
       : ptr_(static_cast<T*>(detail::alloc_bytes(device, n * sizeof(T), true, name)),
-             detail::BufferFree{device}),
+             detail::BufferFree{device, detail::counted_bytes(device, n * sizeof(T))}),
         size_(n) {}
   /// `n` elements on `device`, contents indeterminate (see Uninit).
   Buffer(size_t n, Device device, Uninit, const char* name = "buffer")
       : ptr_(static_cast<T*>(detail::alloc_bytes(device, n * sizeof(T), false, name)),
-             detail::BufferFree{device}),
+             detail::BufferFree{device, detail::counted_bytes(device, n * sizeof(T))}),
         size_(n) {}
 
   T* data() { return ptr_.get(); }

@@ -22,6 +22,7 @@
 #include "longseq/plan/attention_cost.hpp"
 #include "longseq/plan/hardware.hpp"
 #include "longseq/plan/memory.hpp"
+#include "longseq/train/device.hpp"
 
 namespace longseq::plan {
 
@@ -383,6 +384,47 @@ std::string calibration_summary(const Calibration& c, int64_t block) {
   else
     s += "mpi link: " + c.mpi_note + "\n";
   return s + core::cat("host cores: ", c.cores, "\n");
+}
+
+Hardware calibrate_gpu(core::Device device, const std::string& name) {
+  core::require(!device.is_cpu(), "calibrate", "--device ", device.str(),
+                ": calibrate_gpu measures a GPU (--device cuda or cuda:N)");
+  core::require(train::cuda_built(), "calibrate", "--device ", device.str(),
+                ": this build has no CUDA backend (configure with a CUDA toolkit: LONGSEQ_CUDA=ON, "
+                "docs/gpu.md); `longseq calibrate` without --device measures this host");
+  Hardware hw;
+  hw.name = name;
+  // device_memory_bytes first: it names a missing GPU before anything is measured.
+  try {
+    hw.memory_bytes = train::device_memory_bytes(device);
+  } catch (const core::Error& e) {
+    core::fail("calibrate", "--device ", device.str(), ": cannot measure it: ", e.what());
+  }
+  hw.gpu.name = train::device_name(device);
+  hw.gpu.gemm_bf16_flops = 1e9 * train::device_peak_gflops(device, core::DType::bf16);
+  hw.gpu.gemm_f32_flops = 1e9 * train::device_peak_gflops(device, core::DType::f32);
+  hw.gpu.memory_bandwidth_Bps = train::device_copy_bandwidth(device, size_t{1} << 30, 5);
+  hw.peak_flops = hw.gpu.gemm_bf16_flops;
+  hw.dtype_bytes = 2;
+  hw.gpus_per_node = 1;
+  hw.description = core::cat("one ", hw.gpu.name, " (", device.str(), ")");
+  hw.source = core::cat("measured by longseq calibrate --device ", device.str(), " on ",
+                        this_host()["cpu_model"].get<std::string>());
+  hw.corrections.source = "none: a single GPU's profile holds measured rates only";
+  return hw;
+}
+
+std::string gpu_calibration_json(const Hardware& hw, core::Device device) {
+  nlohmann::json j = nlohmann::json::parse(hardware_to_json(hw));
+  j["measurements"] = {
+      {"device", device.str()}, {"load_average_1min", load_average()}, {"host", this_host()}};
+  return j.dump(2) + "\n";
+}
+
+std::string gpu_calibration_summary(const Hardware& hw) {
+  return core::cat(hw.gpu.name, ": ", hw.memory_bytes / (1 << 30), " GiB; GEMM 8192^3 bf16 ",
+                   hw.gpu.gemm_bf16_flops / 1e12, " TFLOP/s, fp32 ", hw.gpu.gemm_f32_flops / 1e12,
+                   " TFLOP/s; device copy ", hw.gpu.memory_bandwidth_Bps / 1e9, " GB/s\n");
 }
 
 }  // namespace longseq::plan

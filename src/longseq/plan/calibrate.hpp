@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/flag_rows.hpp"
 #include "longseq/plan/attention_cost.hpp"
 #include "longseq/plan/hardware.hpp"
@@ -83,5 +84,26 @@ std::optional<Calibration> calibrate(const CalibrateOptions& options);
 std::string calibration_json(const Calibration& c);
 /// What was measured, a few lines for the terminal.
 std::string calibration_summary(const Calibration& c, int64_t block);
+
+// ---- one GPU: `longseq calibrate --device cuda[:N]` ------------------------------------------
+//
+// Measured with what `train --device cuda` runs (train/device.hpp):
+//   gemm      model::cuda::gemm_peak_gflops (cuBLASLt 8192^3, best of 3 runs of 5) in bf16 and
+//             fp32: gpu.gemm_bf16_flops (also the profile's peak_flops) and gpu.gemm_f32_flops,
+//             the trainer's MFU denominators
+//   memory    the runtime's total device memory: memory_bytes
+//   bandwidth a blocking device-to-device copy of 1 GiB (2 x bytes / seconds, best of 5):
+//             gpu.memory_bandwidth_Bps
+// The profile has no links (hardware.hpp GpuMeasured): `plan --train PRESET --hardware FILE`
+// reads it; the cluster planner refuses it.
+
+/// Measures GPU `device` (cuda:N) into a single-GPU profile named `name`. Throws
+/// core::Error("[calibrate] --device ...") naming the device in a build without CUDA, and the
+/// runtime's error where it sees no such GPU.
+Hardware calibrate_gpu(core::Device device, const std::string& name);
+/// The profile as written to a file: hardware_to_json plus "measurements" {device, host}.
+std::string gpu_calibration_json(const Hardware& hw, core::Device device);
+/// The measured numbers, a few lines for the terminal.
+std::string gpu_calibration_summary(const Hardware& hw);
 
 }  // namespace longseq::plan

@@ -35,12 +35,13 @@ const std::vector<core::Field<Hardware>> kFields = {
     HW("memory_bytes", memory_bytes, core::above(0), true, "device memory per GPU"),
     HW("peak_flops", peak_flops, core::above(0), true, "dense peak of the training dtype"),
     HW("dtype_bytes", dtype_bytes, core::at_least(1), true, "bytes per activation element"),
-    HW("intra.latency_s", intra.latency_s, core::at_least(0), true, "intra-node alpha"),
-    HW("intra.bandwidth_Bps", intra.bandwidth_Bps, core::above(0), true,
-       "intra-node beta per rank"),
-    HW("inter.latency_s", inter.latency_s, core::at_least(0), true, "inter-node alpha"),
-    HW("inter.node_bandwidth_Bps", inter_node_bandwidth_Bps, core::above(0), true,
-       "inter-node bandwidth of a node (shared by its ranks)"),
+    // The links are required of every profile but a single GPU's (parse_hardware checks them).
+    HW("intra.latency_s", intra.latency_s, core::at_least(0), false, "intra-node alpha"),
+    HW("intra.bandwidth_Bps", intra.bandwidth_Bps, core::at_least(0), false,
+       "intra-node beta per rank (> 0 unless gpu.name)"),
+    HW("inter.latency_s", inter.latency_s, core::at_least(0), false, "inter-node alpha"),
+    HW("inter.node_bandwidth_Bps", inter_node_bandwidth_Bps, core::at_least(0), false,
+       "inter-node bandwidth of a node, shared by its ranks (> 0 unless gpu.name)"),
     HW("corrections.gemm_efficiency", corrections.gemm_efficiency,
        core::above_at_most(0, 1.5, " (an efficiency)"), false, "achieved / peak, large GEMMs"),
     HW("corrections.attention_fwd_efficiency", corrections.attention_fwd_efficiency,
@@ -72,7 +73,18 @@ const std::vector<core::Field<Hardware>> kFields = {
     HW("mpi.note", mpi_note, core::any(), false, "how, or why not"),
     HW("mpi.latency_s", mpi.latency_s, core::at_least(0), false, "MPI alpha"),
     HW("mpi.bandwidth_Bps", mpi.bandwidth_Bps, core::at_least(0), false, "MPI beta"),
+    HW("gpu.name", gpu.name, core::any(), false,
+       "a single GPU's name (calibrate --device cuda; empty: not a GPU profile)"),
+    HW("gpu.gemm_bf16_flops", gpu.gemm_bf16_flops, core::at_least(0), false,
+       "measured bf16 GEMM rate"),
+    HW("gpu.gemm_f32_flops", gpu.gemm_f32_flops, core::at_least(0), false,
+       "measured fp32 GEMM rate"),
+    HW("gpu.memory_bandwidth_Bps", gpu.memory_bandwidth_Bps, core::at_least(0), false,
+       "measured device-to-device copy rate (0: not measured)"),
 };
+// The link fields every profile but a single GPU's must give, > 0.
+const char* const kLinkKeys[] = {"intra.latency_s", "intra.bandwidth_Bps", "inter.latency_s",
+                                 "inter.node_bandwidth_Bps"};
 #undef HW
 
 // Written by calibrate or kept for readers, never read back. attention_curve is an array, read
@@ -147,6 +159,14 @@ Hardware parse_hardware(const std::string& json_text, std::string_view what) {
   hw.name = std::string(what);
   core::fields_from_json(kFields, hw, j, "plan", where, kIgnored);
   core::check_fields(kFields, hw, "plan", where + ": ");
+  if (!hw.single_gpu()) {
+    for (const char* key : kLinkKeys)
+      if (!j.contains(core::key_pointer(key))) core::fail_missing_key("plan", where, key);
+    core::require(hw.intra.bandwidth_Bps > 0, "plan", where, ": intra.bandwidth_Bps ",
+                  hw.intra.bandwidth_Bps, " must be > 0");
+    core::require(hw.inter_node_bandwidth_Bps > 0, "plan", where, ": inter.node_bandwidth_Bps ",
+                  hw.inter_node_bandwidth_Bps, " must be > 0");
+  }
   if (j.contains("attention_curve")) hw.attention_curve = read_curve(j["attention_curve"], where);
   // Every rank of a node sends at once in the ring schedules, so each gets its share of the NICs.
   hw.inter.bandwidth_Bps = hw.inter_node_bandwidth_Bps / hw.gpus_per_node;

@@ -65,6 +65,15 @@ struct KernelTiles {
   bool enabled() const { return fwd_q > 0; }
 };
 
+/// One GPU as `longseq calibrate --device cuda` measured it (a single-GPU profile: the
+/// planner's --train prediction of `longseq train --device cuda` reads it; it has no links).
+struct GpuMeasured {
+  std::string name;                 ///< the runtime's device name; empty: not a GPU profile
+  double gemm_bf16_flops = 0;       ///< cuBLASLt GEMM 8192^3, bf16 operands, fp32 accumulation
+  double gemm_f32_flops = 0;        ///< the same in fp32
+  double memory_bandwidth_Bps = 0;  ///< device-to-device copy: 2 x bytes / seconds (read + write)
+};
+
 struct Hardware {
   std::string name;
   std::string description;
@@ -96,6 +105,12 @@ struct Hardware {
   Link mpi;
   bool mpi_measured = false;
   std::string mpi_note;
+  /// Set (gpu.name non-empty) in a profile of one GPU written by `longseq calibrate --device
+  /// cuda`: memory_bytes is its memory, peak_flops its measured bf16 GEMM rate, and the links
+  /// (intra.*, inter.*), which every other profile must give, may be absent (0): the cluster
+  /// planner refuses such a profile (plan/planner.cpp PlanOptions::validate).
+  GpuMeasured gpu;
+  bool single_gpu() const { return !gpu.name.empty(); }
 
   double compute_share(int ranks) const {
     return host_cores > 0 && ranks > host_cores ? static_cast<double>(host_cores) / ranks : 1.0;

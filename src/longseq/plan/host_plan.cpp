@@ -4,8 +4,10 @@
 #include <fstream>
 #include <string>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/threads.hpp"
 #include "longseq/model/attention_op.hpp"
+#include "longseq/plan/hardware.hpp"
 #include "longseq/train/trainer.hpp"
 
 namespace longseq::plan {
@@ -78,12 +80,52 @@ HostTrainerInputs host_inputs(const train::TrainConfig& c, const std::string& ma
   return in;
 }
 
+DeviceTrainerInputs device_inputs(const train::TrainConfig& c, const std::string& mask_text,
+                                  bool cuda) {
+  core::require(c.world == 1, "plan", "the device run is one rank's (train --device cuda runs at ",
+                "world 1); --gpus ", c.world);
+  DeviceTrainerInputs in;
+  in.model = c.model;
+  in.seq = c.seq;
+  in.balance = c.balance;
+  const model::TrainMask tm = model::TrainMask::parse(mask_text, c.seq);
+  in.document_mask = tm.document;
+  in.mask_block = tm.block();
+  in.block_mask_bytes = tm.base ? static_cast<int64_t>(tm.base->block_mask.size()) : 0;
+  in.checkpoint = model::parse_checkpoint_policy(c.checkpoint);
+  in.loss = model::parse_loss_mode(c.loss);
+  in.seq_selective_fraction = c.seq_selective_fraction;
+  in.ffn_chunk = c.ffn_chunk;
+  in.lm_tile = c.lm_tile;
+  in.bf16 = train::parse_precision(c.precision) == core::DType::bf16;
+  in.cuda = cuda;
+  return in;
+}
+
 HostPlan host_plan(const HostPlanRequest& a) {
   HostPlan r;
   train::TrainConfig& c = r.config;
   c = train::preset(a.preset);
   if (a.seq > 0) c.seq = a.seq;
   if (a.world > 0) c.world = a.world;
+  // A GPU run: --device cuda, or a single GPU's profile.
+  std::optional<Hardware> gpu_profile;
+  if (!a.hardware.empty()) {
+    gpu_profile = load_hardware(a.hardware);
+    core::require(gpu_profile->single_gpu(), "plan", "--train with --hardware ", a.hardware,
+                  ": not a single GPU's profile (`longseq calibrate --device cuda` writes one); "
+                  "without --hardware, --train predicts this host");
+  }
+  const core::Device device =
+      core::Device::parse(!a.device.empty() ? a.device : (gpu_profile ? "cuda" : "cpu"), "plan");
+  core::require(!(gpu_profile && device.is_cpu()), "plan", "--hardware ", a.hardware,
+                " is a GPU's profile but --device is cpu");
+  if (!device.is_cpu()) {
+    core::require(a.world <= 1, "plan", "--device ", device.str(),
+                  ": train --device cuda runs at world 1; --gpus ", a.world);
+    c.world = 1;
+    c.dp = 1;
+  }
   if (!a.algo.empty()) c.algo = a.algo;
   if (!a.balance.empty()) c.balance = a.balance;
   if (!a.loss.empty()) c.loss = a.loss;
@@ -103,6 +145,29 @@ HostPlan host_plan(const HostPlanRequest& a) {
     c.checkpoint = p;
     in.checkpoint = model::parse_checkpoint_policy(p);
     r.memory.push_back(host_trainer_memory(in));
+  }
+  if (!device.is_cpu()) {
+    DevicePlan d;
+    d.device = device.str();
+    DeviceTrainerInputs din = device_inputs(c, r.mask, true);
+    for (const std::string& p : r.policies) {
+      din.checkpoint = model::parse_checkpoint_policy(p);
+      d.memory.push_back(device_trainer_memory(din));
+    }
+    const model::TrainMask tm = model::TrainMask::parse(r.mask, c.seq);
+    // The trainer's MFU numerator (train/metrics.cpp step_flops), without the per-step document
+    // ids (a document mask's pairs depend on the data).
+    d.step_flops = 6.0 * static_cast<double>(model::ParamLayout(c.model).matmul_parameters()) *
+                       static_cast<double>(c.seq) +
+                   12.0 * c.model.layers * c.model.heads * c.model.head_dim *
+                       model::visible_pairs(*tm.base, c.seq);
+    if (gpu_profile) {
+      d.hardware = gpu_profile->name;
+      d.gpu = gpu_profile->gpu.name;
+      d.limit_bytes = gpu_profile->memory_bytes;
+      d.gemm_flops = din.bf16 ? gpu_profile->gpu.gemm_bf16_flops : gpu_profile->gpu.gemm_f32_flops;
+    }
+    r.device = d;
   }
   r.longest_step = longest_step(c);
   if (a.longest)
@@ -127,14 +192,36 @@ nlohmann::json HostPlan::to_json(const std::string& preset) const {
     const HostTrainerMemory& r = memory[i];
     nlohmann::json items = nlohmann::json::object();
     for (const auto& [name, bytes] : r.items) items[name] = bytes * r.ranks;
-    out["policies"].push_back({{"checkpoint", policies[i]},
-                               {"predicted_bytes", r.total()},
-                               {"phase", r.phase},
-                               {"baseline", r.baseline},
-                               {"data", r.data},
-                               {"state", r.state},
-                               {"ranks_times_items", items}});
+    nlohmann::json p = {{"checkpoint", policies[i]},
+                        {"predicted_bytes", r.total()},
+                        {"phase", r.phase},
+                        {"baseline", r.baseline},
+                        {"data", r.data},
+                        {"state", r.state},
+                        {"ranks_times_items", items}};
+    if (device) {
+      // Beside the host's figure: the GPU's (memory.hpp device_trainer_memory).
+      const DeviceTrainerMemory& g = device->memory[i];
+      nlohmann::json gi = nlohmann::json::object();
+      for (const auto& [name, bytes] : g.items) gi[name] = bytes;
+      p["device"] = {
+          {"predicted_bytes", g.peak},
+          {"phase", g.phase},
+          {"state", g.state},
+          {"items", gi},
+          {"fits", device->limit_bytes > 0 ? nlohmann::json(g.peak <= device->limit_bytes)
+                                           : nlohmann::json(nullptr)}};
+    }
+    out["policies"].push_back(p);
   }
+  if (device)
+    out["device"] = {{"device", device->device},
+                     {"hardware", device->hardware},
+                     {"gpu", device->gpu},
+                     {"limit_bytes", device->limit_bytes},
+                     {"gemm_flops", device->gemm_flops},
+                     {"step_flops", device->step_flops},
+                     {"step_seconds_lower_bound", device->step_seconds_bound()}};
   if (!longest.empty()) {
     out["longest_step_tokens"] = longest_step;
     out["longest"] = nlohmann::json::array();

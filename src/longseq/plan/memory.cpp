@@ -1,6 +1,7 @@
 #include "longseq/plan/memory.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -271,6 +272,309 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
   r.phase = best->name;
   r.items = best->items;
   return r;
+}
+
+// ---- device trainer ----------------------------------------------------------------------------
+
+int64_t cuda_lm_head_token_tile(int64_t tokens, int64_t vocab, int64_t token_tile, bool bf16) {
+  int64_t bs = token_tile;
+  if (bs <= 0) {
+    const int64_t elems = bf16 ? int64_t{1} << 28 : int64_t{1} << 26;
+    bs = std::clamp<int64_t>(elems / std::max<int64_t>(vocab, 1), 64, 4096);
+    if (bs >= 128) bs = bs / 128 * 128;
+  }
+  return std::max<int64_t>(1, std::min(bs, std::max<int64_t>(tokens, 1)));
+}
+
+double cuda_lm_head_workspace_bytes(int64_t tokens, int64_t hidden, int64_t vocab,
+                                    int64_t token_tile, bool bf16) {
+  // Scratch::aligned: every part of the one allocation at 256 bytes.
+  const auto a = [](double b) { return std::ceil(b / 256) * 256; };
+  const double bs = static_cast<double>(cuda_lm_head_token_tile(tokens, vocab, token_tile, bf16));
+  const double t = static_cast<double>(tokens), v = static_cast<double>(vocab),
+               c = static_cast<double>(hidden);
+  // Per-token loss (double) and state (int32), the totals {double, 2 x int64}.
+  double bytes = a(8 * t) + a(4 * t) + a(24);
+  bytes += bf16 ? a(2 * bs * v) + a(2 * v * c) + a(2 * bs * c) : a(4 * bs * v);
+  return bytes;
+}
+
+double cuda_attention_workspace_bytes(int64_t tq, int64_t tk) {
+  // One 32-byte TileSummary per 64-token tile of q and of k (kernels/cuda/attention_common.cuh).
+  const auto tiles = [](int64_t n) { return (std::max<int64_t>(n, 0) + 63) / 64; };
+  return 32.0 * static_cast<double>(tiles(tq) + tiles(tk));
+}
+
+namespace {
+
+// The running total of a replayed allocation sequence, and its breakdown by kind at the peak.
+class Replay {
+ public:
+  // What the allocator counts for a request (core::detail::counted_bytes, device.cu allocate):
+  // an empty buffer still takes a 64-byte line.
+  int alloc(int kind, double bytes) {
+    const double b = bytes > 0 ? bytes : 64;
+    live_.push_back({kind, b});
+    by_kind_[static_cast<size_t>(kind)] += b;
+    now_ += b;
+    if (now_ > peak_) {
+      peak_ = now_;
+      at_peak_ = by_kind_;
+      phase_at_peak_ = phase_;
+    }
+    return static_cast<int>(live_.size()) - 1;
+  }
+  void free(int id) {
+    if (id < 0) return;
+    Live& l = live_[static_cast<size_t>(id)];
+    LONGSEQ_CHECK_MSG(l.bytes >= 0, "allocation ", id, " freed twice");
+    by_kind_[static_cast<size_t>(l.kind)] -= l.bytes;
+    now_ -= l.bytes;
+    l.bytes = -1;
+  }
+  void free(std::initializer_list<int> ids) {
+    for (int id : ids) free(id);
+  }
+  // A live allocation counted under another kind from now on (a block tensor a policy keeps
+  // becomes a saved activation): the total does not change.
+  void retag(int id, int kind) {
+    if (id < 0) return;
+    Live& l = live_[static_cast<size_t>(id)];
+    LONGSEQ_CHECK_MSG(l.bytes >= 0, "retag of freed allocation ", id);
+    by_kind_[static_cast<size_t>(l.kind)] -= l.bytes;
+    by_kind_[static_cast<size_t>(kind)] += l.bytes;
+    l.kind = kind;
+  }
+  void phase(std::string p) { phase_ = std::move(p); }
+  double peak() const { return peak_; }
+  const std::string& phase_at_peak() const { return phase_at_peak_; }
+  double at_peak(int kind) const { return at_peak_[static_cast<size_t>(kind)]; }
+
+  static constexpr int kKinds = 9;
+
+ private:
+  struct Live {
+    int kind;
+    double bytes;
+  };
+  std::vector<Live> live_;
+  std::array<double, kKinds> by_kind_{}, at_peak_{};
+  double now_ = 0, peak_ = 0;
+  std::string phase_, phase_at_peak_;
+};
+
+enum Kind : int {
+  kParams,
+  kGrads,
+  kOptimizer,
+  kSaved,
+  kResidual,
+  kBlock,
+  kAttention,
+  kLmHead,
+  kTokens,
+};
+const char* const kKindNames[Replay::kKinds] = {
+    "parameters (fp32)",
+    "gradients (fp32)",
+    "AdamW m, v (fp32) and decay mask",
+    "saved activations (block inputs + policy)",
+    "residual stream x, dx",
+    "block working set (n1 q k v x1 n2, MLP, dn dO)",
+    "attention (o lse, tile summaries, bf16 copies, dq dk dv)",
+    "LM head (final norm tensors, fused-loss scratch)",
+    "batch ids and positions, attention token table",
+};
+
+}  // namespace
+
+DeviceTrainerMemory device_trainer_memory(const DeviceTrainerInputs& in) {
+  const model::LlamaConfig& m = in.model;
+  m.validate();
+  core::require(!in.cuda || in.loss == model::LossMode::fused, "plan",
+                "--loss unfused has no kernel on a GPU (the fused LM head is the GPU's)");
+  core::require(in.seq >= 1, "plan", "--seq ", in.seq, " must be at least 1 token");
+  const attention::Layout layout(attention::parse_balance(in.balance), in.seq, 1, in.mask_block);
+  const int64_t l = layout.local_len();
+  const double L = static_cast<double>(l), c = static_cast<double>(m.hidden),
+               hq = static_cast<double>(m.heads), hkv = static_cast<double>(m.kv_heads),
+               d = static_cast<double>(m.head_dim), f = static_cast<double>(m.intermediate);
+  const int64_t split = model::seq_selective_split(l, in.seq_selective_fraction);
+  const model::CheckpointPolicy policy = in.checkpoint;
+  const bool cuda = in.cuda, bf16 = in.bf16;
+  const double lc = 4 * L * c, row = 4 * L, lq = 4 * L * hq * d, lk = 4 * L * hkv * d,
+               lse = 4 * L * hq;
+  const int64_t chunk = in.ffn_chunk > 0 ? std::min(in.ffn_chunk, l) : l;
+  const double mlp_ws = 4.0 * 3 * static_cast<double>(std::max<int64_t>(chunk, 1)) * f;
+
+  Replay r;
+  // State (model::DeviceReplica, train::DeviceOptimizer): units at kParamAlign floats.
+  const model::ParamLayout pl(m);
+  double n = 0;
+  for (const model::ParamUnit& u : pl.units())
+    n += static_cast<double>((u.size + model::kParamAlign - 1) / model::kParamAlign *
+                             model::kParamAlign);
+  r.phase("state");
+  r.alloc(kParams, 4 * n);
+  r.alloc(kGrads, 4 * n);
+  r.alloc(kOptimizer, 4 * n);
+  r.alloc(kOptimizer, 4 * n);
+  r.alloc(kOptimizer, n);
+  // The attention operator (built once; rebuilt per step for document masks, after the last one
+  // is gone): positions, document ids, a block mask.
+  if (cuda) {
+    r.alloc(kTokens, 8 * L);
+    if (in.document_mask) r.alloc(kTokens, 4 * L);
+    if (in.block_mask_bytes > 0) r.alloc(kTokens, static_cast<double>(in.block_mask_bytes));
+  }
+  DeviceTrainerMemory out;
+  out.state = r.peak();
+
+  // LocalAttention's calls; the attention outputs of the CPU's operator are host memory.
+  struct Out {
+    int o = -1, lse = -1;
+  };
+  auto attn_forward = [&](int64_t rows) {
+    Out o;
+    if (!cuda) return o;
+    o.o = r.alloc(kAttention, lq);
+    o.lse = r.alloc(kAttention, lse);
+    const int ws = r.alloc(kAttention, cuda_attention_workspace_bytes(rows, l));
+    std::vector<int> rounded;
+    if (rows > 0 && bf16)
+      for (double b : {lq, lk, lk}) rounded.push_back(r.alloc(kAttention, b / 2));
+    for (int id : rounded) r.free(id);
+    r.free(ws);
+    return o;
+  };
+  auto attn_backward = [&] {
+    std::vector<int> g;
+    if (!cuda) return g;
+    for (double b : {lq, lk, lk}) g.push_back(r.alloc(kAttention, b));
+    const int delta = r.alloc(kAttention, lse);
+    const int ws = r.alloc(kAttention, cuda_attention_workspace_bytes(l, l));
+    std::vector<int> rounded;
+    if (bf16)
+      for (double b : {lq, lk, lk, lq}) rounded.push_back(r.alloc(kAttention, b / 2));
+    for (int id : rounded) r.free(id);
+    r.free({ws, delta});
+    return g;
+  };
+  // compute_qkv / compute_x1_n2.
+  struct Acts {
+    int n1 = -1, rstd1 = -1, q = -1, k = -1, v = -1, x1 = -1, n2 = -1, rstd2 = -1;
+    Out att;
+    void free(Replay& r) const { r.free({n1, rstd1, q, k, v, x1, n2, rstd2, att.o, att.lse}); }
+    void retag(Replay& r, int kind) const {
+      for (int id : {n1, rstd1, q, k, v, x1, n2, rstd2, att.o, att.lse}) r.retag(id, kind);
+    }
+  };
+  auto qkv = [&](Acts& a, int kind) {
+    a.n1 = r.alloc(kind, lc);
+    a.rstd1 = r.alloc(kind, row);
+    a.q = r.alloc(kind, lq);
+    a.k = r.alloc(kind, lk);
+    a.v = r.alloc(kind, lk);
+  };
+  auto x1n2 = [&](Acts& a, int kind) {
+    a.x1 = r.alloc(kind, lc);
+    a.n2 = r.alloc(kind, lc);
+    a.rstd2 = r.alloc(kind, row);
+  };
+  struct Saved {
+    int x = -1, o_late = -1, lse_late = -1;
+    Acts acts;  // none: all; selective++: att only
+  };
+
+  // forward_backward
+  int batch[3] = {-1, -1, -1};
+  if (cuda) {
+    batch[0] = r.alloc(kTokens, 4 * L);
+    batch[1] = r.alloc(kTokens, 4 * L);
+    batch[2] = r.alloc(kTokens, 8 * L);
+  }
+  const int x = r.alloc(kResidual, lc);
+  std::vector<Saved> saved(static_cast<size_t>(m.layers));
+  for (int64_t i = 0; i < m.layers; ++i) {
+    r.phase(core::cat("forward, layer ", i));
+    Saved& s = saved[static_cast<size_t>(i)];
+    s.x = r.alloc(kSaved, lc);
+    Acts a;
+    // The block's tensors are working set until the policy keeps them.
+    qkv(a, kBlock);
+    a.att = attn_forward(l);
+    x1n2(a, kBlock);
+    const int ws = r.alloc(kBlock, mlp_ws);
+    if (policy == model::CheckpointPolicy::seq_selective && l - split > 0) {
+      s.o_late = r.alloc(kSaved, 4 * static_cast<double>(l - split) * hq * d);
+      s.lse_late = r.alloc(kSaved, 4 * static_cast<double>(l - split) * hq);
+    }
+    r.free(ws);
+    if (policy == model::CheckpointPolicy::none) {
+      s.acts = a;
+      a.retag(r, kSaved);
+    } else if (policy == model::CheckpointPolicy::selective_pp) {
+      s.acts.att = a.att;
+      r.retag(a.att.o, kSaved);
+      r.retag(a.att.lse, kSaved);
+      a.att = {};
+      a.free(r);
+    } else {
+      a.free(r);
+    }
+  }
+
+  r.phase("lm head");
+  const int dx = r.alloc(kResidual, lc);
+  {
+    const int hf = r.alloc(kLmHead, lc), rstdf = r.alloc(kLmHead, row), dhf = r.alloc(kLmHead, lc);
+    if (cuda) {
+      const int ws =
+          r.alloc(kLmHead, cuda_lm_head_workspace_bytes(l, m.hidden, m.vocab, in.lm_tile, bf16));
+      r.free(ws);
+    }
+    r.free({hf, rstdf, dhf});
+  }
+
+  for (int64_t i = m.layers - 1; i >= 0; --i) {
+    r.phase(core::cat("backward, layer ", i));
+    Saved& s = saved[static_cast<size_t>(i)];
+    Acts a;
+    if (policy == model::CheckpointPolicy::none) {
+      a = s.acts;
+      s.acts = {};
+      a.retag(r, kBlock);
+    } else {
+      qkv(a, kBlock);
+      if (policy == model::CheckpointPolicy::selective_pp) {
+        a.att = s.acts.att;
+        s.acts.att = {};
+        r.retag(a.att.o, kAttention);
+        r.retag(a.att.lse, kAttention);
+      } else if (policy == model::CheckpointPolicy::seq_selective && split < l) {
+        a.att = attn_forward(split);
+      } else {
+        a.att = attn_forward(l);
+      }
+      x1n2(a, kBlock);
+    }
+    const int ws = r.alloc(kBlock, mlp_ws);
+    const int dn = r.alloc(kBlock, lc);
+    const int dout = r.alloc(kBlock, lq);
+    const std::vector<int> grads = attn_backward();
+    for (int id : grads) r.free(id);
+    r.free({dout, dn, ws});
+    a.free(r);
+    r.free({s.x, s.o_late, s.lse_late});
+  }
+  r.phase("embedding backward");
+  r.free({x, dx, batch[0], batch[1], batch[2]});
+
+  out.peak = r.peak();
+  out.phase = r.phase_at_peak();
+  for (int k = 0; k < Replay::kKinds; ++k)
+    if (r.at_peak(k) > 0 || k <= kOptimizer) out.items.emplace_back(kKindNames[k], r.at_peak(k));
+  return out;
 }
 
 nlohmann::json this_host() {

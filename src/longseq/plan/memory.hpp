@@ -126,6 +126,69 @@ struct HostTrainerMemory {
 /// Throws core::Error("[plan] ...") naming the values (world not divisible by dp, unknown algo).
 HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in);
 
+// ---- a device: what `longseq train --device cuda` holds on its GPU ------------------------
+//
+// World 1 (the device path, train/device.hpp): one rank holds the whole sequence and the whole
+// model. What kernels::cuda::memory_stats counts (every core::Buffer / core::Tensor on the GPU:
+// the trainer's device_peak_mib) is predicted by replaying the allocations the step makes, in the
+// order it makes them, from the code that makes them:
+//   state        model::DeviceReplica: parameters and gradients (fp32, units at kParamAlign
+//                floats); train::DeviceOptimizer: AdamW m and v (fp32), the decay mask (1 byte)
+//   step         model/transformer.cpp forward_backward: the batch's ids and positions, the
+//                residual stream x, per layer the block input and by policy its saved tensors, the
+//                block's n1 q k v x1 n2 (rstd rows), the MLP workspace 3 x chunk x F; the final
+//                norm's output, its gradient and dx; in the backward the recomputed block, dn,
+//                dO, and the attention's gradients
+//   attention    model/cuda LocalAttention: positions (and document ids) of the sequence; per call
+//                o, lse, the tile summaries (32 bytes per 64-token tile of q and k), at bf16 the
+//                rounded q k v (and dO); the backward's dq dk dv and delta
+//   LM head      kernels/cuda lm_head_ce_fused's scratch (lm_head_workspace_bytes: the logits tile
+//                and per-token loss and state; at bf16 the rounded weight and hidden tile)
+// The peak is the largest running total; its breakdown is the total by kind at that moment.
+// Not counted by the allocator, so not predicted here (they add to what cudaMemGetInfo sees): the
+// CUDA context, the RoPE table (cudaMalloc, 2 x L x D/2 floats + L bytes), cuBLASLt's 32 MiB
+// workspace, the stream-ordered scratch of the bf16 GEMM operands, the norm and embedding
+// backward and the gradient norm (cudaMallocAsync).
+//
+// kernels = cpu predicts the same path run with the CPU as its device (attach_device_state with
+// core::Device::cpu(), tests/plan/device_memory_test.cpp), where only the model's and the state's
+// tensors are made on the device (core::cpu_device_memory_stats counts them): the CPU attention
+// and LM head allocate host memory of their own, and the batch stays where it is.
+struct DeviceTrainerInputs {
+  model::LlamaConfig model;  ///< tied_embeddings included
+  int64_t seq = 0;           ///< the sequence's tokens (world 1)
+  std::string balance = core::rows::balance.text;
+  bool document_mask = false;    ///< document ids per step (--mask document)
+  int64_t mask_block = 0;        ///< a blocks:FILE:B mask's B (the layout's block), else 0
+  int64_t block_mask_bytes = 0;  ///< that mask's bytes (the attention copies it)
+  model::CheckpointPolicy checkpoint = model::CheckpointPolicy::seq_selective;
+  model::LossMode loss = model::LossMode::fused;  ///< a GPU has only the fused head
+  double seq_selective_fraction = 0.5;
+  int64_t ffn_chunk = 1024;
+  int64_t lm_tile = 0;
+  bool bf16 = false;  ///< --precision bf16
+  bool cuda = true;   ///< the CUDA kernels (else the CPU's, see above)
+};
+
+struct DeviceTrainerMemory {
+  double state = 0;   ///< parameters, gradients, AdamW m and v, decay mask
+  double peak = 0;    ///< the predicted peak (state included)
+  std::string phase;  ///< where: "forward layer i", "lm head", "backward layer i", ...
+  /// (kind, bytes) held at the peak, in print order; they sum to `peak`.
+  std::vector<std::pair<std::string, double>> items;
+};
+
+/// Throws core::Error("[plan] ...") for an unfused loss on CUDA (no kernel) or a bad fraction.
+DeviceTrainerMemory device_trainer_memory(const DeviceTrainerInputs& in);
+
+/// kernels/cuda lm_head_ce_fused's token tile and scratch bytes (lm_head_token_tile,
+/// lm_head_workspace_bytes), restated here for a build without CUDA; tests/cuda holds them equal.
+int64_t cuda_lm_head_token_tile(int64_t tokens, int64_t vocab, int64_t token_tile, bool bf16);
+double cuda_lm_head_workspace_bytes(int64_t tokens, int64_t hidden, int64_t vocab,
+                                    int64_t token_tile, bool bf16);
+/// kernels/cuda attention_workspace_bytes for tq queries and tk keys (the tile summaries).
+double cuda_attention_workspace_bytes(int64_t tq, int64_t tk);
+
 /// This machine as `longseq calibrate` records it in a profile's measurements.host:
 /// {"cpu_model": /proc/cpuinfo's model name, "cores": hardware threads}.
 nlohmann::json this_host();

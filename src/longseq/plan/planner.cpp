@@ -54,6 +54,10 @@ std::string attn_detail(const PassCost& c, const Hardware& hw) {
 }  // namespace
 
 void PlanOptions::validate() const {
+  core::require(!hw.single_gpu(), "plan", "--hardware ", hw.name, " is a single GPU's profile (",
+                hw.gpu.name,
+                ", `longseq calibrate --device cuda`) without links: it predicts `longseq train "
+                "--device cuda` through plan --train PRESET, not a cluster");
   core::require(gpus >= 1, "plan", "--gpus ", gpus, " must be >= 1");
   core::require(gpus_per_node >= 1, "plan", "--gpus-per-node ", gpus_per_node, " must be >= 1");
   core::require(gpus % gpus_per_node == 0 || gpus < gpus_per_node, "plan", "--gpus ", gpus,

@@ -1,9 +1,11 @@
 #include "longseq/train/device.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "longseq/core/cpu.hpp"
 #include "longseq/core/error.hpp"
+#include "longseq/core/timer.hpp"
 #include "longseq/train/trainer.hpp"
 #if defined(LONGSEQ_WITH_CUDA)
 #include "longseq/kernels/cuda/adamw.hpp"
@@ -159,6 +161,44 @@ std::string device_name(core::Device device) {
 #else
   no_cuda(device);
 #endif
+}
+
+double device_memory_bytes(core::Device device) {
+  core::require(!device.is_cpu(), "train", "device memory of ", device.str(),
+                ": a GPU's (the host's is MemTotal)");
+#if defined(LONGSEQ_WITH_CUDA)
+  kernels::cuda::activate(device.index);  // throws naming the index when there is no such GPU
+  for (const kernels::cuda::GpuInfo& g : kernels::cuda::runtime_info().gpus)
+    if (g.index == device.index) return static_cast<double>(g.total_bytes);
+  core::fail("train", "--device ", device.str(), ": the runtime lists no such GPU");
+#else
+  no_cuda(device);
+#endif
+}
+
+double device_copy_bandwidth(core::Device device, size_t bytes, int repeats) {
+  LONGSEQ_CHECK(bytes > 0 && repeats >= 1);
+#if defined(LONGSEQ_WITH_CUDA)
+  if (!device.is_cpu()) kernels::cuda::activate(device.index);
+#else
+  if (!device.is_cpu()) no_cuda(device);
+#endif
+  double best = 0;
+  {
+    core::Buffer<std::byte> a(bytes, device, "copy bandwidth source");
+    core::Buffer<std::byte> b(bytes, device, core::Uninit{}, "copy bandwidth destination");
+    core::copy_bytes(b.data(), device, a.data(), device, bytes);  // warm-up
+    for (int i = 0; i < repeats; ++i) {
+      core::Timer t;
+      core::copy_bytes(b.data(), device, a.data(), device, bytes);  // blocking (core/device.hpp)
+      best = std::max(best, 2.0 * static_cast<double>(bytes) / t.elapsed());
+    }
+  }
+#if defined(LONGSEQ_WITH_CUDA)
+  // The measurement's buffers are not a run's tensors (as gemm_peak_gflops' operands).
+  if (!device.is_cpu()) kernels::cuda::reset_memory_peak(device.index);
+#endif
+  return best;
 }
 
 }  // namespace longseq::train

@@ -87,4 +87,14 @@ double device_peak_mib(core::Device device);
 /// The processor's name: the CPU's brand string, or the GPU's name.
 std::string device_name(core::Device device);
 
+/// A GPU's memory in bytes, as its runtime reports it (cudaDeviceProp::totalGlobalMem). Throws
+/// core::Error naming the device for the CPU, in a build without CUDA, or where the runtime sees
+/// no such GPU.
+double device_memory_bytes(core::Device device);
+
+/// The rate of a blocking device-to-device copy of `bytes` on `device` (2 x bytes / seconds: read
+/// and write), best of `repeats` after a warm-up; on a GPU its buffers are dropped from the peak
+/// device_peak_mib reports. Same errors as device_kernels.
+double device_copy_bandwidth(core::Device device, size_t bytes, int repeats);
+
 }  // namespace longseq::train
