@@ -54,8 +54,11 @@ struct Counted {
 };
 
 // `steps` steps of `c` on the device path with the CPU as the device; the bytes it held there.
-Counted count_device_path(const trn::TrainConfig& c, int steps) {
-  const trn::RunSetup setup(c);
+Counted count_device_path(const trn::TrainConfig& c, int steps, bool offload = false) {
+  trn::RunSetup setup(c);
+  // --offload is refused with the CPU as the device (nothing to gain there), so the test turns
+  // the model's option on behind the flag's back: the path is the GPU's, the copies the CPU's.
+  setup.options.offload = offload;
   const size_t before = core::cpu_device_memory_stats().current;
   core::reset_cpu_device_memory_peak();
   Counted out;
@@ -128,6 +131,38 @@ TEST(DeviceMemory, PredictionHoldsTheCountedPeakOnTheCpu) {
       for (const auto& [name, bytes] : p.items) sum += bytes;
       EXPECT_DOUBLE_EQ(sum, p.peak) << what << ": the breakdown sums to the peak";
     }
+}
+
+// The same with activation offload (DeviceTrainerInputs::offload): the block inputs but the
+// last leave the device after their forward and come back for their backward, so the peak falls
+// by up to (layers - 1) inputs; the replay follows the CPU's park / take exactly.
+TEST(DeviceMemory, OffloadPredictionHoldsTheCountedPeakOnTheCpu) {
+  for (const Case& k : cases())
+    for (const char* policy : {"none", "full", "selective++", "seq-selective"}) {
+      trn::TrainConfig c = k.config;
+      c.checkpoint = policy;
+      const Counted kept = count_device_path(c, 2);
+      const Counted counted = count_device_path(c, 2, true);
+      pl::DeviceTrainerInputs in = pl::device_inputs(c, c.mask_text(), false);
+      in.offload = true;
+      const pl::DeviceTrainerMemory p = pl::device_trainer_memory(in);
+      const std::string what = std::string(k.name) + ", " + policy + ", offload";
+      std::printf(
+          "[device memory] %-40s %-14s offload: predicted %10.0f B counted %10.0f B "
+          "(without: %10.0f B); peak at %s\n",
+          k.name, policy, p.peak, counted.peak, kept.peak, p.phase.c_str());
+      EXPECT_NEAR((p.peak - p.state) / (counted.peak - counted.state), 1.0, 0.01) << what;
+      EXPECT_LE(counted.peak, kept.peak) << what;
+    }
+  // Enough layers that the parked inputs matter: the full policy at 6 layers keeps 1 input of 6.
+  trn::TrainConfig c = longseq::testing::tiny_config();
+  c.world = 1;
+  c.seq = 999;
+  c.model.layers = 6;
+  c.checkpoint = "full";
+  const Counted kept = count_device_path(c, 1), parked = count_device_path(c, 1, true);
+  const double input = 4.0 * 999 * c.model.hidden;  // one block input, fp32
+  EXPECT_LT(parked.peak, kept.peak - 3 * input) << "offload saved too little";
 }
 
 TEST(DeviceMemory, PoliciesOrderAndStateBytes) {
@@ -263,7 +298,9 @@ TEST(DeviceMemory, CalibrateGpuRefusesByName) {
   } catch (const core::Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("cuda"), std::string::npos) << msg;
-    if (!trn::cuda_built()) EXPECT_NE(msg.find("no CUDA backend"), std::string::npos) << msg;
+    if (!trn::cuda_built()) {
+      EXPECT_NE(msg.find("no CUDA backend"), std::string::npos) << msg;
+    }
   }
 }
 

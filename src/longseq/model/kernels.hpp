@@ -68,8 +68,9 @@ class Kernels {
   /// now on (fetching it first if fetch was not called); a Parked is taken at most once.
   /// On a GPU the copies run on a stream of their own into pinned host memory that is kept for
   /// the next step, and at most two parked tensors wait for their copy out at any time, so the
-  /// device holds at most two of them. On a CPU the host copy is a plain one: nothing is saved
-  /// there (train refuses --offload without a GPU); it exists so that the path runs in CPU tests.
+  /// device holds at most two of them; fetch first waits for every copy out and frees them. On a
+  /// CPU the host copy is a plain one: nothing is saved there (train refuses --offload without a
+  /// GPU); it exists so that the path runs in CPU tests.
   virtual std::unique_ptr<Parked> park(core::Tensor<float> t) const = 0;
   virtual void fetch(Parked& p) const = 0;
   virtual core::Tensor<float> take(Parked& p) const = 0;

@@ -97,6 +97,7 @@ DeviceTrainerInputs device_inputs(const train::TrainConfig& c, const std::string
   in.seq_selective_fraction = c.seq_selective_fraction;
   in.ffn_chunk = c.ffn_chunk;
   in.lm_tile = c.lm_tile;
+  in.offload = c.offload;
   in.bf16 = train::parse_precision(c.precision) == core::DType::bf16;
   in.cuda = cuda;
   return in;

@@ -495,6 +495,35 @@ DeviceTrainerMemory device_trainer_memory(const DeviceTrainerInputs& in) {
   }
   const int x = r.alloc(kResidual, lc);
   std::vector<Saved> saved(static_cast<size_t>(m.layers));
+  // Offload (DeviceTrainerInputs::offload, model/cuda/kernels_cuda.cpp park / fetch / take):
+  // parked layers, the device copies still waiting for their copy out, the fetched inputs.
+  std::vector<bool> parked(static_cast<size_t>(m.layers), false);
+  std::vector<int> outbound, fetched(static_cast<size_t>(m.layers), -1);
+  auto park = [&](int64_t i) {
+    Saved& s = saved[static_cast<size_t>(i)];
+    parked[static_cast<size_t>(i)] = true;
+    if (cuda) {
+      while (outbound.size() > 1) {  // settle(kMaxOutbound - 1), worst case: none done early
+        r.free(outbound.front());
+        outbound.erase(outbound.begin());
+      }
+      outbound.push_back(s.x);
+    } else {
+      r.free(s.x);  // the CPU's park copies to the host at once
+    }
+    s.x = -1;
+  };
+  auto fetch = [&](int64_t i) {
+    if (i < 0 || !parked[static_cast<size_t>(i)] || !cuda) return;  // the CPU fetches in take
+    for (int id : outbound) r.free(id);                             // settle(0)
+    outbound.clear();
+    if (fetched[static_cast<size_t>(i)] < 0) fetched[static_cast<size_t>(i)] = r.alloc(kSaved, lc);
+  };
+  auto take = [&](int64_t i) {
+    if (!parked[static_cast<size_t>(i)]) return;
+    fetch(i);
+    saved[static_cast<size_t>(i)].x = cuda ? fetched[static_cast<size_t>(i)] : r.alloc(kSaved, lc);
+  };
   for (int64_t i = 0; i < m.layers; ++i) {
     r.phase(core::cat("forward, layer ", i));
     Saved& s = saved[static_cast<size_t>(i)];
@@ -522,9 +551,11 @@ DeviceTrainerMemory device_trainer_memory(const DeviceTrainerInputs& in) {
     } else {
       a.free(r);
     }
+    if (in.offload && i + 1 < m.layers) park(i);
   }
 
   r.phase("lm head");
+  if (in.offload) fetch(m.layers - 2);  // the first input the backward takes, during the head
   const int dx = r.alloc(kResidual, lc);
   {
     const int hf = r.alloc(kLmHead, lc), rstdf = r.alloc(kLmHead, row), dhf = r.alloc(kLmHead, lc);
@@ -539,6 +570,10 @@ DeviceTrainerMemory device_trainer_memory(const DeviceTrainerInputs& in) {
   for (int64_t i = m.layers - 1; i >= 0; --i) {
     r.phase(core::cat("backward, layer ", i));
     Saved& s = saved[static_cast<size_t>(i)];
+    if (in.offload) {
+      take(i);
+      fetch(i - 1);  // the next block's input travels during this block
+    }
     Acts a;
     if (policy == model::CheckpointPolicy::none) {
       a = s.acts;

@@ -168,6 +168,12 @@ struct DeviceTrainerInputs {
   int64_t lm_tile = 0;
   bool bf16 = false;  ///< --precision bf16
   bool cuda = true;   ///< the CUDA kernels (else the CPU's, see above)
+  /// --offload (model::ModelOptions::offload): every block input but the last parked off the
+  /// device after its forward. On a GPU the device copy lives until its copy out is waited for:
+  /// at most two wait at a time (the third park waits for the oldest; counted so, the worst
+  /// case), and the backward's first fetch waits for them all. Each input comes back (a fresh
+  /// device tensor) one block ahead of its backward; on the CPU at its own backward.
+  bool offload = false;
 };
 
 struct DeviceTrainerMemory {

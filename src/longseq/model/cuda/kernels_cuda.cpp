@@ -159,6 +159,9 @@ class CudaKernels final : public Kernels {
   void fetch(Parked& parked) const override {
     auto& p = dynamic_cast<CudaParked&>(parked);
     LONGSEQ_CHECK_MSG(!p.taken, "a parked tensor is taken once");
+    // The forward is over once the backward fetches: every copy out is done or nearly, and the
+    // device copies still waiting go now (the planner's model counts on it: plan/memory.cpp).
+    settle(0);
     if (p.fetched) return;
     p.fetched = true;
     p.back = Tensor<float>(p.shape_, device(), core::Uninit{}, "fetched activation");
