@@ -24,6 +24,7 @@ std::function<int()> add_eval(CLI::App& app) {
   app.add_option("--buckets", c->buckets, "position buckets of the loss curve (at most N - 1)");
   add_row(app, core::rows::threads, c->threads);
   add_row(app, core::rows::precision, c->precision);
+  add_row(app, core::rows::device, c->device);
   app.add_option("--out", c->out, "directory: eval.json and loss_by_position.svg")->required();
   return [c] {
     core::require(!c->checkpoint.empty(), "eval", "--checkpoint-dir is required");

@@ -13,6 +13,7 @@
 #include "longseq/kernels/cpu/linear.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
+#include "longseq/model/kernels.hpp"
 #include "longseq/model/layers.hpp"
 #include "longseq/model/lm_head.hpp"
 
@@ -25,14 +26,24 @@ using kernels::cpu::rmsnorm_backward;
 using kernels::cpu::rmsnorm_forward;
 using kernels::cpu::RopeTable;
 
-ReplicaParams::ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units)
-    : layout_(layout), units_(std::move(units)) {
+ReplicaParams::ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units,
+                             core::Device device)
+    : layout_(layout), device_(device), units_(std::move(units)) {
   LONGSEQ_CHECK(static_cast<int>(units_.size()) == layout_.num_units());
   for (int u = 0; u < layout_.num_units(); ++u)
     LONGSEQ_CHECK(static_cast<int64_t>(units_[u].size()) >= layout_.units()[u].size);
+  if (device_.is_cpu()) return;
+  for (std::vector<float>& host : units_) {
+    core::Buffer<float>& d =
+        on_device_.emplace_back(host.size(), device_, core::Uninit{}, "inference parameters");
+    core::copy_bytes(d.data(), device_, host.data(), core::Device::cpu(),
+                     host.size() * sizeof(float));
+    std::vector<float>().swap(host);
+  }
 }
 
 const float* ReplicaParams::acquire(int unit) {
+  if (!device_.is_cpu()) return on_device_.at(static_cast<size_t>(unit)).data();
   return units_.at(static_cast<size_t>(unit)).data();
 }
 
@@ -68,68 +79,42 @@ const float* head_weight(const ParamLayout& layout, ParamSource& params, int* un
 
 }  // namespace
 
+ModelOptions model_options(const InferenceOptions& opt) {
+  ModelOptions m;
+  m.threads = std::max(opt.threads, 1);
+  m.precision = opt.precision;
+  m.ffn_chunk = opt.ffn_chunk;
+  return m;
+}
+
 std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                                   const StepBatch& b, const InferenceOptions& opt, KvCache* cache) {
   const LlamaConfig& cfg = layout.config();
-  const int64_t l = b.len, c = cfg.hidden, hq = cfg.heads, hkv = cfg.kv_heads, d = cfg.head_dim;
-  const int threads = std::max(opt.threads, 1);
-  int64_t seq_len = b.seq_len;
-  if (seq_len == 0)
-    for (int64_t i = 0; i < l; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
-  const RopeTable rope = rope_table(b.pos, l, cfg.rope(seq_len));
-  const float eps = static_cast<float>(cfg.norm_eps);
-  const LayerOffsets& o = layout.layer_offsets();
-  const MlpDims md{l, c, cfg.intermediate, opt.ffn_chunk, opt.precision};
-  std::vector<float> ws(static_cast<size_t>(mlp_workspace_floats(md)));
-
-  std::vector<float> x(static_cast<size_t>(l * c));
-  const int emb = layout.embedding_unit();
-  embedding_forward(b.tokens, b.pos, params.acquire(emb), l, c, cfg.vocab, x.data());
-  params.release(emb);
+  const int64_t l = b.len, row = cfg.kv_heads * cfg.head_dim;
+  KvSink sink;
   if (cache) {
-    if (cache->layers != cfg.layers) cache->reset(cfg.layers, hkv, d);
+    if (cache->layers != cfg.layers) cache->reset(cfg.layers, cfg.kv_heads, cfg.head_dim);
     for (int64_t i = 0; i < l; ++i)
       if (b.pos[i] >= 0) cache->pos.push_back(b.pos[i]);
-  }
-  Tensor<float> n(Shape{l, c}), q(Shape{l, hq, d}), k(Shape{l, hkv, d}), v(Shape{l, hkv, d});
-  std::vector<float> rstd(static_cast<size_t>(l));
-  for (int64_t layer = 0; layer < cfg.layers; ++layer) {
-    const int u = layout.layer_unit(layer);
-    const float* w = params.acquire(u);
-    rmsnorm_forward(x.data(), w + o.attn_norm, l, c, eps, n.data(), rstd.data(), threads);
-    linear_forward(n.data(), w + o.wq, l, c, hq * d, q.data(), false, threads, opt.precision);
-    linear_forward(n.data(), w + o.wk, l, c, hkv * d, k.data(), false, threads, opt.precision);
-    linear_forward(n.data(), w + o.wv, l, c, hkv * d, v.data(), false, threads, opt.precision);
-    rope.forward(q.data(), hq, threads);
-    rope.forward(k.data(), hkv, threads);
-    if (cache) {
+    // The host's own arrays (CpuKernels): the rows of the non-padding tokens, in order.
+    sink = [&](int64_t layer, const float* k, const float* v) {
       auto& ck = cache->k[layer];
       auto& cv = cache->v[layer];
-      const int64_t row = hkv * d;
       for (int64_t i = 0; i < l; ++i) {
         if (b.pos[i] < 0) continue;
-        ck.insert(ck.end(), k.data() + i * row, k.data() + (i + 1) * row);
-        cv.insert(cv.end(), v.data() + i * row, v.data() + (i + 1) * row);
+        ck.insert(ck.end(), k + i * row, k + (i + 1) * row);
+        cv.insert(cv.end(), v + i * row, v + (i + 1) * row);
       }
-    }
-    const attention::AttentionSaved att = attn.forward(q.view(), k.view(), v.view());
-    linear_forward(att.o.data(), w + o.wo, l, hq * d, c, x.data(), true, threads, opt.precision);
-    rmsnorm_forward(x.data(), w + o.mlp_norm, l, c, eps, n.data(), rstd.data(), threads);
-    mlp_forward(n.data(), w + o.wgate, w + o.wup, w + o.wdown, md, x.data(), true, ws.data(),
-                threads);
-    params.release(u);
+    };
   }
-  const int fin = layout.final_unit();
-  std::vector<float> h(static_cast<size_t>(l * c));
-  rmsnorm_forward(x.data(), params.acquire(fin) + layout.final_norm_offset(), l, c, eps, h.data(),
-                  rstd.data(), threads);
-  params.release(fin);
-  return h;
+  const Tensor<float> h = forward_hidden(layout, params, attn, b, model_options(opt),
+                                         CpuKernels(std::max(opt.threads, 1)), sink);
+  return std::vector<float>(h.data(), h.data() + h.numel());
 }
 
 std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
                                  const float* hidden, const int32_t* labels, int64_t l,
-                                 const InferenceOptions& opt) {
+                                 const InferenceOptions& opt, const Kernels& kernels) {
   const LlamaConfig& cfg = layout.config();
   const int64_t c = cfg.hidden, vocab = cfg.vocab;
   count_targets(labels, l, vocab);  // refuses labels outside [0, V)
@@ -138,19 +123,32 @@ std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
   // Rows per tile: about 2^22 logits (16 MiB) at a time, never [l, V].
   const int64_t tile =
       std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(vocab, 1), 1, 256);
-  std::vector<float> logits(static_cast<size_t>(tile * vocab));
+  // Why the product on the device and the log-sum-exp on the host: the product is the O(l C V)
+  // part, the device's work; the reduction is O(l V) and wants fp64 (no GPU kernel of ours has
+  // an fp64 per-row log-sum-exp), and on the host it is this function's own loop, so a CPU and
+  // a GPU evaluation differ only where their GEMMs do. On the host the tile is read in place.
+  const bool host = kernels.device().is_cpu();
+  core::Buffer<float> tile_dev(static_cast<size_t>(tile * vocab), kernels.device(), core::Uninit{},
+                               "logits tile");
+  std::vector<float> logits(host ? 0 : static_cast<size_t>(tile * vocab));
   std::vector<double> loss(static_cast<size_t>(l), std::numeric_limits<double>::quiet_NaN());
   for (int64_t r0 = 0; r0 < l; r0 += tile) {
     const int64_t rows = std::min(tile, l - r0);
     bool any = false;
     for (int64_t r = 0; r < rows; ++r) any |= labels[r0 + r] != kIgnoreIndex;
     if (!any) continue;
-    linear_forward(hidden + r0 * c, w, rows, c, vocab, logits.data(), false,
-                   std::max(opt.threads, 1), opt.precision);
+    kernels.linear_forward(hidden + r0 * c, w, rows, c, vocab, tile_dev.data(), false,
+                           opt.precision);
+    const float* zs = tile_dev.data();
+    if (!host) {  // a blocking copy: it waits for the product
+      core::copy_bytes(logits.data(), core::Device::cpu(), tile_dev.data(), kernels.device(),
+                       static_cast<size_t>(rows * vocab) * sizeof(float));
+      zs = logits.data();
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t y = labels[r0 + r];
       if (y == kIgnoreIndex) continue;
-      const float* z = logits.data() + r * vocab;
+      const float* z = zs + r * vocab;
       double m = -INFINITY, s = 0;
       for (int64_t j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(z[j]));
       for (int64_t j = 0; j < vocab; ++j) s += std::exp(static_cast<double>(z[j]) - m);
@@ -159,6 +157,12 @@ std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
   }
   params.release(unit);
   return loss;
+}
+
+std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
+                                 const float* hidden, const int32_t* labels, int64_t l,
+                                 const InferenceOptions& opt) {
+  return token_losses(layout, params, hidden, labels, l, opt, CpuKernels(std::max(opt.threads, 1)));
 }
 
 std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,

@@ -8,6 +8,9 @@
 // Prefill: forward_hidden() runs the whole model over a sequence split by a balance layout, with
 // the distributed attention of the AttentionOp (any algorithm); with a KvCache each rank keeps the
 // K (after RoPE) and V of its own tokens, per layer: the cache is sharded exactly as the prompt.
+// It is the training forward's own block code (transformer.hpp model::forward_hidden, any
+// model::Kernels device) run on the host; evaluation calls that one on its --device directly.
+// Decode (below) stays host-only: its token-level loop and KV cache are the host's.
 // Decode: decode_step() runs one new token on every rank (the token-level work, embedding,
 // projections and MLP, is replicated: it is O(C^2) per token, while attention over a long cache is
 // O(n C)); each rank computes the attention partial of the new query over its cache shard
@@ -21,7 +24,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
+#include "longseq/core/tensor.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/config.hpp"
 #include "longseq/model/transformer.hpp"
@@ -32,13 +37,21 @@ class Group;
 
 namespace longseq::model {
 
+class Kernels;
+
 /// The full parameters on one rank, unit by unit (inference keeps a replica: no optimizer state,
-/// no gathers per forward). Gradients are refused (LONGSEQ_CHECK): inference has no backward.
+/// no gathers per forward), on the host or on one device. Gradients are refused (LONGSEQ_CHECK):
+/// inference has no backward.
 class ReplicaParams final : public ParamSource {
  public:
-  /// `units[u]` holds unit u's layout().units()[u].size floats (or more).
-  ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units);
+  /// `units[u]` holds unit u's layout().units()[u].size floats (or more), given on the host and
+  /// kept on `device`: the host keeps the vectors themselves; a GPU gets a copy of each unit
+  /// (blocking; the host's are freed as they go, so that the host never holds the model twice).
+  ReplicaParams(const ParamLayout& layout, std::vector<std::vector<float>> units,
+                core::Device device = core::Device::cpu());
   const ParamLayout& layout() const { return layout_; }
+  core::Device device() const { return device_; }
+  /// A pointer on device().
   const float* acquire(int unit) override;
   void release(int) override {}
   float* acquire_grad(int unit) override;
@@ -46,7 +59,9 @@ class ReplicaParams final : public ParamSource {
 
  private:
   ParamLayout layout_;
-  std::vector<std::vector<float>> units_;
+  core::Device device_;
+  std::vector<std::vector<float>> units_;       // on the host
+  std::vector<core::Buffer<float>> on_device_;  // on device_ when it is not the host
 };
 
 struct InferenceOptions {
@@ -65,27 +80,39 @@ struct KvCache {
   int64_t size() const { return static_cast<int64_t>(pos.size()); }
 };
 
-/// The forward over this rank's tokens (batch.labels unused; padding rows have pos -1): the
-/// final-norm hidden states [L, C]. With `cache`, appends this rank's non-padding tokens' K, V of
-/// every layer. Collective over the attention op's group.
+/// The model's options of an inference (precision, ffn_chunk, threads; the rest unused).
+ModelOptions model_options(const InferenceOptions& opt);
+
+/// The forward over this rank's tokens on the host (batch.labels unused; padding rows have
+/// pos -1): the final-norm hidden states [L, C]. With `cache`, appends this rank's non-padding
+/// tokens' K, V of every layer. Collective over the attention op's group. It is
+/// model::forward_hidden (transformer.hpp: the training forward's blocks) with
+/// CpuKernels(opt.threads); on another device call that one with its kernels.
 std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                                   const StepBatch& batch, const InferenceOptions& opt,
                                   KvCache* cache = nullptr);
 
 /// loss[t] = logsumexp(h_t W^T) - (h_t W^T)[labels[t]] in fp64 for t in [0, l) (W: lm_head or
 /// the tied embedding); NaN where labels[t] is kIgnoreIndex. Never holds [l, V]: tiles of rows.
-/// Throws core::Error("[model] ...") naming a label outside [0, V).
+/// `hidden` [l, C] and the parameters on `kernels`' device, `labels` and the result on the host:
+/// the logits' product runs on the device, a tile at a time, and each tile's fp64 log-sum-exp on
+/// the host. Throws core::Error("[model] ...") naming a label outside [0, V).
+std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
+                                 const float* hidden, const int32_t* labels, int64_t l,
+                                 const InferenceOptions& opt, const Kernels& kernels);
+/// The same on the host: token_losses with CpuKernels(opt.threads).
 std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
                                  const float* hidden, const int32_t* labels, int64_t l,
                                  const InferenceOptions& opt);
 
-/// The logits [V] of one final-norm hidden row.
+/// The logits [V] of one final-norm hidden row (parameters on the host).
 std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,
                              const InferenceOptions& opt);
 
-/// One decode step, on every rank of `group` with the same token and position: the new token's
-/// final-norm hidden state [C] (identical on every rank). Its K, V are appended to `cache` where
-/// `keep` is true (exactly one rank should keep it). Collective over `group`.
+/// One decode step, on every rank of `group` with the same token and position (parameters on the
+/// host): the new token's final-norm hidden state [C] (identical on every rank). Its K, V are
+/// appended to `cache` where `keep` is true (exactly one rank should keep it). Collective over
+/// `group`.
 std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
                                KvCache& cache, int32_t token, int64_t pos, bool keep,
                                const InferenceOptions& opt);

@@ -150,14 +150,12 @@ MlpDims mlp_dims(const Dims& dm) {
   return {dm.l, dm.c, dm.f, dm.ffn_chunk, dm.compute};
 }
 
-// x [L, C] in place: block input -> block output.
-Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
-                    const Kernels& k, const Rope& rope, AttentionOp& attn,
-                    CheckpointPolicy policy) {
+// The block's computation, x [L, C] in place: block input -> block output. Returns every
+// activation the backward could read; what is kept of them is the caller's choice (training:
+// by policy; the forward alone: nothing, once the KV sink has seen k and v).
+Acts block_compute(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
+                   const Kernels& k, const Rope& rope, AttentionOp& attn) {
   OpScope scope(Op::norm_rope_swiglu);  // attention and GEMMs take their parts over
-  Saved s;
-  s.x = uninit(k, Shape{dm.l, dm.c}, "block input");
-  k.copy(s.x.data(), x, dm.l * dm.c);
   Acts a;
   compute_qkv(x, w, o, dm, k, rope, a);
   a.att = timed_attention(attn, Op::attn_forward,
@@ -168,6 +166,18 @@ Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims&
                          "mlp workspace");
   mlp_forward(a.n2.data(), w + o.wgate, w + o.wup, w + o.wdown, mlp_dims(dm), x, true, ws.data(),
               k);
+  return a;
+}
+
+// x [L, C] in place: block input -> block output, keeping what `policy` keeps.
+Saved block_forward(float* x, const float* w, const LayerOffsets& o, const Dims& dm,
+                    const Kernels& k, const Rope& rope, AttentionOp& attn,
+                    CheckpointPolicy policy) {
+  OpScope scope(Op::norm_rope_swiglu);
+  Saved s;
+  s.x = uninit(k, Shape{dm.l, dm.c}, "block input");
+  k.copy(s.x.data(), x, dm.l * dm.c);
+  Acts a = block_compute(x, w, o, dm, k, rope, attn);
   switch (policy) {
     case CheckpointPolicy::none:
       s.acts = std::move(a);
@@ -267,16 +277,59 @@ struct BatchOnDevice {
     if (device.is_cpu()) return;
     const auto n = static_cast<size_t>(b.len);
     tokens_copy = core::Buffer<int32_t>(n, device, core::Uninit{}, "batch tokens");
-    labels_copy = core::Buffer<int32_t>(n, device, core::Uninit{}, "batch labels");
     pos_copy = core::Buffer<int64_t>(n, device, core::Uninit{}, "batch positions");
     core::copy_bytes(tokens_copy.data(), device, b.tokens, core::Device::cpu(), n * 4);
-    core::copy_bytes(labels_copy.data(), device, b.labels, core::Device::cpu(), n * 4);
     core::copy_bytes(pos_copy.data(), device, b.pos, core::Device::cpu(), n * 8);
     tokens = tokens_copy.data();
-    labels = labels_copy.data();
     pos = pos_copy.data();
+    if (b.labels) {  // a forward alone has none
+      labels_copy = core::Buffer<int32_t>(n, device, core::Uninit{}, "batch labels");
+      core::copy_bytes(labels_copy.data(), device, b.labels, core::Device::cpu(), n * 4);
+      labels = labels_copy.data();
+    }
   }
 };
+
+Dims dims_of(const LlamaConfig& cfg, const StepBatch& b, const ModelOptions& opt) {
+  return Dims{b.len,
+              cfg.hidden,
+              cfg.heads,
+              cfg.kv_heads,
+              cfg.head_dim,
+              cfg.intermediate,
+              static_cast<float>(cfg.norm_eps),
+              opt.ffn_chunk,
+              opt.precision,
+              seq_selective_split(b.len, opt.seq_selective_fraction)};
+}
+
+// The sequence length of dynamic RoPE scaling (StepBatch::seq_len).
+int64_t seq_len_of(const StepBatch& b) {
+  int64_t seq_len = b.seq_len;
+  if (seq_len == 0)
+    for (int64_t i = 0; i < b.len; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
+  return seq_len;
+}
+
+// The residual stream after the embedding: [L, C] on the kernels' device, padding rows zero.
+Tensor<float> embed(const ParamLayout& layout, ParamSource& params, const BatchOnDevice& db,
+                    const Dims& dm, const Kernels& k) {
+  Tensor<float> x = zeros(k, Shape{dm.l, dm.c}, "residual stream");
+  const int emb = layout.embedding_unit();
+  if (layout.config().layers > 0) params.prefetch(layout.layer_unit(0));
+  {
+    const float* we = params.acquire(emb);
+    OpScope scope(Op::norm_rope_swiglu);
+    k.embedding_forward(db.tokens, db.pos, we, dm.l, dm.c, layout.config().vocab, x.data());
+  }
+  params.release(emb);
+  return x;
+}
+
+// The next unit's parameters travel while block `l` computes.
+void prefetch_after(const ParamLayout& layout, ParamSource& params, int64_t l) {
+  params.prefetch(l + 1 < layout.config().layers ? layout.layer_unit(l + 1) : layout.final_unit());
+}
 
 }  // namespace
 
@@ -289,34 +342,14 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
                             const StepBatch& b, double grad_scale, const ModelOptions& opt,
                             const Kernels& k) {
   const LlamaConfig& cfg = layout.config();
-  const Dims dm{b.len,
-                cfg.hidden,
-                cfg.heads,
-                cfg.kv_heads,
-                cfg.head_dim,
-                cfg.intermediate,
-                static_cast<float>(cfg.norm_eps),
-                opt.ffn_chunk,
-                opt.precision,
-                seq_selective_split(b.len, opt.seq_selective_fraction)};
+  const Dims dm = dims_of(cfg, b, opt);
   const LayerOffsets& lo = layout.layer_offsets();
   StepResult res;
   const AttentionTimes t0 = attn.times();
-  int64_t seq_len = b.seq_len;
-  if (seq_len == 0)
-    for (int64_t i = 0; i < b.len; ++i) seq_len = std::max(seq_len, b.pos[i] + 1);
-  const std::unique_ptr<Rope> rope = k.rope(b.pos, dm.l, cfg.rope(seq_len));
+  const std::unique_ptr<Rope> rope = k.rope(b.pos, dm.l, cfg.rope(seq_len_of(b)));
   const BatchOnDevice db(b, k.device());
-
-  Tensor<float> x = zeros(k, Shape{dm.l, dm.c}, "residual stream");
   const int emb = layout.embedding_unit();
-  if (cfg.layers > 0) params.prefetch(layout.layer_unit(0));
-  {
-    const float* we = params.acquire(emb);
-    OpScope scope(Op::norm_rope_swiglu);
-    k.embedding_forward(db.tokens, db.pos, we, dm.l, dm.c, cfg.vocab, x.data());
-  }
-  params.release(emb);
+  Tensor<float> x = embed(layout, params, db, dm, k);
 
   std::vector<Saved> saved(static_cast<size_t>(cfg.layers));
   // Offload: the block inputs parked off the device (ModelOptions::offload), by layer.
@@ -324,8 +357,7 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   int64_t saved_floats = 0;
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const int u = layout.layer_unit(l);
-    // The next unit's parameters travel while this block computes.
-    params.prefetch(l + 1 < cfg.layers ? layout.layer_unit(l + 1) : layout.final_unit());
+    prefetch_after(layout, params, l);
     saved[l] = block_forward(x.data(), params.acquire(u), lo, dm, k, *rope, attn, opt.policy);
     params.release(u);
     if (opt.offload && l + 1 < cfg.layers) parked[l] = k.park(std::move(saved[l].x));
@@ -397,6 +429,35 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
   res.attn_compute_s = attn.times().compute_s - t0.compute_s;
   res.attn_wait_s = attn.times().wait_s - t0.wait_s;
   return res;
+}
+
+Tensor<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                             const StepBatch& b, const ModelOptions& opt, const Kernels& k,
+                             const KvSink& kv) {
+  const LlamaConfig& cfg = layout.config();
+  const Dims dm = dims_of(cfg, b, opt);
+  const LayerOffsets& lo = layout.layer_offsets();
+  const std::unique_ptr<Rope> rope = k.rope(b.pos, dm.l, cfg.rope(seq_len_of(b)));
+  const BatchOnDevice db(b, k.device());
+  Tensor<float> x = embed(layout, params, db, dm, k);
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    const int u = layout.layer_unit(l);
+    prefetch_after(layout, params, l);
+    const Acts a = block_compute(x.data(), params.acquire(u), lo, dm, k, *rope, attn);
+    if (kv) kv(l, a.k.data(), a.v.data());
+    params.release(u);
+  }
+  const int fin = layout.final_unit();
+  Tensor<float> h = uninit(k, Shape{dm.l, dm.c}, "final norm output");
+  Tensor<float> rstd = uninit(k, Shape{dm.l}, "final norm rstd");
+  {
+    OpScope scope(Op::norm_rope_swiglu);
+    k.rmsnorm_forward(x.data(), params.acquire(fin) + layout.final_norm_offset(), dm.l, dm.c,
+                      dm.eps, h.data(), rstd.data());
+  }
+  params.release(fin);
+  k.synchronize();
+  return h;
 }
 
 }  // namespace longseq::model

@@ -34,9 +34,11 @@
 // The blockwise MLP recomputes its gate/up activations per chunk in every policy (it never holds
 // [L, F]); that is part of the FFN design, not of the policy.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
+#include "longseq/core/tensor.hpp"
 #include "longseq/kernels/cpu/lm_head.hpp"
 #include "longseq/model/attention_op.hpp"
 #include "longseq/model/config.hpp"
@@ -130,5 +132,22 @@ StepResult forward_backward(const ParamLayout& layout, ParamSource& params, Atte
 StepResult forward_backward(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                             const StepBatch& batch, double grad_scale, const ModelOptions& opt,
                             const Kernels& kernels);
+
+/// Receives one layer's keys (after RoPE, times the RoPE attention factor) and values
+/// [L, Hkv, D] during a forward_hidden, on the kernels' device (model/inference.hpp fills its KV
+/// cache from them).
+using KvSink = std::function<void(int64_t layer, const float* k, const float* v)>;
+
+/// The forward alone (inference's prefill, evaluation; no KV cache is read): embedding -> blocks
+/// -> final RMSNorm, by the very block code forward_backward's forward runs, keeping nothing
+/// between blocks. Returns the final-norm hidden states [L, C] on `kernels`' device, where the
+/// ParamSource's parameters and the attention op's tensors live; the batch stays on the host
+/// (labels unused; padding rows have pos -1 and come out zero). Reads opt.precision and
+/// opt.ffn_chunk only. `kv`, when set, is called once per layer in order. On return every kernel
+/// has run. Collective over the attention op's group.
+core::Tensor<float> forward_hidden(const ParamLayout& layout, ParamSource& params,
+                                   AttentionOp& attn, const StepBatch& batch,
+                                   const ModelOptions& opt, const Kernels& kernels,
+                                   const KvSink& kv = {});
 
 }  // namespace longseq::model

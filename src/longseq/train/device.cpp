@@ -19,8 +19,8 @@ namespace longseq::train {
 namespace {
 
 // A GPU asked of a build without the CUDA backend: the same error from every entry point.
-[[noreturn]] void no_cuda(core::Device device) {
-  core::fail("train", "--device ", device.str(),
+[[noreturn]] void no_cuda(core::Device device, std::string_view component = "train") {
+  core::fail(component, "--device ", device.str(),
              ": this build has no CUDA backend (configure with a CUDA toolkit: LONGSEQ_CUDA=ON, "
              "docs/gpu.md); use --device cpu");
 }
@@ -107,26 +107,33 @@ bool cuda_built() {
 #endif
 }
 
-std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads) {
+std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads,
+                                               std::string_view component) {
   if (device.is_cpu()) return std::make_unique<model::CpuKernels>(threads);
 #if defined(LONGSEQ_WITH_CUDA)
-  return model::cuda::make_kernels(device);
+  try {
+    return model::cuda::make_kernels(device);
+  } catch (const core::Error& e) {
+    // The runtime's words ("[cuda] no GPU 0: ..."), under the command and flag that asked.
+    core::fail(component, "--device ", device.str(), ": ", e.what());
+  }
 #else
-  no_cuda(device);
+  no_cuda(device, component);
 #endif
 }
 
 std::unique_ptr<model::AttentionOp> device_attention(
     core::Device device, const attention::Algorithm& algo,
     std::shared_ptr<const attention::MaskSpec> mask, const attention::Layout& layout,
-    comm::Group& group, int threads, core::DType precision) {
+    comm::Group& group, int threads, core::DType precision, std::string_view component) {
   if (device.is_cpu())
     return model::make_distributed_attention(algo, std::move(mask), layout, group, threads,
                                              precision);
 #if defined(LONGSEQ_WITH_CUDA)
+  (void)component;  // its refusals name the attention's own values (a layout of several ranks)
   return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
 #else
-  no_cuda(device);
+  no_cuda(device, component);
 #endif
 }
 

@@ -12,6 +12,7 @@
 // whatever trained it.
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "longseq/attention/algorithm.hpp"
@@ -59,9 +60,11 @@ class DeviceOptimizer {
 bool cuda_built();
 
 /// The model's kernels on `device`: CpuKernels(threads) for the CPU; for cuda:N the CUDA kernels
-/// with that GPU made current on the calling thread. Throws core::Error("[train] --device ...")
-/// naming the device when this build has no CUDA backend or the runtime sees no such GPU.
-std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads);
+/// with that GPU made current on the calling thread. Throws core::Error("[component] --device
+/// ...") naming the device when this build has no CUDA backend or the runtime sees no such GPU
+/// (then with the runtime's words). `component`: the command that asked (train, eval).
+std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads,
+                                               std::string_view component = "train");
 
 /// The attention operator of a step: the distributed executor on a CPU
 /// (model::make_distributed_attention over `group`), the whole-sequence GPU attention on cuda:N
@@ -69,7 +72,7 @@ std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads)
 std::unique_ptr<model::AttentionOp> device_attention(
     core::Device device, const attention::Algorithm& algo,
     std::shared_ptr<const attention::MaskSpec> mask, const attention::Layout& layout,
-    comm::Group& group, int threads, core::DType precision);
+    comm::Group& group, int threads, core::DType precision, std::string_view component = "train");
 
 /// The measured peak the MFU is taken against, GFLOP/s at `precision`: on a CPU, single-thread
 /// GEMM times the hardware threads (measure_peak_gflops); on a GPU, its cuBLASLt GEMM rate

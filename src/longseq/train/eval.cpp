@@ -13,9 +13,11 @@
 #include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/model/attention_op.hpp"
+#include "longseq/model/kernels.hpp"
 #include "longseq/model/lm_head.hpp"
 #include "longseq/train/checkpoint.hpp"
 #include "longseq/train/data.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/trainer.hpp"
 #include "longseq/train/zero.hpp"
 
@@ -35,12 +37,12 @@ std::string resolve_checkpoint(const std::string& dir) {
 }
 
 model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayout& layout,
-                                  comm::Group& group) {
+                                  comm::Group& group, core::Device device) {
   ShardedState state(layout, group, 0);
   load_hf_weights(dir, state);
   std::vector<std::vector<float>> units;
   for (int u = 0; u < layout.num_units(); ++u) units.push_back(state.gather_full(u, 0));
-  return model::ReplicaParams(layout, std::move(units));
+  return model::ReplicaParams(layout, std::move(units), device);
 }
 
 attention::Balance parse_balance_flag(std::string_view component, const std::string& balance) {
@@ -78,6 +80,13 @@ EvalConfig::Parsed EvalConfig::parse() const {
                 "--balance block-striped needs a block mask (--mask blocks:FILE:B), got --mask ",
                 mask);
   p.precision = parse_precision(precision);
+  p.device = core::Device::parse(device, "eval");
+  // A GPU holds the whole sequence (its attention is the one-rank kernel): spreading it over
+  // ranks on GPUs needs the device executor, not built yet (docs/gpu.md), as for train.
+  core::require(p.device.is_cpu() || world == 1, "eval", "--device ", device,
+                " evaluates on one rank: got --world ", world,
+                " (several ranks on GPUs need the device executor, not built yet; use --device "
+                "cpu for a distributed evaluation)");
   return p;
 }
 
@@ -133,9 +142,15 @@ struct EvalPass {
 
 // One rank's part: the loss of each of its labelled positions over every sequence, summed (s)
 // and counted (c) by global position, then reduced over the ranks. Collective.
+// The model runs on --device through model::Kernels: the CPU's kernels at any world, or one GPU
+// (world 1) holding the weights, the activations and the logits' tiles.
 void position_losses(const EvalPass& e, comm::Group& world, std::vector<double>& s,
                      std::vector<double>& c) {
-  model::ReplicaParams params = load_replica(e.dir, e.layout, world);
+  const core::Device device = e.parsed.device;
+  // Made on this thread: a GPU's kernels make it current on the thread that runs them.
+  const std::unique_ptr<model::Kernels> kernels = device_kernels(device, e.io.threads, "eval");
+  model::ReplicaParams params = load_replica(e.dir, e.layout, world, device);
+  const model::ModelOptions mo = model::model_options(e.io);
   const model::TrainMask& mask = e.parsed.mask;
   std::unique_ptr<model::AttentionOp> attn;
   for (int64_t q = 0; q < e.sequences; ++q) {
@@ -143,17 +158,17 @@ void position_losses(const EvalPass& e, comm::Group& world, std::vector<double>&
     if (!attn || mask.document) {
       const auto m =
           mask.with_documents(mask.document ? e.loader.document_ids(q) : std::vector<int32_t>{});
-      attn = model::make_distributed_attention(e.parsed.algo, m, e.seq_layout, world, e.io.threads,
-                                               e.io.precision);
+      attn = device_attention(device, e.parsed.algo, m, e.seq_layout, world, e.io.threads,
+                              e.io.precision, "eval");
     }
     model::StepBatch b;
     b.tokens = rt.tokens.data();
     b.pos = rt.pos.data();
     b.len = static_cast<int64_t>(rt.pos.size());
     b.seq_len = e.cfg.seq;
-    const std::vector<float> h = model::forward_hidden(e.layout, params, *attn, b, e.io);
+    const core::Tensor<float> h = model::forward_hidden(e.layout, params, *attn, b, mo, *kernels);
     const std::vector<double> loss =
-        model::token_losses(e.layout, params, h.data(), rt.labels.data(), b.len, e.io);
+        model::token_losses(e.layout, params, h.data(), rt.labels.data(), b.len, e.io, *kernels);
     for (int64_t i = 0; i < b.len; ++i)
       if (rt.pos[i] >= 0 && rt.labels[i] != model::kIgnoreIndex) {
         s[rt.pos[i]] += loss[i];
@@ -202,6 +217,7 @@ void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig
                  {"mask", cfg.mask},
                  {"buckets", static_cast<int64_t>(r.positions.size())},
                  {"precision", cfg.precision},
+                 {"device", e.parsed.device.str()},
                  {"threads_per_rank", e.io.threads},
                  {"model", mc.describe()}};
   core::write_file_atomic(cfg.out + "/eval.json", r.to_json().dump(1) + "\n");
@@ -217,6 +233,8 @@ void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig
 
 EvalResult evaluate(const EvalConfig& cfg) {
   const EvalConfig::Parsed parsed = cfg.parse();
+  // A GPU this build or machine lacks is refused here, naming it, before anything is read.
+  if (!parsed.device.is_cpu()) (void)device_kernels(parsed.device, 1, "eval");
   const std::string dir = resolve_checkpoint(cfg.checkpoint);
   const model::LlamaConfig mc = read_hf_config(dir);
   const model::ParamLayout layout(mc);

@@ -2,6 +2,9 @@
 // `longseq eval`: a checkpoint's loss over long sequences of a token file, overall and by
 // position, computed with the distributed engine (any world, algorithm, balance layout, mask).
 //
+// Where it computes (--device): the CPU at any world, or one GPU at world 1 (a rank holding the
+// whole sequence, as `train --device cuda`), with the same forward either way.
+//
 // Sequences are those of training (data.hpp): sequence i is tokens [i N, (i + 1) N), the label of
 // position p is token p + 1, the last position has none. Loss = mean over every labelled position
 // of every evaluated sequence; perplexity = exp(loss). Positions are grouped into `buckets`
@@ -22,6 +25,7 @@
 
 #include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/flag_rows.hpp"
 #include "longseq/model/attention_op.hpp"
@@ -38,10 +42,10 @@ namespace longseq::train {
 std::string resolve_checkpoint(const std::string& dir);
 
 /// The weights of the checkpoint (config.json + safetensors, any Hugging Face LLaMA directory) as
-/// a replica on every rank of `group`: each rank reads its ZeRO shard, then the units are
-/// gathered. Collective.
+/// a replica on every rank of `group`, kept on `device` (model::ReplicaParams): each rank reads
+/// its ZeRO shard, then the units are gathered. Collective.
 model::ReplicaParams load_replica(const std::string& dir, const model::ParamLayout& layout,
-                                  comm::Group& group);
+                                  comm::Group& group, core::Device device = core::Device::cpu());
 
 /// attention::parse_balance, its refusal rethrown as core::Error("[component] --balance B: ...")
 /// so that the message names the flag.
@@ -64,6 +68,9 @@ struct EvalConfig {
   int64_t buckets = 16;   ///< position buckets (clamped to N - 1)
   int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
   std::string precision = core::rows::precision.text;
+  /// cpu | cuda | cuda:N. On a GPU (world 1 only) the weights live there and the forward and the
+  /// logits' product run there (model::forward_hidden, model::token_losses with its kernels).
+  std::string device = core::rows::device.text;
   std::string out;  ///< directory for eval.json and loss_by_position.svg (empty: none)
 
   /// The strings as typed values, parsed once (parse()).
@@ -72,6 +79,7 @@ struct EvalConfig {
     attention::Balance balance{};
     model::TrainMask mask;
     core::DType precision = core::DType::f32;
+    core::Device device;
     /// The block mask's block size (block-striped layouts), 0 without one.
     int64_t block() const { return mask.base ? mask.base->block_size : 0; }
   };
