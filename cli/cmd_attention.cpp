@@ -188,7 +188,8 @@ Outcome run_on_device(const AttentionArgs& a, const attention::GlobalInputs& in,
   one.world = 1;
   one.backend = "local";
   comm::run(one, [&](comm::Group& g) {
-    auto op = train::device_attention(device, spec.algo, spec.mask, layout, g, 1, spec.precision);
+    auto op = train::device_attention(device, spec.algo, spec.mask, layout, g, 1, spec.precision,
+                                      "attention");
     const core::Tensor<float> q = to_device(in.q, hq, "q"), k = to_device(in.k, hkv, "k"),
                               v = to_device(in.v, hkv, "v");
     core::Tensor<float> dout;
