@@ -5,31 +5,20 @@
 // under zigzag (a padded layout), GQA 8/2, D 64 (the tensor-core path) and 24 (the other one),
 // causal, window and block masks.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "../train/train_test_util.hpp"
 #include "cuda_test_util.hpp"
 #include "longseq/core/npy.hpp"
 
 namespace {
 
 #if defined(LONGSEQ_CLI)
-
-int run(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 double rel_l2(const longseq::core::Tensor<float>& a, const longseq::core::Tensor<float>& b) {
   double se = 0, sr = 0;
@@ -54,8 +43,10 @@ TEST(CudaCli, AttentionOnTheGpuWritesWhatTheCpuWrites) {
     const std::string base = std::string(LONGSEQ_CLI) + " attention --random " + c.random +
                              " --seed 5 --mask " + c.mask + " --balance zigzag";
     std::string out;
-    ASSERT_EQ(run(base + " --device cpu --out " + dir + "cpu", out), 0) << what << out;
-    ASSERT_EQ(run(base + " --device cuda --out " + dir + "gpu", out), 0) << what << out;
+    ASSERT_EQ(longseq::testing::run(base + " --device cpu --out " + dir + "cpu", out), 0)
+        << what << out;
+    ASSERT_EQ(longseq::testing::run(base + " --device cuda --out " + dir + "gpu", out), 0)
+        << what << out;
     for (const char* f : {"o", "lse", "dq", "dk", "dv"}) {
       const auto cpu = longseq::core::read_npy_f32(dir + "cpu/" + f + ".npy", -1, f);
       const auto gpu = longseq::core::read_npy_f32(dir + "gpu/" + f + ".npy", -1, f);

@@ -32,6 +32,20 @@ using longseq::attention::Balance;
 using longseq::attention::Layout;
 using longseq::attention::MaskSpec;
 
+// A group of one rank and its ring attention over l tokens under a causal mask, handed to fn.
+template <class Fn>
+void with_causal_ring(int64_t l, Fn fn) {
+  longseq::comm::Options o;
+  o.world = 1;
+  longseq::comm::run(o, [&](longseq::comm::Group& g) {
+    const Layout lay(Balance::contiguous, l, 1);
+    auto mask = std::make_shared<MaskSpec>();
+    mask->causal = true;
+    auto attn = lm::make_distributed_attention(Algorithm::parse("ring"), mask, lay, g, 1);
+    fn(g, *attn);
+  });
+}
+
 TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
   const int64_t l = 45;
   for (int variant : {0, 1})
@@ -42,13 +56,7 @@ TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
       lm::ModelOptions opt;
       opt.policy = lm::parse_checkpoint_policy(policy);
       opt.ffn_chunk = 16;  // several MLP chunks, the last one short
-      longseq::comm::Options o;
-      o.world = 1;
-      longseq::comm::run(o, [&](longseq::comm::Group& g) {
-        const Layout lay(Balance::contiguous, l, 1);
-        auto mask = std::make_shared<MaskSpec>();
-        mask->causal = true;
-        auto attn = lm::make_distributed_attention(Algorithm::parse("ring"), mask, lay, g, 1);
+      with_causal_ring(l, [&](longseq::comm::Group& g, lm::AttentionOp& attn) {
         const std::string what = std::string(policy) + " variant " + std::to_string(variant);
 
         longseq::train::ShardedState st(layout, g, 5);
@@ -60,10 +68,10 @@ TEST(DeviceReplica, CpuStepEqualsTheTrainersState) {
         b.len = l;
         b.seq_len = l;
         const lm::StepResult ref =
-            lm::forward_backward(layout, st, *attn, b, 1.0 / static_cast<double>(in.count), opt);
+            lm::forward_backward(layout, st, attn, b, 1.0 / static_cast<double>(in.count), opt);
 
         lm::DeviceReplica rep(layout, longseq::core::Device::cpu(), 5);
-        const ts::StepOutput got = ts::device_step(rep, *attn, lm::CpuKernels(1), in, opt);
+        const ts::StepOutput got = ts::device_step(rep, attn, lm::CpuKernels(1), in, opt);
 
         EXPECT_EQ(got.loss, ref.loss_sum / static_cast<double>(in.count)) << what;
         for (int u = 0; u < layout.num_units(); ++u) {
@@ -96,18 +104,12 @@ TEST(DeviceReplica, OffloadGivesTheSameBitsAndKeepsTheBlockInputsOff) {
       opt.policy = lm::parse_checkpoint_policy(policy);
       opt.ffn_chunk = 16;
       const std::string what = std::string(policy) + " variant " + std::to_string(variant);
-      longseq::comm::Options o;
-      o.world = 1;
-      longseq::comm::run(o, [&](longseq::comm::Group& g) {
-        const Layout lay(Balance::contiguous, l, 1);
-        auto mask = std::make_shared<MaskSpec>();
-        mask->causal = true;
-        auto attn = lm::make_distributed_attention(Algorithm::parse("ring"), mask, lay, g, 1);
+      with_causal_ring(l, [&](longseq::comm::Group&, lm::AttentionOp& attn) {
         lm::DeviceReplica rep(layout, longseq::core::Device::cpu(), 5);
-        const ts::StepOutput kept = ts::device_step(rep, *attn, lm::CpuKernels(1), in, opt);
+        const ts::StepOutput kept = ts::device_step(rep, attn, lm::CpuKernels(1), in, opt);
         lm::ModelOptions off = opt;
         off.offload = true;
-        const ts::StepOutput parked = ts::device_step(rep, *attn, lm::CpuKernels(1), in, off);
+        const ts::StepOutput parked = ts::device_step(rep, attn, lm::CpuKernels(1), in, off);
         EXPECT_EQ(parked.loss, kept.loss) << what;
         ASSERT_EQ(parked.grads.size(), kept.grads.size());
         for (size_t u = 0; u < kept.grads.size(); ++u)
