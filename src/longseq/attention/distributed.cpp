@@ -687,7 +687,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       run_pairs(w, {&ops, hq_s, hkv_s, qm, km, qs, own_kv ? ks : b.at<T>(0),
                     own_kv ? vs : b.at<T>(bl.second), st.s<T>(Field::dout), st.s<float>(Field::lse),
                     st.s<float>(Field::dvec), st.s<float>(Field::o), st.s<float>(Field::lse),
-                    st.s<float>(Field::dq), gout, gout + kv_side});
+                    st.s<float>(Field::dq), gout, fwd ? nullptr : gout + kv_side});
     }
   }
   tr.wait_all();
