@@ -130,8 +130,13 @@ std::unique_ptr<model::AttentionOp> device_attention(
     return model::make_distributed_attention(algo, std::move(mask), layout, group, threads,
                                              precision);
 #if defined(LONGSEQ_WITH_CUDA)
-  (void)component;  // its refusals name the attention's own values (a layout of several ranks)
-  return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
+  try {
+    return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
+  } catch (const core::Error& e) {
+    // As device_kernels: the attention's own words (no such GPU, a layout of several ranks)
+    // under the command and flag that asked.
+    core::fail(component, "--device ", device.str(), ": ", e.what());
+  }
 #else
   no_cuda(device, component);
 #endif
