@@ -301,7 +301,8 @@ void check_all_ranks(const std::vector<RankSchedule>& all, const std::string& wh
   };
   for (const RankSchedule& rs : all) {
     const int r = rs.rank;
-    const int ring_tags = 2 * static_cast<int>(rs.ring.size());
+    // Each head group's ring has its own 2n tags (schedule.hpp).
+    const int ring_tags = 2 * static_cast<int>(rs.ring.size()) * rs.head_groups;
     for (const Xfer& x : rs.xfers) {
       ASSERT_NE(x.peer, r) << what;
       if (x.part == Part::side) {  // after the ring's tags: 4 fields x the staged blocks
@@ -691,13 +692,166 @@ TEST(Schedule, UlyssesHeadGroupsPostBeforeReadSendAfterWrite) {
             }
           }
   EXPECT_GT(grouped, 100);
-  // USP (a ring across Ulysses groups) and StarTrail keep their blocking collective steps.
+  // StarTrail keeps its blocking collective steps.
   const Layout layout(Balance::zigzag, 64, 8);
   const PairTable pairs(layout, make_mask("causal", 64, 8));
-  for (const char* a : {"usp:2", "usp:4:ring", "startrail:2"}) {
-    const RankSchedule rs = make_schedule(0, longseq::comm::Topology(8), layout, pairs,
-                                          Algorithm::parse(a), Pass::forward, {64, 32});
-    EXPECT_EQ(rs.head_groups, 1) << a;
-    EXPECT_TRUE(rs.head_blocks.empty()) << a;
+  const RankSchedule rs = make_schedule(0, longseq::comm::Topology(8), layout, pairs,
+                                        Algorithm::parse("startrail:2"), Pass::forward, {64, 32});
+  EXPECT_EQ(rs.head_groups, 1);
+  EXPECT_TRUE(rs.head_blocks.empty());
+}
+
+namespace {
+
+using RingKey = std::tuple<bool, int, int, int, int, int, int, int>;
+RingKey ring_key(const Xfer& x) {
+  return {x.send, x.peer,      x.origin,    static_cast<int>(x.part),
+          x.slot, x.post_step, x.wait_step, x.tag};
+}
+
+// USP head groups (schedule.hpp) of one rank against its unsplit schedule `un`: group g's ring is
+// the unsplit ring shifted by 1 + g K steps (K = ring members), with slots and tags of its own;
+// its to_heads blocks are posted before and waited at or before its first work; its from_heads
+// blocks are posted after everything of its ring (works, accumulates, waits: its outputs are
+// final); every block goes to and comes from every other member of the Ulysses group once; the
+// bytes are the unsplit schedule's.
+void check_usp_groups(const RankSchedule& rs, const RankSchedule& un, int want_groups,
+                      HeadCounts heads, const Algorithm& algo, Pass pass, const std::string& what) {
+  const int g_count = want_groups, n = static_cast<int>(un.ring.size());
+  ASSERT_EQ(rs.head_groups, g_count) << what;
+  if (g_count == 1) {
+    EXPECT_TRUE(rs.head_blocks.empty()) << what;
+    EXPECT_EQ(rs.pre.size(), un.pre.size()) << what;
+    return;
   }
+  ASSERT_TRUE(rs.pre.empty() && rs.post.empty()) << what;
+  ASSERT_EQ(rs.group_stride, n) << what;
+  EXPECT_EQ(rs.data_slots, g_count * un.data_slots) << what;
+  EXPECT_EQ(rs.grad_slots, g_count * un.grad_slots) << what;
+  EXPECT_EQ(rs.own_slot, un.own_slot) << what;
+  const Dims dm{7, heads.q, heads.kv, 4, 2};
+  // The bytes: the all-to-alls' and the ring's, cut by group.
+  const PassBytes b = schedule_bytes(rs, algo, pass, dm), ub = schedule_bytes(un, algo, pass, dm);
+  EXPECT_EQ(b.collective, ub.collective) << what;
+  EXPECT_EQ(b.p2p, ub.p2p) << what;
+  // Per group: works, accumulates and ring transfers are the unsplit ones shifted.
+  std::vector<int> first(g_count, std::numeric_limits<int>::max()), last(g_count, -1);
+  for (int g = 0; g < g_count; ++g) {
+    const int by = 1 + g * n;
+    std::vector<const Work*> ws;
+    for (const Work& w : rs.work)
+      if (w.head_group == g) ws.push_back(&w);
+    ASSERT_EQ(ws.size(), un.work.size()) << what << " group " << g;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const Work &w = *ws[i], &u = un.work[i];
+      EXPECT_EQ(w.step, u.step + by) << what;
+      EXPECT_EQ(w.origin, u.origin) << what;
+      EXPECT_EQ(w.slot, u.slot + g * un.data_slots) << what;
+      EXPECT_EQ(w.grad_slot, u.grad_slot < 0 ? -1 : u.grad_slot + g * un.grad_slots) << what;
+      ASSERT_EQ(w.pairs.size(), u.pairs.size()) << what;
+      for (size_t k = 0; k < w.pairs.size(); ++k)
+        ASSERT_TRUE(w.pairs[k].qc == u.pairs[k].qc && w.pairs[k].kc == u.pairs[k].kc &&
+                    w.pairs[k].qp == u.pairs[k].qp && w.pairs[k].kp == u.pairs[k].kp)
+            << what;
+      first[g] = std::min(first[g], w.step);
+      last[g] = std::max(last[g], w.step);
+    }
+    std::vector<Accumulate> as;
+    for (const Accumulate& a : rs.accumulates)
+      if (a.head_group == g) as.push_back(a);
+    ASSERT_EQ(as.size(), un.accumulates.size()) << what;
+    for (size_t i = 0; i < as.size(); ++i) {
+      const Accumulate& u = un.accumulates[i];
+      EXPECT_EQ(as[i].step, u.step + by) << what;
+      EXPECT_EQ(as[i].from, u.from + g * un.grad_slots) << what;
+      EXPECT_EQ(as[i].into, u.into < 0 ? -1 : u.into + g * un.grad_slots) << what;
+      last[g] = std::max(last[g], as[i].step);
+    }
+    std::multiset<RingKey> want, got;
+    for (const Xfer& x : un.xfers) {
+      Xfer y = x;
+      y.post_step += by;
+      y.wait_step += by;
+      y.slot += g * (x.part == Part::data ? un.data_slots : un.grad_slots);
+      y.tag += g * 2 * n;
+      want.insert(ring_key(y));
+    }
+    for (const Xfer& x : rs.xfers)
+      if (x.part != Part::heads && x.tag / (2 * n) == g) {
+        got.insert(ring_key(x));
+        last[g] = std::max(last[g], x.wait_step);
+      }
+    EXPECT_EQ(got, want) << what << " group " << g;
+  }
+  // Head blocks.
+  const Collective &in = un.pre.at(0), &out = un.post.at(0);
+  std::map<std::tuple<int, int, int>, std::set<int>> peers[2];  // [send]
+  for (const Xfer& x : rs.xfers) {
+    ASSERT_LT(x.post_step, x.wait_step) << what;
+    ASSERT_LT(x.wait_step, rs.num_steps) << what;
+    if (x.part != Part::heads) continue;
+    const HeadBlock& hb = rs.head_blocks.at(x.slot);
+    ASSERT_EQ(in.members.at(hb.member), x.peer) << what;
+    const bool to = hb.op == Collective::Op::to_heads;
+    const auto& fields = (to ? in : out).fields;
+    ASSERT_NE(std::find(fields.begin(), fields.end(), hb.field), fields.end()) << what;
+    const auto key = std::make_tuple(static_cast<int>(hb.op), static_cast<int>(hb.field), hb.group);
+    ASSERT_TRUE(peers[x.send][key].insert(hb.member).second) << what << ": block twice";
+    if (to && !x.send && last[hb.group] >= 0) {  // read by the group's first work
+      EXPECT_LT(x.post_step, first[hb.group]) << what;
+      EXPECT_LE(x.wait_step, first[hb.group]) << what;
+    }
+    if (!to && x.send) {
+      EXPECT_GT(x.post_step, last[hb.group]) << what;
+    }
+  }
+  for (const Collective* c : {&in, &out})
+    for (Field f : c->fields)
+      for (int g = 0; g < g_count; ++g)
+        for (int send = 0; send < 2; ++send)
+          EXPECT_EQ(
+              peers[send][std::make_tuple(static_cast<int>(c->op), static_cast<int>(f), g)].size(),
+              c->members.size() - 1)
+              << what;
+}
+
+}  // namespace
+
+// USP: the ring runs once per head group while the next group's all-to-all blocks travel, for
+// every Ulysses degree with a ring of 2 or more, both backwards, odd lengths and several masks.
+TEST(Schedule, UspHeadGroupsRunTheRingOncePerGroup) {
+  int grouped = 0;
+  for (int world : {4, 6, 8, 12})
+    for (int u = 2; u < world; ++u) {
+      if (world % u) continue;
+      for (const char* suffix : {"", ":ring"})
+        for (int64_t per : {1, 2, 3, 4})  // kv heads per Ulysses member
+          for (const char* mk : {"full", "causal", "docs", "window"})
+            for (Pass pass : {Pass::forward, Pass::backward}) {
+              const std::string a = "usp:" + std::to_string(u) + suffix;
+              const Algorithm algo = Algorithm::parse(a);
+              const int64_t n = world * 4 + 3;
+              const MaskSpec m = make_mask(mk, n, world);
+              const Layout layout(Balance::zigzag, n, world);
+              const PairTable pairs(layout, m);
+              const longseq::comm::Topology topo(world);
+              const HeadCounts heads{2 * per * u, per * u};
+              const auto all = make_schedules(topo, layout, pairs, algo, pass, heads);
+              const auto plain = make_schedules(topo, layout, pairs, algo, pass);
+              const std::string what = a + " " + mk + " world " + std::to_string(world) + " Hkv " +
+                                       std::to_string(heads.kv) +
+                                       (pass == Pass::forward ? " fwd" : " bwd");
+              for (int r = 0; r < world; ++r) {
+                check_usp_groups(all[r], plain[r], head_groups_for(per), heads, algo, pass, what);
+                const RankSchedule one = make_schedule(r, topo, layout, pairs, algo, pass, heads);
+                ASSERT_EQ(one.xfers.size(), all[r].xfers.size()) << what;
+                for (size_t i = 0; i < one.xfers.size(); ++i)
+                  ASSERT_EQ(ring_key(one.xfers[i]), ring_key(all[r].xfers[i])) << what;
+              }
+              check_all_ranks(all, what);
+              grouped += all[0].head_groups > 1;
+              if (::testing::Test::HasFailure()) return;
+            }
+    }
+  EXPECT_GT(grouped, 200);
 }

@@ -132,9 +132,10 @@ TEST(Ulysses, MatchesReferenceEveryLayoutAndMask) {
     }
 }
 
-// Head groups (schedule.hpp): the all-to-alls cut by head group and run beside the compute give
-// the bits of the blocking all-to-alls, and the same bytes on every rank, in f32 and bf16 under
-// every mask, whatever the number of groups (the kernels' dq chunking follows the side's kv heads,
+// Head groups (schedule.hpp): the all-to-alls cut by head group and run beside the compute (USP:
+// beside the ring of the previous group) give the bits of the blocking all-to-alls, and the same
+// bytes on every rank, in f32 and bf16 under every mask, whatever the number of groups, for
+// Ulysses and for USP with either backward (the kernels' dq chunking follows the side's kv heads,
 // not the group's: with it sized per group, dq would round differently).
 TEST(Ulysses, HeadGroupsAreBitIdenticalToBlockingAllToAlls) {
   struct Run {
@@ -143,6 +144,7 @@ TEST(Ulysses, HeadGroupsAreBitIdenticalToBlockingAllToAlls) {
     int groups;
     int64_t n = 45;
     const char* balance = "zigzag";
+    const char* algo = "ulysses";
   };
   // The contiguous 1100-token runs give chunks of 550 keys: more than one backward key tile
   // (cpu::kBackwardTileK), so dq is summed over several chunks and the chunking shows in its bits.
@@ -155,24 +157,31 @@ TEST(Ulysses, HeadGroupsAreBitIdenticalToBlockingAllToAlls) {
       {4, 16, 4, 1},
       {2, 8, 4, 2, 1100, "contiguous"},
       {2, 16, 8, 4, 1100, "contiguous"},
+      // USP: a ring of 2 or 3 Ulysses groups, burst and ring backward, odd N.
+      {4, 8, 4, 2, 45, "zigzag", "usp:2"},
+      {4, 16, 8, 4, 45, "zigzag", "usp:2:ring"},
+      {6, 12, 6, 3, 53, "zigzag", "usp:2"},
+      {6, 12, 6, 3, 53, "striped", "usp:2:ring"},
+      {8, 16, 8, 2, 61, "contiguous", "usp:4"},
+      {6, 12, 6, 2, 47, "zigzag", "usp:3:ring"},
   };
   uint64_t seed = 101;
   for (const Run& run : runs)
     for (const std::string& mask : kMasks)
       for (const longseq::core::DType precision :
            {longseq::core::DType::f32, longseq::core::DType::bf16}) {
-        SCOPED_TRACE(std::string(run.balance) + " N " + std::to_string(run.n) + " P " +
-                     std::to_string(run.world) + " Hq " + std::to_string(run.hq) + " Hkv " +
+        SCOPED_TRACE(std::string(run.algo) + " " + run.balance + " N " + std::to_string(run.n) +
+                     " P " + std::to_string(run.world) + " Hq " + std::to_string(run.hq) + " Hkv " +
                      std::to_string(run.hkv) + " " + mask + " " +
                      std::string(longseq::core::dtype_name(precision)));
         AttnCase c(run.n, run.hq, run.hkv, 16, mask, run.world, ++seed);
         const Layout layout = longseq::testing::make_layout(run.balance, c);
         const RankSchedule rs =
             make_schedule(0, longseq::comm::Topology(c.world), layout, PairTable(layout, *c.mask),
-                          Algorithm::parse("ulysses"), Pass::backward, {run.hq, run.hkv});
+                          Algorithm::parse(run.algo), Pass::backward, {run.hq, run.hkv});
         ASSERT_EQ(rs.head_groups, run.groups);
         AttentionSpec spec;
-        spec.algo = Algorithm::parse("ulysses");
+        spec.algo = Algorithm::parse(run.algo);
         spec.mask = c.mask;
         spec.precision = precision;
         spec.head_groups = false;

@@ -566,24 +566,41 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   };
   // The own bundle is packed where it is first needed: a query bundle at step 0; a K,V bundle,
   // which the steps of its origin read from the key side itself, at its first send (in a staged
-  // StarTrail forward the key side is complete only then), or never when it is not sent.
-  int pack_step = -1;
+  // StarTrail forward the key side is complete only then), or never when it is not sent. With
+  // head groups each group's ring packs its own slot from the group's sides, at the step shifted
+  // by 1 + g K (schedule.hpp).
+  const int dslots_g = rs.data_slots / groups;
+  std::vector<int> pack_step(groups, -1);
   if (rs.own_slot >= 0) {
-    if (bq) pack_step = 0;
+    for (int g = 0; g < groups; ++g)
+      if (bq) pack_step[g] = groups > 1 ? 1 + g * rs.group_stride : 0;
     for (const Xfer& x : rs.xfers)
-      if (!bq && x.send && x.part == Part::data && x.origin == rs.member)
-        pack_step = pack_step < 0 ? x.post_step : std::min(pack_step, x.post_step);
+      if (!bq && x.send && x.part == Part::data && x.origin == rs.member) {
+        int& at = pack_step[x.slot / dslots_g];
+        at = at < 0 ? x.post_step : std::min(at, x.post_step);
+      }
   }
-  auto pack_own = [&] {
-    DataSlot& o = dslots[rs.own_slot];
-    std::memcpy(o.at<T>(0), st.s<T>(bq ? Field::q : Field::k), bl.second);
-    std::memcpy(o.at<T>(bl.second), st.s<T>(bq ? Field::dout : Field::v), bl.second);
+  // Where the fields of head group g live (-1: the sides, no head groups).
+  auto sides = [&](int g) -> std::array<std::byte*, kFields>& {
+    return g < 0 ? st.side : gside[g];
+  };
+  auto pack_own = [&](int g) {
+    DataSlot& o = dslots[rs.own_slot + std::max(g, 0) * dslots_g];
+    auto& sd = sides(g);
+    const int64_t hq_b = g < 0 ? hq_s : hq_g;
+    std::memcpy(o.at<T>(0), sd[static_cast<size_t>(bq ? Field::q : Field::k)], bl.second);
+    std::memcpy(o.at<T>(bl.second), sd[static_cast<size_t>(bq ? Field::dout : Field::v)],
+                bl.second);
     if (bq) {
-      std::memcpy(o.at<float>(bl.dvec), st.s<float>(Field::dvec), rows_q * hq_s * 4);
-      std::memcpy(o.at<float>(bl.lse), st.s<float>(Field::lse), rows_q * hq_s * 4);
+      std::memcpy(o.at<float>(bl.dvec), sd[static_cast<size_t>(Field::dvec)], rows_q * hq_b * 4);
+      std::memcpy(o.at<float>(bl.lse), sd[static_cast<size_t>(Field::lse)], rows_q * hq_b * 4);
     }
   };
-  float* home_grad = bq ? st.s<float>(Field::dq) : st.s<float>(Field::dk);
+  // The rank's own gradient part (head group g's, or the sides'): dQ for a query bundle, [dK | dV]
+  // (contiguous on every side) for a K,V bundle.
+  auto home_grad = [&](int g) {
+    return reinterpret_cast<float*>(sides(g)[static_cast<size_t>(bq ? Field::dq : Field::dk)]);
+  };
 
   BlockOps ops(hq_s, hkv_s, d, scale, spec.threads);
   // A head group's kernels: the dq chunking of the side's hkv_s heads, for the same bits.
@@ -592,9 +609,6 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   // Rows past spec.query_rows are not asked for (forward, where the query side is home).
   const int64_t q_rows =
       fwd && aliased && spec.query_rows >= 0 ? std::min(spec.query_rows, l) : rows_q;
-  const T* qs = st.s<T>(Field::q);
-  const T* ks = st.s<T>(Field::k);
-  const T* vs = st.s<T>(Field::v);
   // The chunk pairs of one Work item over operands laid out [rows, heads, D] (rows of every piece
   // back to back, L each): a head group's sides, a bundle, or this rank's sides. The forward reads
   // q, k, v and merges into o, lse_out; the backward reads q, k, v, dout, lse, dvec and adds into
@@ -637,12 +651,14 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       core::ScopedTimer t(compute_s);
       for (; ai < rs.accumulates.size() && rs.accumulates[ai].step == s; ++ai) {
         const Accumulate& a = rs.accumulates[ai];
-        float* into = a.into < 0 ? home_grad : gslots[a.into].data();
+        float* into =
+            a.into < 0 ? home_grad(groups > 1 ? a.head_group : -1) : gslots[a.into].data();
         const float* from = gslots[a.from].data();
         for (int64_t i = 0; i < gel; ++i) into[i] += from[i];
       }
     }
-    if (s == pack_step) pack_own();
+    for (int g = 0; g < groups; ++g)
+      if (s == pack_step[g]) pack_own(groups > 1 ? g : -1);
     for (const Xfer& x : rs.xfers)
       if (x.post_step == s) {
         if (x.part == Part::data) {
@@ -660,16 +676,20 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     if (wi >= rs.work.size() || rs.work[wi].step != s) continue;
     core::ScopedTimer t(compute_s);
     const Work& w = rs.work[wi++];
-    if (w.head_group >= 0) {  // one head group on its own sides (the own bundle, never sent)
-      const auto& sd = gside[w.head_group];
-      auto in = [&](Field f) { return reinterpret_cast<const T*>(sd[static_cast<size_t>(f)]); };
-      auto f32 = [&](Field f) { return reinterpret_cast<float*>(sd[static_cast<size_t>(f)]); };
-      run_pairs(w, {&gops, hq_g, hkv_g, rs.member, rs.member, in(Field::q), in(Field::k),
+    const int g = w.head_group;
+    auto& sd = sides(g);
+    auto in = [&](Field f) { return reinterpret_cast<const T*>(sd[static_cast<size_t>(f)]); };
+    auto f32 = [&](Field f) { return reinterpret_cast<float*>(sd[static_cast<size_t>(f)]); };
+    BlockOps* wops = g < 0 ? &ops : &gops;
+    const int64_t hq_w = g < 0 ? hq_s : hq_g, hkv_w = g < 0 ? hkv_s : hkv_g;
+    if (w.slot < 0) {  // one head group on its own sides (the own bundle, never sent)
+      LONGSEQ_CHECK(g >= 0);
+      run_pairs(w, {wops, hq_w, hkv_w, rs.member, rs.member, in(Field::q), in(Field::k),
                     in(Field::v), in(Field::dout), f32(Field::lse), f32(Field::dvec), f32(Field::o),
                     f32(Field::lse), f32(Field::dq), f32(Field::dk), f32(Field::dv)});
       continue;
     }
-    float* gout = w.grad_slot < 0 ? home_grad : gslots[w.grad_slot].data();
+    float* gout = w.grad_slot < 0 ? home_grad(g) : gslots[w.grad_slot].data();
     if (w.grad_slot >= 0 && w.clear_grad) std::fill(gout, gout + gel, 0.0f);
     DataSlot& b = dslots[w.slot];
     // A K,V bundle's own steps read the key side (the same values the own slot holds once packed).
@@ -678,16 +698,16 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     if (bq) {
       // (A backward: bundle_is_query.) Queries (and dO, D, LSE) from the bundle, keys from the
       // key side; dQ into the bundle's gradient.
-      run_pairs(w, {&ops, hq_s, hkv_s, qm, km, b.at<T>(0), ks, vs, b.at<T>(bl.second),
-                    b.at<float>(bl.lse), b.at<float>(bl.dvec), nullptr, nullptr, gout,
-                    st.s<float>(Field::dk), st.s<float>(Field::dv)});
+      run_pairs(w, {wops, hq_w, hkv_w, qm, km, b.at<T>(0), in(Field::k), in(Field::v),
+                    b.at<T>(bl.second), b.at<float>(bl.lse), b.at<float>(bl.dvec), nullptr, nullptr,
+                    gout, f32(Field::dk), f32(Field::dv)});
     } else {
       // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient
       // (forward: O, LSE into the query side).
-      run_pairs(w, {&ops, hq_s, hkv_s, qm, km, qs, own_kv ? ks : b.at<T>(0),
-                    own_kv ? vs : b.at<T>(bl.second), st.s<T>(Field::dout), st.s<float>(Field::lse),
-                    st.s<float>(Field::dvec), st.s<float>(Field::o), st.s<float>(Field::lse),
-                    st.s<float>(Field::dq), gout, fwd ? nullptr : gout + kv_side});
+      run_pairs(w, {wops, hq_w, hkv_w, qm, km, in(Field::q), own_kv ? in(Field::k) : b.at<T>(0),
+                    own_kv ? in(Field::v) : b.at<T>(bl.second), in(Field::dout), f32(Field::lse),
+                    f32(Field::dvec), f32(Field::o), f32(Field::lse), f32(Field::dq), gout,
+                    fwd ? nullptr : gout + rows_k * hkv_w * d});
     }
   }
   tr.wait_all();

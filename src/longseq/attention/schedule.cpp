@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 
+#include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 
 namespace longseq::attention {
@@ -744,46 +745,92 @@ void stage_side(RankSchedule& rs, const StarTrailConfig& cfg, const Layout& layo
   }
 }
 
-// Ulysses over the whole world with head groups (schedule.hpp): the pre / post all-to-alls of
-// `rs` become Part::heads transfers, group by group, and its one work one work per group.
+// Ulysses head groups (schedule.hpp): the pre / post all-to-alls of `rs` become Part::heads
+// transfers, group by group, and its ring runs once per head group on the group's heads.
 //
-// Why only where the ring has one member: with a ring across Ulysses groups (USP), a group's
-// compute is the whole ring, so overlapping the next group's all-to-all would run the ring once
-// per head group (G times its messages); that is not done here.
-void split_heads(RankSchedule& rs, HeadCounts heads) {
-  if (rs.ring.size() != 1 || rs.head_slices <= 1 || heads.q <= 0 || rs.pre.size() != 1 ||
-      rs.post.size() != 1)
+// Group g's ring is the unsplit ring shifted by 1 + g * K steps (K = ring members: every work of
+// the flat ring is at a step below K), with its own slots (data and grad slots g * slots .. ) and
+// tags (g * 2n ..); the shifts are the same on every rank, so matching sends and receives stay at
+// one step and the posting order per pair is group by group, as before within a group. A group's
+// ring may still be draining (gradient partials going home) while the next group's starts.
+// Group g's to_heads blocks are posted at 1 + (g - 1) * K (step 0 for group 0) and waited at the
+// start of its ring; its from_heads blocks are posted once its ring has ended, at
+// 1 + g * K + S (S: steps of the longest ring schedule of any rank), and waited at the final step.
+// With one ring member (Ulysses over the whole world) K = S = 1: group g computes at 1 + g.
+void split_heads(RankSchedule& rs, HeadCounts heads, bool backward) {
+  if (rs.head_slices <= 1 || heads.q <= 0 || rs.pre.size() != 1 || rs.post.size() != 1 ||
+      rs.side_units > 0)
     return;
   const HeadSplit hs(heads.q, heads.kv, rs.head_slices);
   if (hs.replicated) return;  // one kv head per side: nothing to split along kv heads
-  const int g_count = head_groups_for(hs.kv_per);
+  const int n = static_cast<int>(rs.ring.size());
+  // The largest group count that divides the side's kv heads and keeps every group's ring tags
+  // and head tags inside the pass's half of comm's tag space (only the largest worlds with
+  // two-member Ulysses groups come near it).
+  int g_count = 1;
+  for (int g = head_groups_for(hs.kv_per); g > 1; --g)
+    if (hs.kv_per % g == 0 &&
+        static_cast<int64_t>(g) * (2 * n + 2 * kFieldCount) <= comm::kMaxTag / 2) {
+      g_count = g;
+      break;
+    }
   if (g_count <= 1) return;
   const Collective in = std::move(rs.pre.front()), out = std::move(rs.post.front());
   rs.pre.clear();
   rs.post.clear();
-  LONGSEQ_CHECK_MSG(rs.xfers.empty() && rs.accumulates.empty() && rs.work.size() <= 1 &&
-                        (rs.work.empty() || rs.work.front().step == 0),
-                    "rank ", rs.rank, ": a one-member ring has only its own step 0");
   LONGSEQ_CHECK(in.op == Collective::Op::to_heads && out.op == Collective::Op::from_heads);
+  // K and S for the flat ring USP runs (schedule.hpp): works at steps < n, waits at most two
+  // steps after the last (a backward's gradient partials going home).
+  const int stride = n;
+  const int span = n == 1 ? 1 : (backward ? n + 2 : n);
+  LONGSEQ_CHECK_MSG(rs.num_steps <= span, "rank ", rs.rank, ": ring schedule of ", rs.num_steps,
+                    " steps, more than the ", span, " of a flat ring of ", n);
+  for (const Work& w : rs.work) LONGSEQ_CHECK(w.step < stride);
   rs.head_groups = g_count;
+  rs.group_stride = stride;
   const int me = rs.head_slice;
   LONGSEQ_CHECK(in.members.at(me) == rs.rank);
-  const int final_step = g_count + 2;
-  rs.num_steps = final_step + 1;
-  // The unsplit work read the own bundle from the sides; the group works read the group sides.
-  rs.own_slot = -1;
-  rs.data_slots = 0;
+  const int final_step = 1 + (g_count - 1) * stride + span + 1;
+  const int dslots = rs.data_slots, gslots = rs.grad_slots;
   std::vector<Work> works;
-  for (const Work& w : rs.work)
-    for (int g = 0; g < g_count; ++g) {
+  std::vector<Xfer> xfers;
+  std::vector<Accumulate> accs;
+  for (int g = 0; g < g_count; ++g) {
+    const int by = 1 + g * stride;
+    for (const Work& w : rs.work) {
       Work x = w;
-      x.step = 1 + g;
-      x.slot = -1;
+      x.step += by;
       x.head_group = g;
+      if (x.slot >= 0) x.slot += g * dslots;
+      if (x.grad_slot >= 0) x.grad_slot += g * gslots;
       works.push_back(std::move(x));
     }
+    for (const Accumulate& a : rs.accumulates)
+      accs.push_back({a.step + by, a.from + g * gslots, a.into < 0 ? -1 : a.into + g * gslots, g});
+  }
+  // Transfers: every step's in list order, group by group (the unsplit order within a group).
+  for (int g = 0; g < g_count; ++g)
+    for (const Xfer& x : rs.xfers) {
+      Xfer y = x;
+      y.post_step += 1 + g * stride;
+      y.wait_step += 1 + g * stride;
+      y.slot += g * (x.part == Part::data ? dslots : gslots);
+      y.tag += g * 2 * n;
+      xfers.push_back(y);
+    }
   rs.work = std::move(works);
-  const int base = 2 * static_cast<int>(rs.ring.size()) + 4 * rs.side_units;
+  rs.accumulates = std::move(accs);
+  rs.xfers = std::move(xfers);
+  rs.data_slots = g_count * dslots;
+  rs.grad_slots = g_count * gslots;
+  if (n == 1) {  // nothing travels: every group's one work reads the group's sides, no bundle
+    LONGSEQ_CHECK(rs.xfers.empty() && rs.accumulates.empty() && rs.grad_slots == 0);
+    rs.own_slot = -1;
+    rs.data_slots = 0;
+    for (Work& w : rs.work) w.slot = -1;
+  }
+  rs.num_steps = final_step + 1;
+  const int base = 2 * n * g_count;
   auto add = [&](const Collective& c, int dir, int g, int post, int recv_wait) {
     for (const Field f : c.fields)
       for (int j = 0; j < static_cast<int>(c.members.size()); ++j) {
@@ -795,11 +842,17 @@ void split_heads(RankSchedule& rs, HeadCounts heads) {
         rs.xfers.push_back({true, c.members[j], -1, Part::heads, slot, post, final_step, tag});
       }
   };
-  // In a step's list order: the blocks the next compute needs before the outputs of the last.
-  for (int s = 0; s <= g_count + 1; ++s) {
-    if (s < g_count) add(in, 0, s, s, s + 1);
-    if (s >= 2) add(out, 1, s - 2, s, final_step);
-  }
+  // In a step's list order: the blocks the next ring needs before the outputs of the last.
+  for (int g = 0; g < g_count; ++g)
+    add(in, 0, g, g == 0 ? 0 : 1 + (g - 1) * stride, 1 + g * stride);
+  for (int g = 0; g < g_count; ++g) add(out, 1, g, 1 + g * stride + span, final_step);
+  // The executor walks the transfers of a step in list order: sort by post step, stably.
+  std::stable_sort(rs.xfers.begin(), rs.xfers.end(),
+                   [](const Xfer& a, const Xfer& b) { return a.post_step < b.post_step; });
+  std::stable_sort(rs.work.begin(), rs.work.end(),
+                   [](const Work& a, const Work& b) { return a.step < b.step; });
+  std::stable_sort(rs.accumulates.begin(), rs.accumulates.end(),
+                   [](const Accumulate& a, const Accumulate& b) { return a.step < b.step; });
 }
 
 }  // namespace
@@ -820,7 +873,7 @@ RankSchedule make_schedule(int rank, const comm::Topology& topo, const Layout& l
   if (algo.family == Algorithm::Family::startrail && algo.team > 1)
     stage_side(rs, StarTrailConfig(topo.size(), algo.team, algo.placement), layout, pairs,
                pass == Pass::backward);
-  split_heads(rs, heads);
+  split_heads(rs, heads, pass == Pass::backward);
   return rs;
 }
 
@@ -856,7 +909,7 @@ std::vector<RankSchedule> make_schedules(const comm::Topology& topo, const Layou
     const StarTrailConfig cfg(world, algo.team, algo.placement);
     for (int r = 0; r < world; ++r) stage_side(out[r], cfg, layout, pairs, pass == Pass::backward);
   }
-  for (RankSchedule& rs : out) split_heads(rs, heads);
+  for (RankSchedule& rs : out) split_heads(rs, heads, pass == Pass::backward);
   return out;
 }
 
@@ -886,11 +939,22 @@ int64_t side_hkv(const RankSchedule& rs, const Dims& dm) {
   return rs.head_slices == 1 ? dm.hkv : HeadSplit(dm.hq, dm.hkv, rs.head_slices).kv_per;
 }
 
+namespace {
+// Heads of one bundle: the side's, or one head group's (RankSchedule::head_groups).
+int64_t bundle_hq(const RankSchedule& rs, const Dims& dm) {
+  return side_hq(rs, dm) / rs.head_groups;
+}
+int64_t bundle_hkv(const RankSchedule& rs, const Dims& dm) {
+  return side_hkv(rs, dm) / rs.head_groups;
+}
+}  // namespace
+
 BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
   const bool bq = bundle_is_query(algo, pass);
   const int64_t rows = dm.l * static_cast<int64_t>(bq ? rs.q_pieces[rs.member].size()
                                                       : rs.kv_pieces[rs.member].size());
-  const int64_t part = rows * (bq ? side_hq(rs, dm) : side_hkv(rs, dm)) * dm.d;
+  const int64_t hq = bundle_hq(rs, dm);
+  const int64_t part = rows * (bq ? hq : bundle_hkv(rs, dm)) * dm.d;
   BundleLayout b;
   b.second = static_cast<size_t>(part * dm.elem);
   b.bytes = 2 * b.second;
@@ -898,16 +962,17 @@ BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pas
   // D and LSE stay fp32: softmax statistics every score is measured against (a bf16 LSE would
   // put a 2^-8 relative error into every exp(s - lse)).
   b.dvec = (b.bytes + 3) / 4 * 4;
-  b.lse = b.dvec + static_cast<size_t>(rows * side_hq(rs, dm)) * 4;
-  b.bytes = b.lse + static_cast<size_t>(rows * side_hq(rs, dm)) * 4;
+  b.lse = b.dvec + static_cast<size_t>(rows * hq) * 4;
+  b.bytes = b.lse + static_cast<size_t>(rows * hq) * 4;
   return b;
 }
 
 int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
   if (pass == Pass::forward) return 0;
   if (bundle_is_query(algo, pass))
-    return dm.l * static_cast<int64_t>(rs.q_pieces[rs.member].size()) * side_hq(rs, dm) * dm.d;
-  return 2 * dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * side_hkv(rs, dm) * dm.d;
+    return dm.l * static_cast<int64_t>(rs.q_pieces[rs.member].size()) * bundle_hq(rs, dm) * dm.d;
+  return 2 * dm.l * static_cast<int64_t>(rs.kv_pieces[rs.member].size()) * bundle_hkv(rs, dm) *
+         dm.d;
 }
 
 int64_t head_block_bytes(const RankSchedule& rs, const HeadBlock& b, const Dims& dm) {

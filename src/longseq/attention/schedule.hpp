@@ -48,24 +48,34 @@
 // the other posts from it, so a tagless transport (NCCL) matches them by order alone
 // (tests/attention/pair_order_test.cpp).
 //
-// Ulysses head groups (issue 31, item 4). Where the whole world is one Ulysses group (the ring
-// has one member) and the caller names the heads (HeadCounts), the all-to-alls are not blocking
-// `pre` / `post` steps but Part::heads transfers of the ring loop, per head group: the side's kv
-// heads split into G = head_groups groups of whole kv heads (each with its query heads), and
-// group g's blocks travel while group g-1 computes:
+// Ulysses head groups (issue 31, item 4). Where the caller names the heads (HeadCounts) and the
+// side's kv heads split into G = head_groups groups of whole kv heads (each with its query
+// heads), the all-to-alls of Ulysses and USP are not blocking `pre` / `post` steps but Part::heads
+// transfers, and the ring runs once per head group, on the group's heads, while the next group's
+// blocks travel. With K = group_stride (the ring's members: the flat ring computes at steps < K)
+// and S the steps of the longest ring schedule (K, or K + 2 in a backward whose gradient partials
+// go home two steps after the last compute; 1 for a one-member ring):
 //  * step 0 posts group 0's to_heads blocks (home rows of the peer's head slice -> our side);
-//  * step 1 + g waits for group g's blocks, posts group g+1's, posts group g-1's from_heads blocks
-//    (its outputs are final: its one work ran at step g), and computes group g's work (the same
-//    chunk pairs as the unsplit work, on the group's heads);
-//  * step G + 1 posts group G-1's from_heads blocks; every send and every from_heads receive is
-//    waited at the final step G + 2, after which the executor writes the outputs home.
-// Every block is one field of one (group, peer) pair and the messages are those of the
-// all-to-all, cut by group; the sums are those of the unsplit work, head by head (the kernels'
-// dq chunking is sized for the side's kv heads, not the group's), so outputs are bit-identical.
+//  * group g's ring is the unsplit ring's schedule shifted by 1 + g K steps, with its own data and
+//    grad slots (g x the unsplit counts onward) and tags; its works compute the unsplit works'
+//    chunk pairs on the group's heads, and its accumulates add into the group's gradient;
+//  * group g + 1's to_heads blocks are posted at group g's first step (1 + g K) and waited at
+//    its own (1 + (g + 1) K);
+//  * group g's from_heads blocks are posted at 1 + g K + S, when its outputs are final, and every
+//    send and every from_heads receive is waited at the final step 1 + (G - 1) K + S + 1, after
+//    which the executor writes the outputs home.
+// So only group 0's to_heads blocks and the last group's from_heads blocks are outside compute: a
+// 1/G share of each all-to-all. With a one-member ring (Ulysses over the whole world) K = S = 1,
+// no bundle travels and group g computes on its sides at step 1 + g. Every block is one field of
+// one (group, peer) pair, so the messages are those of the all-to-all cut by group, and the ring's
+// are the unsplit ring's cut by group (G times the messages, the same bytes). The sums are those
+// of the unsplit work, head by head (the kernels' dq chunking is sized for the side's kv heads,
+// not the group's), so outputs are bit-identical.
 //
 // Tags belong to the schedule: ring transfers take tags [0, 2n) (origin * 2 + part, n ring
-// members), side transfers the 4U tags after them (2n + field * U + block), head transfers the
-// 2 G kFieldCount after those (2n + 4U + (direction * G + group) * kFieldCount + field); the
+// members; head group g's ring [2ng, 2n(g + 1))), side transfers the 4U tags after the ring's
+// (2nG + field * U + block; StarTrail, whose G is 1), head transfers the 2 G kFieldCount after
+// those (2nG + 4U + (direction * G + group) * kFieldCount + field); the
 // executor adds a per-pass base. Collectives run on cached sub-groups (comm::Group::split_cached)
 // whose messages never meet user tags. So no two transfers between one pair of ranks share a tag,
 // at any world size.
@@ -195,11 +205,13 @@ struct Work {
   int head_group = -1;
 };
 
-/// At `step` (after waits), add grad slot `from` into grad slot `into` (-1: into our own gradient).
+/// At `step` (after waits), add grad slot `from` into grad slot `into` (-1: into our own gradient,
+/// of head group `head_group` when >= 0).
 struct Accumulate {
   int step = 0;
   int from = -1;
   int into = -1;
+  int head_group = -1;
 };
 
 /// The tensors collective steps move. q, k, v, dout are in the compute type (bf16 under precision
@@ -333,8 +345,11 @@ struct RankSchedule {
   std::vector<SideBlock> side_blocks;
   int side_units = 0;  ///< key-side blocks the staged steps use (pieces x split); 0: no staging
   /// Ulysses head groups (see above); > 1: the all-to-alls are the Part::heads transfers, whose
-  /// Xfer::slot indexes head_blocks, and pre / post are empty.
+  /// Xfer::slot indexes head_blocks, and pre / post are empty. Data and grad slots are group by
+  /// group (group g: [g * data_slots / G, (g + 1) * data_slots / G), own slot of group g
+  /// own_slot + g * data_slots / G), and so are the bundles' heads (data_layout, grad_elems).
   int head_groups = 1;
+  int group_stride = 0;  ///< K: steps between the starts of two head groups' rings
   std::vector<HeadBlock> head_blocks;
 };
 
@@ -379,7 +394,8 @@ int64_t field_bytes(Field f, const Dims& dims);
 struct BundleLayout {
   size_t second = 0, dvec = 0, lse = 0, bytes = 0;
 };
-/// The data part of `rs`'s bundles, and the gradient part's fp32 elements.
+/// The data part of `rs`'s bundles, and the gradient part's fp32 elements (of one head group's
+/// heads where rs.head_groups > 1).
 BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm);
 int64_t grad_elems(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm);
 /// Query/key side head counts of `rs` (home counts unless Ulysses slices them).

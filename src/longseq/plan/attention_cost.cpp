@@ -298,8 +298,10 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   const int64_t rows_q = l * static_cast<int64_t>(r0.q_pieces[r0.member].size());
   const int64_t rows_k = l * static_cast<int64_t>(r0.kv_pieces[r0.member].size());
   const bool bq = attention::bundle_is_query(algo, pass);
-  const double data_b = static_cast<double>(bq ? 2 * rows_q * hq_s * p.d + 2 * rows_q * hq_s
-                                               : 2 * rows_k * hkv_s * p.d) *
+  // A bundle holds one head group's heads (schedule.hpp: USP runs its ring once per group).
+  const int64_t hq_b = hq_s / r0.head_groups, hkv_b = hkv_s / r0.head_groups;
+  const double data_b = static_cast<double>(bq ? 2 * rows_q * hq_b * p.d + 2 * rows_q * hq_b
+                                               : 2 * rows_k * hkv_b * p.d) *
                         e;
   const double grad_b = static_cast<double>(attention::grad_elems(r0, algo, pass, dm)) * e;
   const bool fwd = pass == Pass::forward;
@@ -531,8 +533,8 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     for (const RankSchedule& rs : set.ranks)
       b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides +
                           // Head groups: the packed K,V slices the blocks leave from, the size of
-                          // the one data slot the blocking schedule holds instead.
-                          (rs.head_groups > 1 ? data_b : 0.0));
+                          // the one unsplit data slot the blocking schedule holds instead.
+                          (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
     *buffer_bytes = b;
   }
   if (keep) c.timeline = std::move(tl);
