@@ -77,6 +77,7 @@ int run_generate(const GenerateArgs& a) {
                                {"balance", cfg.balance},
                                {"threads_per_rank", r.threads_per_rank},
                                {"precision", cfg.precision},
+                               {"device", r.device},
                                {"prefill_s", r.prefill_s},
                                {"decode_s", r.decode_s},
                                {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
@@ -107,6 +108,7 @@ std::function<int()> add_generate(CLI::App& app) {
   app.add_option("--seed", a->cfg.seed, "sampling seed");
   add_row(app, core::rows::threads, a->cfg.threads);
   add_row(app, core::rows::precision, a->cfg.precision);
+  add_row(app, core::rows::device, a->cfg.device);
   app.add_flag("--stop-at-eot", a->stop_at_eot, "stop after the tokenizer's end-of-text token");
   app.add_flag("--json", a->json,
                "print {\"prompt_tokens\", \"ids\", \"text\"} (one line) instead of the text");

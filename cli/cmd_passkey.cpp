@@ -31,6 +31,7 @@ std::function<int()> add_passkey(CLI::App& app) {
   add_row(app, core::rows::algo, a->cfg.algo);
   add_row(app, core::rows::balance, a->cfg.balance);
   add_row(app, core::rows::threads, a->cfg.threads);
+  add_row(app, core::rows::device, a->cfg.device);  // generate()'s
   app.add_option("--out", a->cfg.out, "directory: passkey.json and the heat map passkey.svg");
   app.add_option("--make-data", a->make_data,
                  "instead: write a token file of passkey examples to train on");

@@ -46,6 +46,17 @@ inline model::LlamaConfig tiny_llama(int variant) {
   return c;
 }
 
+/// Every unit of `layout` at its initialisation (model::init_unit with `seed`), on the host.
+inline std::vector<std::vector<float>> initial_units(const model::ParamLayout& layout,
+                                                     uint64_t seed) {
+  std::vector<std::vector<float>> units;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    units.emplace_back(static_cast<size_t>(layout.units()[u].size));
+    model::init_unit(layout, u, seed, units.back().data());
+  }
+  return units;
+}
+
 /// ||a - b||_2 / ||b||_2 (the absolute L2 distance where b is all zeros).
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double se = 0, sr = 0;

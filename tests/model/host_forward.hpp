@@ -1,7 +1,8 @@
 #pragma once
 // The oracle of the device-generic forward (model::forward_hidden, transformer.hpp) on the CPU:
 // the host-only forward and per-token losses that model/inference.cpp ran before issue 27 ("GPU
-// III": eval on a device), kept here verbatim in substance: its own layer loop straight over
+// III": eval on a device), kept here verbatim in substance (and, below them, the host-only decode
+// step and logits that generate ran before its --device): its own layer loop straight over
 // kernels/cpu, one set of buffers reused across layers, the attention output projected into the
 // residual stream in place. The generic forward runs the training forward's block code through
 // model::Kernels instead (a copy of the residual, then the projection into the copy); on the CPU
@@ -13,7 +14,9 @@
 #include <limits>
 #include <vector>
 
+#include "longseq/comm/group.hpp"
 #include "longseq/core/tensor.hpp"
+#include "longseq/kernels/cpu/decode_attention.hpp"
 #include "longseq/kernels/cpu/linear.hpp"
 #include "longseq/kernels/cpu/rmsnorm.hpp"
 #include "longseq/kernels/cpu/rope.hpp"
@@ -123,6 +126,98 @@ inline std::vector<double> host_token_losses(const model::ParamLayout& layout,
   }
   params.release(unit);
   return loss;
+}
+
+/// The logits [V] of one final-norm hidden row, as logits_of computed them before issue 27.
+inline std::vector<float> host_logits(const model::ParamLayout& layout, model::ParamSource& params,
+                                      const float* hidden, const model::InferenceOptions& opt) {
+  const model::LlamaConfig& cfg = layout.config();
+  const int unit = cfg.tied_embeddings ? layout.embedding_unit() : layout.final_unit();
+  const float* w = params.acquire(unit) + (cfg.tied_embeddings ? 0 : layout.lm_head_offset());
+  std::vector<float> z(static_cast<size_t>(cfg.vocab));
+  kernels::cpu::linear_forward(hidden, w, 1, cfg.hidden, cfg.vocab, z.data(), false,
+                               std::max(opt.threads, 1), opt.precision);
+  params.release(unit);
+  return z;
+}
+
+/// One decode step as model::decode_step ran it before issue 27 (host-only, its own layer loop
+/// over kernels/cpu): the new token's final-norm hidden state [C], its K, V appended to `cache`
+/// where `keep`. Collective over `group`.
+inline std::vector<float> host_decode_step(const model::ParamLayout& layout,
+                                           model::ParamSource& params, comm::Group& group,
+                                           model::KvCache& cache, int32_t token, int64_t pos,
+                                           bool keep, const model::InferenceOptions& opt) {
+  namespace kc = kernels::cpu;
+  const model::LlamaConfig& cfg = layout.config();
+  const int64_t c = cfg.hidden, hq = cfg.heads, hkv = cfg.kv_heads, d = cfg.head_dim;
+  if (cache.layers != cfg.layers) cache.reset(cfg.layers, hkv, d);
+  const int threads = std::max(opt.threads, 1);
+  const kc::RopeTable rope = model::rope_table(&pos, 1, cfg.rope(pos + 1));
+  const float eps = static_cast<float>(cfg.norm_eps);
+  const model::LayerOffsets& lo = layout.layer_offsets();
+  const model::MlpDims md{1, c, cfg.intermediate, opt.ffn_chunk, opt.precision};
+  std::vector<float> ws(static_cast<size_t>(model::mlp_workspace_floats(md)));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const int world = group.size();
+
+  std::vector<float> x(static_cast<size_t>(c)), n(static_cast<size_t>(c)),
+      q(static_cast<size_t>(hq * d)), k(static_cast<size_t>(hkv * d)),
+      v(static_cast<size_t>(hkv * d)), o(static_cast<size_t>(hq * d));
+  float rstd = 0;
+  const int emb = layout.embedding_unit();
+  model::embedding_forward(&token, &pos, params.acquire(emb), 1, c, cfg.vocab, x.data());
+  params.release(emb);
+  if (keep) cache.pos.push_back(pos);
+  const int64_t part = hq * d + hq;  // one rank's partial: o [Hq, D] then lse [Hq]
+  std::vector<float> mine(static_cast<size_t>(part)), all(static_cast<size_t>(part * world));
+  for (int64_t layer = 0; layer < cfg.layers; ++layer) {
+    const int u = layout.layer_unit(layer);
+    const float* w = params.acquire(u);
+    kc::rmsnorm_forward(x.data(), w + lo.attn_norm, 1, c, eps, n.data(), &rstd, threads);
+    kc::linear_forward(n.data(), w + lo.wq, 1, c, hq * d, q.data(), false, threads, opt.precision);
+    kc::linear_forward(n.data(), w + lo.wk, 1, c, hkv * d, k.data(), false, threads, opt.precision);
+    kc::linear_forward(n.data(), w + lo.wv, 1, c, hkv * d, v.data(), false, threads, opt.precision);
+    rope.forward(q.data(), hq, 1);
+    rope.forward(k.data(), hkv, 1);
+    if (keep) {
+      cache.k[layer].insert(cache.k[layer].end(), k.begin(), k.end());
+      cache.v[layer].insert(cache.v[layer].end(), v.begin(), v.end());
+    }
+    kc::decode_attention(q.data(), cache.k[layer].data(), cache.v[layer].data(), cache.pos.data(),
+                         {cache.size(), hq, hkv, d}, pos, cfg.sliding_window, scale, mine.data(),
+                         mine.data() + hq * d, threads);
+    group.all_gather(mine.data(), all.data(), static_cast<size_t>(part), core::DType::f32);
+    for (int64_t h = 0; h < hq; ++h) {  // the partials merged in rank order
+      double m = -INFINITY;
+      for (int r = 0; r < world; ++r)
+        m = std::max(m, static_cast<double>(all[r * part + hq * d + h]));
+      double sum = 0;
+      std::vector<double> acc(static_cast<size_t>(d), 0.0);
+      if (m != -INFINITY)
+        for (int r = 0; r < world; ++r) {
+          const double l = all[r * part + hq * d + h];
+          if (l == -INFINITY) continue;
+          const double wr = std::exp(l - m);
+          sum += wr;
+          for (int64_t e = 0; e < d; ++e)
+            acc[e] += wr * static_cast<double>(all[r * part + h * d + e]);
+        }
+      for (int64_t e = 0; e < d; ++e)
+        o[h * d + e] = sum > 0 ? static_cast<float>(acc[e] / sum) : 0.0f;
+    }
+    kc::linear_forward(o.data(), w + lo.wo, 1, hq * d, c, x.data(), true, threads, opt.precision);
+    kc::rmsnorm_forward(x.data(), w + lo.mlp_norm, 1, c, eps, n.data(), &rstd, threads);
+    model::mlp_forward(n.data(), w + lo.wgate, w + lo.wup, w + lo.wdown, md, x.data(), true,
+                       ws.data(), threads);
+    params.release(u);
+  }
+  const int fin = layout.final_unit();
+  std::vector<float> h(static_cast<size_t>(c));
+  kc::rmsnorm_forward(x.data(), params.acquire(fin) + layout.final_norm_offset(), 1, c, eps,
+                      h.data(), &rstd, threads);
+  params.release(fin);
+  return h;
 }
 
 }  // namespace longseq::test

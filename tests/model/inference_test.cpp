@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -58,11 +59,7 @@ TEST(InferenceForward, IsTheHostLayerLoopBitForBit) {
             std::tuple{3, "striped", "ring"}}) {
         const lm::LlamaConfig cfg = ts::tiny_llama(variant);
         const lm::ParamLayout layout(cfg);
-        std::vector<std::vector<float>> units;
-        for (int u = 0; u < layout.num_units(); ++u) {
-          units.emplace_back(static_cast<size_t>(layout.units()[u].size));
-          lm::init_unit(layout, u, 5 + variant, units.back().data());
-        }
+        const std::vector<std::vector<float>> units = ts::initial_units(layout, 5 + variant);
         std::vector<int32_t> tokens(static_cast<size_t>(n + 1));
         longseq::core::fill_randint(tokens.data(), tokens.size(), 9 + variant,
                                     static_cast<int32_t>(cfg.vocab));
@@ -130,3 +127,105 @@ TEST(InferenceForward, IsTheHostLayerLoopBitForBit) {
 }
 
 }  // namespace
+
+// Generation on a device (issue 27): the prefill with its KV cache (model::prefill) and each
+// decode step (model::decode_step through model::Kernels) and the logits (model::logits_of), run
+// with the CPU as the device, against the host-only decode generate ran before its --device
+// (host_forward.hpp host_decode_step, host_logits): every step's hidden state, logits and the
+// whole cache bit for bit, over worlds 1, 2 and 3 (the cache sharded round-robin, the partials
+// merged), GQA 4/2 and 2/1, fp32 and bf16, with and without a sliding window shorter than the
+// sequence. Each path feeds itself its own greedy tokens, so a difference anywhere shows.
+TEST(InferenceDecode, IsTheHostDecodeBitForBit) {
+  const int64_t n = 29, steps = 6;
+  for (int variant : {0, 1})
+    for (DType precision : {DType::f32, DType::bf16})
+      for (int64_t window : {int64_t{0}, int64_t{11}})
+        for (const auto& [world, balance] :
+             {std::tuple{1, "contiguous"}, std::tuple{2, "zigzag"}, std::tuple{3, "striped"}}) {
+          lm::LlamaConfig cfg = ts::tiny_llama(variant);
+          cfg.sliding_window = window;
+          const lm::ParamLayout layout(cfg);
+          const std::vector<std::vector<float>> units = ts::initial_units(layout, 7 + variant);
+          std::vector<int32_t> prompt(static_cast<size_t>(n));
+          longseq::core::fill_randint(prompt.data(), prompt.size(), 3 + variant,
+                                      static_cast<int32_t>(cfg.vocab));
+          const Layout lay(longseq::attention::parse_balance(balance), n, world);
+          auto mask = std::make_shared<longseq::attention::MaskSpec>();
+          mask->causal = true;
+          mask->window = window;
+          lm::InferenceOptions io;
+          io.threads = 2;
+          io.precision = precision;
+          io.ffn_chunk = 16;
+          const std::string what = std::string(balance) + " world " + std::to_string(world) +
+                                   (precision == DType::bf16 ? " bf16" : " f32") + " variant " +
+                                   std::to_string(variant) + " window " + std::to_string(window);
+          std::vector<std::string> failures(static_cast<size_t>(world));
+          longseq::comm::Options o;
+          o.world = world;
+          longseq::comm::run(o, [&](longseq::comm::Group& g) {
+            lm::ReplicaParams params(layout, units);
+            const lm::CpuKernels kernels(io.threads);
+            auto attn = lm::make_distributed_attention(Algorithm::parse("burst"), mask, lay, g,
+                                                       io.threads, precision);
+            const std::vector<int64_t> pos = lay.positions(g.rank());
+            std::vector<int32_t> tok;
+            for (int64_t p : pos) tok.push_back(p >= 0 ? prompt[p] : 0);
+            lm::StepBatch b;
+            b.tokens = tok.data();
+            b.pos = pos.data();
+            b.len = static_cast<int64_t>(pos.size());
+            b.seq_len = n;
+            lm::KvCache cache, cache_host;
+            const longseq::core::Tensor<float> h =
+                lm::prefill(layout, params, *attn, b, io, kernels, cache);
+            const std::vector<float> h_host =
+                ts::host_forward_hidden(layout, params, *attn, b, io, &cache_host);
+            std::string& fail = failures[static_cast<size_t>(g.rank())];
+            auto check = [&](const std::vector<float>& a, const std::vector<float>& e,
+                             const std::string& at) {
+              if (fail.empty() && first_difference(a, e) != -1)
+                fail = at + ": differs at " + std::to_string(first_difference(a, e));
+            };
+            check(std::vector<float>(h.data(), h.data() + h.numel()), h_host, "prefill hidden");
+            // The last prompt position's logits (on the rank holding it), broadcast as generate.
+            const auto [owner, local] = lay.locate(n - 1);
+            int32_t next = 0, next_host = 0;
+            if (g.rank() == owner) {
+              const std::vector<float> z =
+                  lm::logits_of(layout, params, h.data() + local * cfg.hidden, io, kernels);
+              const std::vector<float> z_host =
+                  ts::host_logits(layout, params, h_host.data() + local * cfg.hidden, io);
+              check(z, z_host, "prefill logits");
+              next = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+              next_host = static_cast<int32_t>(std::max_element(z_host.begin(), z_host.end()) -
+                                               z_host.begin());
+            }
+            g.broadcast(&next, 1, DType::i32, owner);
+            g.broadcast(&next_host, 1, DType::i32, owner);
+            for (int64_t i = 0; i < steps; ++i) {
+              const int64_t p = n + i;
+              const bool keep = p % world == g.rank();
+              const longseq::core::Tensor<float> hd =
+                  lm::decode_step(layout, params, g, cache, next, p, keep, io, kernels);
+              const std::vector<float> hd_host =
+                  ts::host_decode_step(layout, params, g, cache_host, next_host, p, keep, io);
+              const std::string at = "step " + std::to_string(i);
+              check(std::vector<float>(hd.data(), hd.data() + hd.numel()), hd_host, at + " hidden");
+              const std::vector<float> z = lm::logits_of(layout, params, hd.data(), io, kernels);
+              const std::vector<float> z_host = ts::host_logits(layout, params, hd_host.data(), io);
+              check(z, z_host, at + " logits");
+              next = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+              next_host = static_cast<int32_t>(std::max_element(z_host.begin(), z_host.end()) -
+                                               z_host.begin());
+            }
+            if (cache.pos != cache_host.pos && fail.empty()) fail = "cache positions differ";
+            for (int64_t l = 0; l < cfg.layers; ++l) {
+              check(cache.k[l], cache_host.k[l], "cache k layer " + std::to_string(l));
+              check(cache.v[l], cache_host.v[l], "cache v layer " + std::to_string(l));
+            }
+          });
+          for (int rank = 0; rank < world; ++rank)
+            EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << what << " rank " << rank;
+        }
+}

@@ -128,8 +128,10 @@ TEST(TrainCli, SharedFlagsReadTheSameInEveryCommand) {
       {"eval",
        {&rows::algo, &rows::balance, &rows::mask, &rows::precision, &rows::device, &rows::world,
         &rows::threads}},
-      {"generate", {&rows::algo, &rows::balance, &rows::precision, &rows::world, &rows::threads}},
-      {"passkey", {&rows::algo, &rows::balance, &rows::world, &rows::threads}},
+      {"generate",
+       {&rows::algo, &rows::balance, &rows::precision, &rows::device, &rows::world,
+        &rows::threads}},
+      {"passkey", {&rows::algo, &rows::balance, &rows::device, &rows::world, &rows::threads}},
       {"calibrate", {&rows::threads, &rows::device}},
   };
   const longseq::train::TrainConfig main = longseq::train::preset("main");

@@ -1,4 +1,5 @@
 // --device (train/device.hpp): what the flag accepts and what it refuses, on any machine.
+// Commands: train, attention, generate and passkey here (eval: tests/train/eval_device_test.cpp).
 //
 // A GPU run itself is tests/cuda/train_test.cpp. Here: the words (cpu, cuda, cuda:N; anything
 // else named in the error), the combinations a GPU run does not take yet (several ranks, the
@@ -7,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "longseq/core/error.hpp"
+#include "longseq/core/io.hpp"
 #include "longseq/train/device.hpp"
 #include "longseq/train/trainer.hpp"
 #include "train_test_util.hpp"
@@ -114,6 +117,64 @@ TEST(DeviceFlag, AGpuAskedOfAMachineWithoutOneIsRefusedNamingIt) {
       EXPECT_NE(m.find("no CUDA backend"), std::string::npos) << m;
     }
   }
+}
+
+// `longseq generate --device` and `longseq passkey --device` (issue 27): the words, a GPU at
+// --world > 1, and a GPU asked of a machine without one, each refused naming the command and the
+// value, never a crash or a silent CPU run; --device cpu is today's run: generate's text the same
+// as without the flag with "device" in --stats, passkey's passkey.json the same file.
+TEST(DeviceFlag, GenerateAndPasskeyTakeADevice) {
+  namespace fs = std::filesystem;
+  using longseq::testing::run;
+  using longseq::testing::temp_path;
+  tr::TrainConfig c = longseq::testing::tiny_config();
+  const std::string ckpt = longseq::testing::train_into(c, temp_path("devflag", "ckpt"));
+  const std::string cli = LONGSEQ_CLI;
+  const std::string gen = cli + " generate --checkpoint-dir " + ckpt +
+                          " --prompt 'In the beginning God' --max-new-tokens 4 --threads 1";
+  std::string plain, out;
+  ASSERT_EQ(run(gen, plain), 0) << plain;
+  const std::string stats = temp_path("devflag", "stats.json");
+  ASSERT_EQ(run(gen + " --device cpu --stats " + stats, out), 0) << out;
+  EXPECT_EQ(out, plain);
+  std::ifstream sf(stats);
+  EXPECT_EQ(nlohmann::json::parse(sf).value("device", ""), "cpu");
+  EXPECT_EQ(run(gen + " --device gpu", out), 1) << out;
+  EXPECT_NE(out.find("[generate] device 'gpu': expected cpu, cuda or cuda:N"), std::string::npos)
+      << out;
+  EXPECT_EQ(run(gen + " --device cuda --world 2", out), 1) << out;
+  EXPECT_NE(out.find("[generate] --device cuda generates on one rank: got --world 2"),
+            std::string::npos)
+      << out;
+  if (run(gen + " --device cuda", out) != 0) {  // no GPU here: refused by name
+    EXPECT_NE(out.find("[generate] --device cuda:0: "), std::string::npos) << out;
+  } else {
+    EXPECT_TRUE(tr::cuda_built()) << out;
+  }
+
+  const std::string pk = cli + " passkey --checkpoint-dir " + ckpt +
+                         " --lengths 96 --depths 0,1 --trials 1 --digits 3 --threads 1 --out ";
+  const std::string a = temp_path("devflag", "pk_default"), b = temp_path("devflag", "pk_cpu");
+  ASSERT_EQ(run(pk + a, out), 0) << out;
+  ASSERT_EQ(run(pk + b + " --device cpu", out), 0) << out;
+  const std::string ja = longseq::core::read_file(a + "/passkey.json");
+  EXPECT_FALSE(ja.empty());
+  EXPECT_EQ(longseq::core::read_file(b + "/passkey.json"), ja);
+  EXPECT_EQ(run(pk + b + " --device tpu", out), 1) << out;
+  EXPECT_NE(out.find("[passkey] device 'tpu'"), std::string::npos) << out;
+  EXPECT_EQ(run(pk + b + " --device cuda:0 --world 2", out), 1) << out;
+  EXPECT_NE(out.find("[passkey] --device cuda:0 generates on one rank: got --world 2"),
+            std::string::npos)
+      << out;
+  if (run(pk + b + " --device cuda", out) != 0) {
+    EXPECT_NE(out.find("[passkey] --device cuda:0: "), std::string::npos) << out;
+  } else {
+    EXPECT_TRUE(tr::cuda_built()) << out;
+  }
+  fs::remove_all(ckpt);
+  fs::remove_all(a);
+  fs::remove_all(b);
+  fs::remove(stats);
 }
 
 }  // namespace

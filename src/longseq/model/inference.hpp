@@ -9,8 +9,14 @@
 // the distributed attention of the AttentionOp (any algorithm); with a KvCache each rank keeps the
 // K (after RoPE) and V of its own tokens, per layer: the cache is sharded exactly as the prompt.
 // It is the training forward's own block code (transformer.hpp model::forward_hidden, any
-// model::Kernels device) run on the host; evaluation calls that one on its --device directly.
-// Decode (below) stays host-only: its token-level loop and KV cache are the host's.
+// model::Kernels device); evaluation calls that one on its --device directly, generation calls
+// prefill() (the same with the KV cache kept on the host).
+// Devices (generate --device): the parameters, the activations and every matrix product, norm,
+// RoPE and SwiGLU of the prefill and of each decode step run on the Kernels' device. The KV cache
+// and the decode attention over it (one query row against the cache, kernels/cpu/
+// decode_attention.hpp; no GPU kernel of ours does that yet) stay on the host, with the merge of
+// the ranks' partials: per layer and step the new q, k, v come to the host and the attention
+// output goes back (a few KiB each way). On the CPU no copy is made.
 // Decode: decode_step() runs one new token on every rank (the token-level work, embedding,
 // projections and MLP, is replicated: it is O(C^2) per token, while attention over a long cache is
 // O(n C)); each rank computes the attention partial of the new query over its cache shard
@@ -87,10 +93,20 @@ ModelOptions model_options(const InferenceOptions& opt);
 /// pos -1): the final-norm hidden states [L, C]. With `cache`, appends this rank's non-padding
 /// tokens' K, V of every layer. Collective over the attention op's group. It is
 /// model::forward_hidden (transformer.hpp: the training forward's blocks) with
-/// CpuKernels(opt.threads); on another device call that one with its kernels.
+/// CpuKernels(opt.threads) (with `cache`: prefill() with them); on another device call those
+/// with its kernels.
 std::vector<float> forward_hidden(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
                                   const StepBatch& batch, const InferenceOptions& opt,
                                   KvCache* cache = nullptr);
+
+/// The prefill on `kernels`' device: transformer.hpp's forward_hidden (the parameters and the
+/// attention op's tensors on that device, the batch on the host) whose K, V of this rank's
+/// non-padding tokens are appended to `cache`, on the host, every layer (copied from the device
+/// as each layer computes them). Returns the final-norm hidden states [L, C] on the device.
+/// Collective over the attention op's group.
+core::Tensor<float> prefill(const ParamLayout& layout, ParamSource& params, AttentionOp& attn,
+                            const StepBatch& batch, const InferenceOptions& opt,
+                            const Kernels& kernels, KvCache& cache);
 
 /// loss[t] = logsumexp(h_t W^T) - (h_t W^T)[labels[t]] in fp64 for t in [0, l) (W: lm_head or
 /// the tied embedding); NaN where labels[t] is kIgnoreIndex. Never holds [l, V]: tiles of rows.
@@ -105,14 +121,25 @@ std::vector<double> token_losses(const ParamLayout& layout, ParamSource& params,
                                  const float* hidden, const int32_t* labels, int64_t l,
                                  const InferenceOptions& opt);
 
-/// The logits [V] of one final-norm hidden row (parameters on the host).
+/// The logits [V], on the host, of one final-norm hidden row on `kernels`' device (where the
+/// parameters are): the product runs there.
+std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,
+                             const InferenceOptions& opt, const Kernels& kernels);
+/// The same on the host: logits_of with CpuKernels(opt.threads).
 std::vector<float> logits_of(const ParamLayout& layout, ParamSource& params, const float* hidden,
                              const InferenceOptions& opt);
 
-/// One decode step, on every rank of `group` with the same token and position (parameters on the
-/// host): the new token's final-norm hidden state [C] (identical on every rank). Its K, V are
-/// appended to `cache` where `keep` is true (exactly one rank should keep it). Collective over
-/// `group`.
+/// One decode step, on every rank of `group` with the same token and position, on `kernels`'
+/// device (where the parameters are; the cache on the host, see top of file): the new token's
+/// final-norm hidden state [1, C] on that device (identical on every rank). Its K, V are
+/// appended to `cache` where `keep` is true (exactly one rank should keep it). Throws
+/// core::Error("[model] ...") for a token outside the vocabulary or a negative position.
+/// Collective over `group`.
+core::Tensor<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
+                                KvCache& cache, int32_t token, int64_t pos, bool keep,
+                                const InferenceOptions& opt, const Kernels& kernels);
+/// The same on the host (parameters on the host): decode_step with CpuKernels(opt.threads), the
+/// hidden state [C] as a vector.
 std::vector<float> decode_step(const ParamLayout& layout, ParamSource& params, comm::Group& group,
                                KvCache& cache, int32_t token, int64_t pos, bool keep,
                                const InferenceOptions& opt);

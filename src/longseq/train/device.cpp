@@ -107,6 +107,17 @@ bool cuda_built() {
 #endif
 }
 
+core::Device parse_one_rank_device(std::string_view component, const std::string& device, int world,
+                                   std::string_view verb) {
+  const core::Device d = core::Device::parse(device, component);
+  core::require(d.is_cpu() || world == 1, component, "--device ", device, " ", verb,
+                " on one rank: got --world ", world,
+                " (several ranks on GPUs need the device executor, not built yet; use --device "
+                "cpu at --world ",
+                world, ")");
+  return d;
+}
+
 std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads,
                                                std::string_view component) {
   if (device.is_cpu()) return std::make_unique<model::CpuKernels>(threads);

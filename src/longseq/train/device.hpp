@@ -59,6 +59,13 @@ class DeviceOptimizer {
 /// Whether this build can run `--device cuda` (built with the CUDA backend).
 bool cuda_built();
 
+/// --device of an inference command (eval, generate, passkey): core::Device::parse(device,
+/// component), a GPU refused at world > 1 (one rank holds the whole sequence there: several
+/// ranks on GPUs need the device executor, not built yet) with core::Error("[component] --device
+/// D <verb> on one rank: got --world P ..."), naming both flags.
+core::Device parse_one_rank_device(std::string_view component, const std::string& device, int world,
+                                   std::string_view verb);
+
 /// The model's kernels on `device`: CpuKernels(threads) for the CPU; for cuda:N the CUDA kernels
 /// with that GPU made current on the calling thread. Throws core::Error("[component] --device
 /// ...") naming the device when this build has no CUDA backend or the runtime sees no such GPU

@@ -80,13 +80,8 @@ EvalConfig::Parsed EvalConfig::parse() const {
                 "--balance block-striped needs a block mask (--mask blocks:FILE:B), got --mask ",
                 mask);
   p.precision = parse_precision(precision);
-  p.device = core::Device::parse(device, "eval");
-  // A GPU holds the whole sequence (its attention is the one-rank kernel): spreading it over
-  // ranks on GPUs needs the device executor, not built yet (docs/gpu.md), as for train.
-  core::require(p.device.is_cpu() || world == 1, "eval", "--device ", device,
-                " evaluates on one rank: got --world ", world,
-                " (several ranks on GPUs need the device executor, not built yet; use --device "
-                "cpu for a distributed evaluation)");
+  // A GPU holds the whole sequence (its attention is the one-rank kernel), as for train.
+  p.device = parse_one_rank_device("eval", device, world, "evaluates");
   return p;
 }
 

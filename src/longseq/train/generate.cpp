@@ -18,9 +18,11 @@
 #include "longseq/core/threads.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/model/inference.hpp"
+#include "longseq/model/kernels.hpp"
 #include "longseq/train/checkpoint.hpp"
 #include "longseq/train/config.hpp"
 #include "longseq/train/data.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/eval.hpp"
 
 namespace longseq::train {
@@ -40,6 +42,7 @@ GenerateConfig::Parsed GenerateConfig::parse() const {
   core::require(p.balance != attention::Balance::block_striped, "generate", "--balance ", balance,
                 " is for block masks; the prefill is causal: use contiguous | zigzag | striped");
   p.precision = parse_precision(precision);
+  p.device = parse_one_rank_device("generate", device, world, "generates");
   return p;
 }
 
@@ -117,6 +120,7 @@ namespace {
 struct GeneratePass {
   const GenerateConfig& cfg;
   const std::string& dir;
+  core::Device device;
   const model::ParamLayout& layout;
   const attention::Algorithm& algo;
   const attention::Layout& seq_layout;
@@ -126,18 +130,22 @@ struct GeneratePass {
 
 // One rank's part: the distributed prefill of the prompt (the first token sampled by the rank
 // holding the last position, then broadcast), then KV-cache decoding. Collective; every rank
-// returns the same ids, rank 0's timings are the result's.
+// returns the same ids, rank 0's timings are the result's. The model runs on --device through
+// model::Kernels (the CPU's at any world, or one GPU's at world 1), the cache on the host.
 GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
   const GenerateConfig& cfg = e.cfg;
   const int64_t n = static_cast<int64_t>(cfg.prompt.size());
-  model::ReplicaParams params = load_replica(e.dir, e.layout, g);
+  // Made on this thread: a GPU's kernels make it current on the thread that runs them.
+  const std::unique_ptr<model::Kernels> kernels =
+      device_kernels(e.device, e.io.threads, "generate");
+  model::ReplicaParams params = load_replica(e.dir, e.layout, g, e.device);
   const int rank = g.rank(), world = g.size();
   std::vector<int64_t> pos = e.seq_layout.positions(rank);
   std::vector<int32_t> tokens(pos.size(), 0);
   for (size_t i = 0; i < pos.size(); ++i)
     if (pos[i] >= 0) tokens[i] = cfg.prompt[static_cast<size_t>(pos[i])];
-  auto attn = model::make_distributed_attention(e.algo, e.mask, e.seq_layout, g, e.io.threads,
-                                                e.io.precision);
+  auto attn = device_attention(e.device, e.algo, e.mask, e.seq_layout, g, e.io.threads,
+                               e.io.precision, "generate");
   model::StepBatch b;
   b.tokens = tokens.data();
   b.pos = pos.data();
@@ -146,13 +154,14 @@ GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
   g.barrier();
   core::Timer prefill;
   model::KvCache cache;
-  const std::vector<float> h = model::forward_hidden(e.layout, params, *attn, b, e.io, &cache);
+  const core::Tensor<float> h = model::prefill(e.layout, params, *attn, b, e.io, *kernels, cache);
   const auto [owner, local] = e.seq_layout.locate(n - 1);
   int32_t tok = 0;
   if (rank == owner)
-    tok = sample_token(
-        model::logits_of(e.layout, params, h.data() + local * e.layout.config().hidden, e.io),
-        cfg.temperature, cfg.top_p, cfg.seed, 0);
+    tok =
+        sample_token(model::logits_of(e.layout, params, h.data() + local * e.layout.config().hidden,
+                                      e.io, *kernels),
+                     cfg.temperature, cfg.top_p, cfg.seed, 0);
   g.broadcast(&tok, 1, core::DType::i32, owner);
   GenerateResult r;
   r.prefill_s = prefill.elapsed();
@@ -160,10 +169,10 @@ GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
   core::Timer decode;
   for (int64_t i = 1; i < cfg.max_new_tokens && tok != cfg.stop_token; ++i) {
     const int64_t p = n + i - 1;
-    const std::vector<float> hid =
-        model::decode_step(e.layout, params, g, cache, tok, p, p % world == rank, e.io);
-    tok = sample_token(model::logits_of(e.layout, params, hid.data(), e.io), cfg.temperature,
-                       cfg.top_p, cfg.seed, i);
+    const core::Tensor<float> hid =
+        model::decode_step(e.layout, params, g, cache, tok, p, p % world == rank, e.io, *kernels);
+    tok = sample_token(model::logits_of(e.layout, params, hid.data(), e.io, *kernels),
+                       cfg.temperature, cfg.top_p, cfg.seed, i);
     r.ids.push_back(tok);
   }
   r.decode_s = decode.elapsed();
@@ -174,6 +183,8 @@ GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
 
 GenerateResult generate(const GenerateConfig& cfg) {
   const GenerateConfig::Parsed parsed = cfg.parse();
+  // A GPU this build or machine lacks is refused here, naming it, before anything is read.
+  if (!parsed.device.is_cpu()) (void)device_kernels(parsed.device, 1, "generate");
   const std::string dir = resolve_checkpoint(cfg.checkpoint);
   const model::LlamaConfig mc = read_hf_config(dir);
   const model::ParamLayout layout(mc);
@@ -186,7 +197,7 @@ GenerateResult generate(const GenerateConfig& cfg) {
   auto mask = std::make_shared<attention::MaskSpec>();
   mask->causal = true;
   mask->window = mc.sliding_window;
-  GeneratePass e{cfg, dir, layout, parsed.algo, seq_layout, mask, {}};
+  GeneratePass e{cfg, dir, parsed.device, layout, parsed.algo, seq_layout, mask, {}};
   e.io.threads = core::default_threads(cfg.threads, cfg.world);
   e.io.precision = parsed.precision;
 
@@ -199,6 +210,7 @@ GenerateResult generate(const GenerateConfig& cfg) {
   });
   result.prompt_tokens = n;
   result.threads_per_rank = e.io.threads;
+  result.device = parsed.device.str();
   return result;
 }
 

@@ -10,6 +10,12 @@
 // (position mod P), so shards grow evenly; every rank merges the same partials in the same order,
 // so every rank samples the same token with no further communication.
 //
+// Where it computes (--device): the CPU at any world, or one GPU at world 1. On a GPU the weights,
+// the prefill (model::prefill: the forward through model::Kernels and the one-rank GPU attention)
+// and, at each decode step, every product, norm, RoPE and SwiGLU and the logits' product run
+// there; the KV cache, the decode attention over it (one query row, kernels/cpu) and sampling stay
+// on the host (model/inference.hpp). The CPU runs the same code through its kernels.
+//
 // Sampling (sample_token): temperature 0 is greedy (argmax, lowest id on ties); otherwise
 // softmax(logits / T) restricted to the smallest set of most probable tokens whose mass reaches
 // top_p (top-p / nucleus; 1 = all), drawn with core::uniform01(seed, i) for the i-th new token:
@@ -20,6 +26,7 @@
 
 #include "longseq/attention/algorithm.hpp"
 #include "longseq/attention/layout.hpp"
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/flag_rows.hpp"
 
@@ -37,6 +44,8 @@ struct GenerateConfig {
   uint64_t seed = 0;
   int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
   std::string precision = core::rows::precision.text;
+  /// cpu | cuda | cuda:N (a GPU at world 1 only; see top of file).
+  std::string device = core::rows::device.text;
   /// Stop after generating this id (-1: never; the CLI passes the tokenizer's end of text with
   /// --stop-at-eot).
   int32_t stop_token = -1;
@@ -46,9 +55,10 @@ struct GenerateConfig {
     attention::Algorithm algo;
     attention::Balance balance{};
     core::DType precision = core::DType::f32;
+    core::Device device;
   };
   /// Checks every field and returns the typed values. Throws core::Error("[generate] ...") (or
-  /// the parser's component) naming the value.
+  /// the parser's component) naming the value; a GPU at --world > 1 is refused naming both.
   Parsed parse() const;
   void validate() const { (void)parse(); }
 };
@@ -57,6 +67,7 @@ struct GenerateResult {
   std::vector<int32_t> ids;  ///< the new tokens only
   int64_t prompt_tokens = 0;
   int threads_per_rank = 0;
+  std::string device;                  ///< where it ran: "cpu", "cuda:N"
   double prefill_s = 0, decode_s = 0;  ///< wall seconds (rank 0)
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   /// Decode steps (every new token after the first) per second.
@@ -65,8 +76,10 @@ struct GenerateResult {
   }
 };
 
-/// Runs prefill and decoding (local threads, or MPI under mpirun). Blocking. Under mpirun the
-/// result is world rank 0's: meaningful in the launcher's rank-0 process only.
+/// Runs prefill and decoding (local threads, or MPI under mpirun) on cfg.device. Blocking. Under
+/// mpirun the result is world rank 0's: meaningful in the launcher's rank-0 process only. A GPU
+/// this build or machine lacks is refused before the checkpoint is read: core::Error("[generate]
+/// --device cuda:N: ...").
 GenerateResult generate(const GenerateConfig& cfg);
 
 /// The i-th new token from `logits` (see top of file). Throws core::Error for temperature < 0 or

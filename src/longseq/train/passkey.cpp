@@ -11,6 +11,7 @@
 #include "longseq/core/plot.hpp"
 #include "longseq/core/rng.hpp"
 #include "longseq/train/data.hpp"
+#include "longseq/train/device.hpp"
 #include "longseq/train/generate.hpp"
 
 namespace longseq::train {
@@ -79,6 +80,7 @@ void PasskeyConfig::validate() const {
   core::require(digits >= 1 && digits <= 18, "passkey", "--digits ", digits, " must be in [1, 18]");
   for (double d : depths)
     core::require(d >= 0 && d <= 1, "passkey", "depth ", d, " must be in [0, 1]");
+  (void)parse_one_rank_device("passkey", device, world, "generates");
 }
 
 nlohmann::json PasskeyResult::to_json() const {
@@ -124,6 +126,7 @@ std::pair<bool, double> score_trial(const PasskeyConfig& cfg, const PasskeyCase&
   g.algo = cfg.algo;
   g.balance = cfg.balance;
   g.threads = cfg.threads;
+  g.device = cfg.device;
   const GenerateResult out = generate(g);
   std::string got;
   for (int32_t id : out.ids) got += id < 256 ? static_cast<char>(id) : '?';
@@ -157,6 +160,8 @@ void write_passkey(const PasskeyConfig& cfg, const PasskeyResult& r) {
 
 PasskeyResult run_passkey(const PasskeyConfig& cfg) {
   cfg.validate();
+  const core::Device device = core::Device::parse(cfg.device, "passkey");
+  if (!device.is_cpu()) (void)device_kernels(device, 1, "passkey");
   PasskeyResult r;
   r.lengths = cfg.lengths;
   r.depths = cfg.depths;

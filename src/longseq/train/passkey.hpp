@@ -45,7 +45,10 @@ struct PasskeyConfig {
   std::string algo = core::rows::algo.text;
   std::string balance = core::rows::balance.text;
   int threads = core::rows::threads.number;  ///< per rank; 0: core::default_threads
+  /// cpu | cuda | cuda:N: generate()'s --device (a GPU at world 1 only).
+  std::string device = core::rows::device.text;
   std::string out;  ///< directory: passkey.json and passkey.svg (empty: none)
+  /// Throws core::Error("[passkey] ...") naming a bad value (a GPU at --world > 1 included).
   void validate() const;
 };
 
@@ -62,8 +65,9 @@ struct PasskeyResult {
 
 /// Runs every (length, depth, trial) through generate(); writes OUT/passkey.json and the heat maps
 /// OUT/passkey.svg (accuracy by length x depth, core/plot) and OUT/passkey_digits.svg
-/// (digit_accuracy). Under mpirun the scores are those of the launcher's rank-0 process (where
-/// generate()'s result lives), and only that process writes.
+/// (digit_accuracy). A GPU this build or machine lacks is refused before the first trial
+/// (core::Error("[passkey] --device cuda:N: ...")). Under mpirun the scores are those of the
+/// launcher's rank-0 process (where generate()'s result lives), and only that process writes.
 PasskeyResult run_passkey(const PasskeyConfig& cfg);
 
 /// The heat map of whole-key accuracy, or with `digits` of digit_accuracy (passkey_digits.svg).
