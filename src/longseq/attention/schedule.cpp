@@ -639,12 +639,13 @@ void stage_side(RankSchedule& rs, const StarTrailConfig& cfg, const Layout& layo
     if (it == rs.work.end()) return;
     Work whole = std::move(*it);
     rs.work.erase(it);
-    std::vector<Work> parts(units);
-    for (const SubPair& p : whole.pairs) parts[p.kp * split + block_of(p.kc)].pairs.push_back(p);
+    std::vector<std::vector<SubPair>> blocks(units);
+    for (const SubPair& p : whole.pairs) blocks[p.kp * split + block_of(p.kc)].push_back(p);
     bool first_part = true;
     for (int u = 0; u < units; ++u) {
-      if (parts[u].pairs.empty()) continue;
-      Work& w = parts[u];
+      if (blocks[u].empty()) continue;
+      Work w;
+      w.pairs.assign(blocks[u].begin(), blocks[u].end());
       w.step = first + u;
       w.origin = whole.origin;
       w.slot = whole.slot;

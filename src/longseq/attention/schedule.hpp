@@ -79,8 +79,10 @@
 // executor adds a per-pass base. Collectives run on cached sub-groups (comm::Group::split_cached)
 // whose messages never meet user tags. So no two transfers between one pair of ranks share a tag,
 // at any world size.
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -186,6 +188,30 @@ struct SubPair {
   int qp = 0, kp = 0;
 };
 
+/// A work's chunk pairs: a read-only array whose storage copies share. USP's head groups copy every
+/// work of the ring once per group (schedule.hpp), and the planner holds every rank's schedules:
+/// G private copies of each list were a third of its memory at 1024 GPUs.
+class PairList {
+ public:
+  PairList() = default;
+  PairList(std::initializer_list<SubPair> pairs) { assign(pairs.begin(), pairs.end()); }
+  template <class It>
+  void assign(It first, It last) {
+    size_ = static_cast<size_t>(std::distance(first, last));
+    data_ = size_ ? std::make_shared<SubPair[]>(size_) : nullptr;
+    std::copy(first, last, data_.get());
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const SubPair& operator[](size_t i) const { return data_[i]; }
+  const SubPair* begin() const { return data_.get(); }
+  const SubPair* end() const { return data_.get() + size_; }
+
+ private:
+  std::shared_ptr<SubPair[]> data_;
+  size_t size_ = 0;
+};
+
 /// The compute of one step: this rank with bundle `origin` (held in data slot `slot`).
 /// Forward and ring-backward: queries come from this rank's query side, keys from the bundle.
 /// Burst backward: queries come from the bundle, keys from the key side. grad_slot: where a
@@ -198,7 +224,7 @@ struct Work {
   int origin = -1;
   int slot = -1;
   int grad_slot = -1;
-  std::vector<SubPair> pairs;
+  PairList pairs;
   int unit = -1;
   bool clear_grad = true;
   /// >= 0: only the heads of this head group (RankSchedule::head_groups); -1: all side heads.
