@@ -307,14 +307,23 @@ int run_attention(const AttentionArgs& a) {
   (void)Layout(balance, in.n(), world, spec.mask->block_size);
   const core::Device device = core::Device::parse(a.device, "attention");
   if (!device.is_cpu()) {
-    // One GPU holds the whole sequence: several ranks on GPUs need the device executor.
-    core::require(world == 1, "attention", "--device ", a.device, " runs one rank: got --world ",
-                  world, " (several ranks on GPUs need the device executor, not built yet)");
     core::require(a.scale == 0, "attention", "--device ", a.device,
                   " takes the default scale 1/sqrt(D) only: drop --scale ", a.scale);
+    // Ranks on a GPU are threads of one process sharing it (their transfers device-to-device
+    // copies); the mpi backend moves host memory only.
+    core::require(world == 1 || comm::resolve_backend(a.backend).name == "local", "attention",
+                  "--device ", a.device, " at --world ", world,
+                  " runs its ranks as threads of one process sharing the GPU: use --backend "
+                  "local (got ",
+                  comm::resolve_backend(a.backend).name, ")");
   }
-  const Outcome r = device.is_cpu() ? run_ranks(a, in, spec, balance, cfg)
-                                    : run_on_device(a, in, spec, balance, device);
+  // One rank on a GPU: the trainer's whole-sequence attention; several: the executor there.
+  if (!device.is_cpu() && world > 1) {
+    spec.device = device;
+    train::prepare_device_executor(device, "attention");
+  }
+  const Outcome r = device.is_cpu() || world > 1 ? run_ranks(a, in, spec, balance, cfg)
+                                                 : run_on_device(a, in, spec, balance, device);
   // Another process of the mpirun job writes and prints: the one holding rank 0 of the MPI
   // world, or, with --backend local under mpirun (every process runs the same threads), the
   // launcher's rank 0.

@@ -14,7 +14,7 @@ set(LONGSEQ_LIBRARIES longseq_core longseq_kernels longseq_comm longseq_attentio
     longseq_train longseq_plan longseq_tokenizer)
 # CUDA builds: train reaches the GPU model (train/device.cpp), which needs the CUDA rooms.
 if(LONGSEQ_WITH_CUDA)
-  list(APPEND LONGSEQ_LIBRARIES longseq_kernels_cuda longseq_model_cuda)
+  list(APPEND LONGSEQ_LIBRARIES longseq_kernels_cuda longseq_attention_cuda longseq_model_cuda)
 endif()
 install(TARGETS longseq_flags ${LONGSEQ_LIBRARIES} EXPORT longseqTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -109,34 +109,45 @@ struct AttnCase {
     cfg.world = world;
     cfg.nodes = nodes;
     cfg.link = link;
+    // Inputs and outputs live on spec.device: a device's copy of the host shard, and back.
+    const core::Device dev = spec.device;
     comm::run_local(cfg, [&](comm::Group& g) {
       const int r = g.rank();
       const int64_t l = layout.local_len();
-      std::vector<float> lq(l * hq * d), lk(l * hkv * d), lv(l * hkv * d), ld(l * hq * d);
-      layout.shard(q.data(), hq * d, r, lq.data());
-      layout.shard(k.data(), hkv * d, r, lk.data());
-      layout.shard(v.data(), hkv * d, r, lv.data());
-      layout.shard(dout.data(), hq * d, r, ld.data());
-      core::View<const float> vq(lq.data(), core::Shape{l, hq, d}),
-          vk(lk.data(), core::Shape{l, hkv, d}), vv(lv.data(), core::Shape{l, hkv, d}),
-          vd(ld.data(), core::Shape{l, hq, d});
+      auto shard = [&](const std::vector<float>& global, int64_t heads) {
+        core::Tensor<float> local(core::Shape{l, heads, d});
+        layout.shard(global.data(), heads * d, r, local.data());
+        if (dev.is_cpu()) return local;
+        core::Tensor<float> on(local.shape(), dev, "test input");
+        core::copy_bytes(on.data(), dev, local.data(), core::Device::cpu(),
+                         sizeof(float) * static_cast<size_t>(local.numel()));
+        return on;
+      };
+      auto unshard = [&](const core::Tensor<float>& t, int64_t row, std::vector<float>& global) {
+        std::vector<float> local(static_cast<size_t>(t.numel()));
+        core::copy_bytes(local.data(), core::Device::cpu(), t.data(), dev,
+                         local.size() * sizeof(float));
+        layout.unshard(local.data(), row, r, global.data());
+      };
+      const core::Tensor<float> lq = shard(q, hq), lk = shard(k, hkv), lv = shard(v, hkv),
+                                ld = shard(dout, hq);
       attention::prepare(spec, layout, g);
       g.reset_rank_stats();
-      attention::AttentionSaved saved =
-          attention::distributed_attention_forward(vq, vk, vv, spec, layout, g, &fwd_stats[r]);
+      attention::AttentionSaved saved = attention::distributed_attention_forward(
+          lq.view(), lk.view(), lv.view(), spec, layout, g, &fwd_stats[r]);
       fwd_bytes[r] = {static_cast<int64_t>(g.rank_stats().sent_intra.bytes),
                       static_cast<int64_t>(g.rank_stats().sent_inter.bytes)};
-      layout.unshard(saved.o.data(), hq * d, r, o.data());
-      layout.unshard(saved.lse.data(), hq, r, lse.data());
+      unshard(saved.o, hq * d, o);
+      unshard(saved.lse, hq, lse);
       if (!backward) return;
       g.reset_rank_stats();
-      attention::AttentionGrads gr =
-          attention::distributed_attention_backward(vd, saved, spec, layout, g, &bwd_stats[r]);
+      attention::AttentionGrads gr = attention::distributed_attention_backward(
+          ld.view(), saved, spec, layout, g, &bwd_stats[r]);
       bwd_bytes[r] = {static_cast<int64_t>(g.rank_stats().sent_intra.bytes),
                       static_cast<int64_t>(g.rank_stats().sent_inter.bytes)};
-      layout.unshard(gr.dq.data(), hq * d, r, dq.data());
-      layout.unshard(gr.dk.data(), hkv * d, r, dk.data());
-      layout.unshard(gr.dv.data(), hkv * d, r, dv.data());
+      unshard(gr.dq, hq * d, dq);
+      unshard(gr.dk, hkv * d, dk);
+      unshard(gr.dv, hkv * d, dv);
     });
   }
 

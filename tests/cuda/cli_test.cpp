@@ -67,6 +67,37 @@ TEST(CudaCli, AttentionOnTheGpuWritesWhatTheCpuWrites) {
   }
 }
 
+// Several ranks sharing the GPU (--backend local threads, the executor on the GPU): every
+// algorithm writes what the same command writes on the CPU, and stats.json counts the same
+// bytes (the schedule is the device's too).
+TEST(CudaCli, RanksSharingTheGpuWriteWhatTheCpuWrites) {
+  LONGSEQ_NEED_GPU();
+  const std::string dir = testing::TempDir() + "cuda_cli_ranks_";
+  for (const char* algo : {"ring --world 3", "burst --world 4", "double-ring --world 4 --nodes 2",
+                           "startrail:2 --world 4", "ulysses --world 2", "usp:2 --world 4"}) {
+    const std::string base = std::string(LONGSEQ_CLI) +
+                             " attention --random 301,8,2,64 --seed 9 --mask causal --balance "
+                             "zigzag --backend local --algo " +
+                             algo;
+    std::string out;
+    ASSERT_EQ(longseq::testing::run(base + " --device cpu --out " + dir + "cpu", out), 0)
+        << algo << out;
+    ASSERT_EQ(longseq::testing::run(base + " --device cuda --out " + dir + "gpu", out), 0)
+        << algo << out;
+    for (const char* f : {"o", "dq", "dk", "dv"}) {
+      const auto cpu = longseq::core::read_npy_f32(dir + "cpu/" + f + ".npy", -1, f);
+      const auto gpu = longseq::core::read_npy_f32(dir + "gpu/" + f + ".npy", -1, f);
+      ASSERT_EQ(gpu.shape(), cpu.shape()) << algo << " " << f;
+      EXPECT_LT(rel_l2(gpu, cpu), 1e-4) << algo << " " << f;
+    }
+    std::ifstream sc(dir + "cpu/stats.json"), sg(dir + "gpu/stats.json");
+    const nlohmann::json jc = nlohmann::json::parse(sc), jg = nlohmann::json::parse(sg);
+    EXPECT_EQ(jg.value("device", ""), "cuda") << algo;
+    EXPECT_EQ(jg.value("world", 0), jc.value("world", -1)) << algo;
+    EXPECT_EQ(jg.value("bytes_sent_intra", -1), jc.value("bytes_sent_intra", -2)) << algo;
+  }
+}
+
 #endif  // LONGSEQ_CLI
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <type_traits>
 
-#include "longseq/attention/block_ops.hpp"
+#include "longseq/attention/exec_device.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
@@ -36,26 +36,21 @@ int tag_base(Pass p) {
   return p == Pass::forward ? 0 : comm::kMaxTag / 2;
 }
 
-// Token metadata of every rank (positions, document ids), shared by all steps.
-struct TokenTable {
-  std::vector<std::vector<int64_t>> pos;
-  std::vector<std::vector<int32_t>> doc;
-  TokenTable(const Layout& layout, const MaskSpec& mask) {
-    pos.resize(layout.world());
-    doc.resize(layout.world());
-    for (int r = 0; r < layout.world(); ++r) {
-      pos[r] = layout.positions(r);
-      if (!mask.doc_ids.empty()) {
-        doc[r].resize(pos[r].size());
-        for (size_t i = 0; i < pos[r].size(); ++i)
-          doc[r][i] = pos[r][i] >= 0 ? mask.doc_ids[pos[r][i]] : -1;
-      }
+// Token metadata of every rank (positions, document ids), shared by all steps and devices.
+std::shared_ptr<const TokenTable> make_token_table(const Layout& layout, const MaskSpec& mask) {
+  auto t = std::make_shared<TokenTable>();
+  t->pos.resize(layout.world());
+  t->doc.resize(layout.world());
+  for (int r = 0; r < layout.world(); ++r) {
+    t->pos[r] = layout.positions(r);
+    if (!mask.doc_ids.empty()) {
+      t->doc[r].resize(t->pos[r].size());
+      for (size_t i = 0; i < t->pos[r].size(); ++i)
+        t->doc[r][i] = t->pos[r][i] >= 0 ? mask.doc_ids[t->pos[r][i]] : -1;
     }
   }
-  kernels::Tokens tokens(int rank, int64_t begin) const {
-    return {pos[rank].data() + begin, doc[rank].empty() ? nullptr : doc[rank].data() + begin};
-  }
-};
+  return t;
+}
 
 template <class T>
 const T* contiguous_or_copy(View<const T> v, std::vector<T>& keep, const char* what) {
@@ -69,37 +64,32 @@ const T* contiguous_or_copy(View<const T> v, std::vector<T>& keep, const char* w
   return keep.data();
 }
 
-// q, k, v or dO as the kernels read them: contiguous, in the compute type T. f32: the caller's
-// data itself when contiguous, else a copy in `keep`. bf16: rounded to nearest even into `keep`,
-// once per pass (the only rounding the inputs ever see; everything downstream is exact copies).
+// q, k, v or dO as the kernels read them: contiguous, in the compute type T, on the executor's
+// device. f32: the caller's data itself when contiguous, else a copy in `keep` (CPU only). bf16:
+// rounded to nearest even into `keep`, once per pass (the only rounding the inputs ever see;
+// everything downstream is exact copies).
 template <class T>
-const T* compute_input(View<const float> x, std::vector<T>& keep, const char* what) {
+const T* compute_input(View<const float> x, ExecDevice& dev, core::Buffer<std::byte>& keep,
+                       const char* what) {
+  std::vector<float> flat;
+  const float* p = x.data();
+  if (!x.is_contiguous()) {
+    core::require(dev.device().is_cpu(), "attention", what, " on ", dev.device().str(),
+                  " must be contiguous");
+    p = contiguous_or_copy(x, flat, what);
+  }
+  const auto n = static_cast<size_t>(x.numel());
   if constexpr (std::is_same_v<T, float>) {
-    return contiguous_or_copy(x, keep, what);
+    if (flat.empty()) return p;
+    keep = dev.alloc(n * sizeof(float), what);
+    std::memcpy(keep.data(), p, n * sizeof(float));
   } else {
     static_assert(std::is_same_v<T, core::bf16>);
-    std::vector<float> flat;
-    const float* p = contiguous_or_copy(x, flat, what);
-    keep.resize(static_cast<size_t>(x.numel()));
-    core::f32_to_bf16(p, keep.data(), keep.size());
-    return keep.data();
+    keep = dev.alloc(n * sizeof(core::bf16), what);
+    dev.to_bf16(p, reinterpret_cast<core::bf16*>(keep.data()), x.numel());
   }
+  return reinterpret_cast<const T*>(keep.data());
 }
-
-// One transfer slot of a data bundle: 64-byte aligned raw bytes (core::Buffer) read through
-// typed part pointers.
-class DataSlot {
- public:
-  explicit DataSlot(size_t bytes) : buf_(bytes) {}
-  std::byte* bytes() { return buf_.data(); }
-  template <class U>
-  U* at(size_t offset) {
-    return reinterpret_cast<U*>(buf_.data() + offset);
-  }
-
- private:
-  core::Buffer<std::byte> buf_;
-};
 
 // Posts and waits the schedule's transfers; times the waits.
 class Transport {
@@ -213,7 +203,7 @@ uint64_t hash_bytes(const void* p, size_t n, uint64_t h = 1469598103934665603ull
 
 struct Tables {
   PairTable pairs;
-  TokenTable tokens;
+  std::shared_ptr<const TokenTable> tokens;
 };
 
 std::string tables_key(const Layout& layout, const MaskSpec& m) {
@@ -238,7 +228,7 @@ Plan plan_for(const AttentionSpec& spec, const Layout& layout, const comm::Group
   const std::string tk = tables_key(layout, mask);
   Plan p;
   p.tables = tables.get(tk, [&] {
-    return Tables{PairTable(layout, mask), TokenTable(layout, mask)};
+    return Tables{PairTable(layout, mask), make_token_table(layout, mask)};
   });
   const comm::Topology topo = schedule_topology(spec.algo, group.topology());
   std::string nodes;
@@ -258,11 +248,13 @@ constexpr size_t kFields = 10;
 // Where every field lives on this rank: home (L rows, all heads; the caller's tensors) and side
 // (the schedule's pieces for this rank's head slice). Without collectives the sides are home.
 struct Store {
+  explicit Store(ExecDevice& d) : dev(d) {}
+  ExecDevice& dev;
   std::array<std::byte*, kFields> home{}, side{};
   std::vector<core::Buffer<std::byte>> owned;
+  /// `bytes` zeroed bytes on the executor's device, alive until the pass ends.
   std::byte* make(size_t bytes) {
-    owned.emplace_back(std::max<size_t>(bytes, 1));
-    std::memset(owned.back().data(), 0, bytes);
+    owned.push_back(dev.alloc(bytes, "attention executor buffer"));
     return owned.back().data();
   }
   template <class U>
@@ -293,9 +285,17 @@ comm::Group sub_group(const Collective& c, const comm::Group& group) {
 // Every field of every step is posted (iall_gather, ...) before any is waited, so they move
 // together instead of one after the other. The unpacking after the waits runs in list order, so
 // the results are those of running the steps one by one, bit for bit.
+//
+// On a GPU the buffers are device memory, which comm moves (the local backend copies between
+// devices) but does not reduce: a reduce-scatter there is an all-to-all of the blocks and adds
+// on the device in member order (fixed, so repeats give the same bits; not the CPU's ring order).
 void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, const Dims& dm,
-                     Store& st, comm::Group& group, int threads) {
+                     Store& st, comm::Group& group) {
   using Op = Collective::Op;
+  if (cs.empty()) return;
+  ExecDevice& dev = st.dev;
+  const bool host = dev.device().is_cpu();
+  dev.sync();  // the sides and homes below are complete before comm reads them
   const int64_t l = dm.l, hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm);
   struct Posted {
     Field field;
@@ -304,6 +304,9 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
   };
   std::vector<Posted> posted;
   std::vector<core::Buffer<std::byte>> temps;  // packed inputs and unpacked outputs in flight
+  auto temp = [&](size_t bytes) {
+    return temps.emplace_back(dev.alloc(bytes, "collective")).data();
+  };
   auto complete = [&](auto&& pick) {
     for (Posted& p : posted)
       if (pick(p.field)) p.req.wait();
@@ -316,20 +319,19 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
     comm::Group sub = n > 0 ? sub_group(c, group) : group;
     if (c.op == Op::merge) {  // StarTrail's reduce-scatter with LSE weights
       const int64_t ro = l * dm.hq * dm.d, rl = l * dm.hq;
-      float* so = reinterpret_cast<float*>(temps.emplace_back(n * ro * 4).data());
-      float* sl = reinterpret_cast<float*>(temps.emplace_back(n * rl * 4).data());
+      float* so = reinterpret_cast<float*>(temp(n * ro * 4));
+      float* sl = reinterpret_cast<float*>(temp(n * rl * 4));
       posted.push_back(
           {Field::o, sub.iall_to_all(st.s<float>(Field::o), so, ro, core::DType::f32), nullptr});
       posted.push_back(
           {Field::lse, sub.iall_to_all(st.s<float>(Field::lse), sl, rl, core::DType::f32),
-           [=, &st] {
+           [=, &st, &dev] {
              float* o = st.h<float>(Field::o);
              float* lse = st.h<float>(Field::lse);
-             std::fill(o, o + ro, 0.f);
-             std::fill(lse, lse + rl, kNegInf);
+             dev.fill(o, ro, 0.f);
+             dev.fill(lse, rl, kNegInf);
              for (int m = 0; m < n; ++m)  // member order: the same rounding on every run
-               kernels::cpu::merge_partials(o, lse, so + m * ro, sl + m * rl, l, dm.hq, dm.d,
-                                            threads);
+               dev.merge_partials(o, lse, so + m * ro, sl + m * rl, l, dm.hq, dm.d);
            }});
       continue;
     }
@@ -347,29 +349,38 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
           st.side_of(f) = st.make(n * l * wh * eb);
           posted.push_back({f, sub.iall_gather(st.home_of(f), st.side_of(f), l * wh, dt), nullptr});
           break;
-        case Op::reduce_scatter:
-          posted.push_back(
-              {f, sub.ireduce_scatter(st.side_of(f), st.home_of(f), l * wh, dt), nullptr});
+        case Op::reduce_scatter: {
+          if (host) {
+            posted.push_back(
+                {f, sub.ireduce_scatter(st.side_of(f), st.home_of(f), l * wh, dt), nullptr});
+            break;
+          }
+          LONGSEQ_CHECK(dt == core::DType::f32);  // gradients
+          float* in = reinterpret_cast<float*>(temp(n * l * wh * 4));
+          posted.push_back({f, sub.iall_to_all(st.side_of(f), in, l * wh, dt), [=, &st, &dev] {
+                              float* home = st.h<float>(f);
+                              dev.fill(home, l * wh, 0.f);
+                              for (int m = 0; m < n; ++m) dev.add(home, in + m * l * wh, l * wh);
+                            }});
           break;
+        }
         case Op::to_heads: {
-          std::byte* pack = temps.emplace_back(n * l * ws * eb).data();
+          std::byte* pack = temp(n * l * ws * eb);
           for (int j = 0; j < n; ++j)
-            for (int64_t t = 0; t < l; ++t)
-              std::memcpy(pack + (j * l + t) * ws * eb, st.home_of(f) + (t * wh + begin(j)) * eb,
-                          ws * eb);
+            dev.copy_rows(pack + j * l * ws * eb, ws * eb, st.home_of(f) + begin(j) * eb, wh * eb,
+                          ws * eb, l);
+          dev.sync();
           st.side_of(f) = st.make(n * l * ws * eb);
           posted.push_back({f, sub.iall_to_all(pack, st.side_of(f), l * ws, dt), nullptr});
           break;
         }
         case Op::from_heads: {  // fp32 outputs; replicated kv heads add up in member order
-          float* in = reinterpret_cast<float*>(temps.emplace_back(n * l * ws * 4).data());
-          posted.push_back({f, sub.iall_to_all(st.side_of(f), in, l * ws, dt), [=, &st] {
+          float* in = reinterpret_cast<float*>(temp(n * l * ws * 4));
+          posted.push_back({f, sub.iall_to_all(st.side_of(f), in, l * ws, dt), [=, &st, &dev] {
                               float* home = st.h<float>(f);
-                              std::fill(home, home + l * wh, 0.f);
+                              dev.fill(home, l * wh, 0.f);
                               for (int i = 0; i < n; ++i)
-                                for (int64_t t = 0; t < l; ++t)
-                                  for (int64_t e = 0; e < ws; ++e)
-                                    home[t * wh + begin(i) + e] += in[(i * l + t) * ws + e];
+                                dev.add_rows(home + begin(i), wh, in + i * l * ws, ws, ws, l);
                             }});
           break;
         }
@@ -379,6 +390,7 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
     }
   }
   complete([](Field) { return true; });
+  dev.sync();  // the unpacking read `temps`, which go now
 }
 
 // One pass of any algorithm, q, k, v and dO in the compute type T in the kernels, the bundles
@@ -392,10 +404,12 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2), static_cast<int64_t>(sizeof(T))};
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(static_cast<double>(dm.d));
-  const kernels::Mask kmask = spec.mask->kernel_mask();
   const Plan plan = plan_for(spec, layout, group, pass, {dm.hq, dm.hkv});
   const RankSchedule& rs = *plan.rs;
-  const TokenTable& tokens = plan.tables->tokens;
+  // Where the work runs: the kernels, the buffers below and the tables they read.
+  const std::shared_ptr<ExecDevice> devp = exec_device(spec.device, spec.threads);
+  ExecDevice& dev = *devp;
+  dev.bind(plan.tables->tokens, spec.mask);
   const bool bq = bundle_is_query(spec.algo, pass);
   const int64_t hq_s = side_hq(rs, dm), hkv_s = side_hkv(rs, dm), l = dm.l, d = dm.d;
   const int64_t rows_q = l * static_cast<int64_t>(rs.q_pieces[rs.member].size());
@@ -405,36 +419,51 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
 
   // Home tensors. The saved inputs are the caller's fp32 views; rounding them again in the
   // backward gives the forward's values.
-  std::vector<T> qkeep, kkeep, vkeep, dkeep;
-  Store st;
+  core::Buffer<std::byte> qkeep, kkeep, vkeep, dkeep;
+  Store st(dev);
+  // Declared after every buffer of the pass, so destroyed before them: on a GPU, work queued on
+  // the rank's stream may still read them when an exception unwinds the pass.
+  struct SyncOnExit {
+    ExecDevice& dev;
+    ~SyncOnExit() {
+      try {
+        dev.sync();
+      } catch (...) {  // already unwinding, or the device failed: its error was reported
+      }
+    }
+  };
   auto set_home = [&](Field f, const void* p) {
     st.home[static_cast<size_t>(f)] = static_cast<std::byte*>(const_cast<void*>(p));
   };
-  set_home(Field::q, compute_input(q, qkeep, "q"));
-  set_home(Field::k, compute_input(k, kkeep, "k"));
-  set_home(Field::v, compute_input(v, vkeep, "v"));
-  std::vector<float> dvec;
-  BlockOps home_ops(dm.hq, dm.hkv, d, scale, spec.threads);
+  // A tensor of the caller's on the executor's device (zeroed).
+  auto tensor = [&](core::Shape shape, const char* name) {
+    return dev.device().is_cpu() ? Tensor<float>(shape) : Tensor<float>(shape, dev.device(), name);
+  };
+  const BlockShape home_shape{dm.hq, dm.hkv, d, 0, scale};
+  set_home(Field::q, compute_input<T>(q, dev, qkeep, "q"));
+  set_home(Field::k, compute_input<T>(k, dev, kkeep, "k"));
+  set_home(Field::v, compute_input<T>(v, dev, vkeep, "v"));
+  float* dvec = nullptr;
   if (fwd) {
-    out->o = Tensor<float>(core::Shape{l, dm.hq, d});
-    out->lse = Tensor<float>(core::Shape{l, dm.hq});
-    std::fill(out->lse.begin(), out->lse.end(), kNegInf);
+    out->o = tensor(core::Shape{l, dm.hq, d}, "attention o");
+    out->lse = tensor(core::Shape{l, dm.hq}, "attention lse");
+    dev.fill(out->lse.data(), l * dm.hq, kNegInf);
     set_home(Field::o, out->o.data());
     set_home(Field::lse, out->lse.data());
   } else {
-    const T* dop = compute_input(dout, dkeep, "do");
+    const T* dop = compute_input<T>(dout, dev, dkeep, "do");
     set_home(Field::dout, dop);
     set_home(Field::lse, in->lse.data());
     // D = rowsum(dO * O) where O lives, so O itself never moves.
-    dvec.resize(static_cast<size_t>(l * dm.hq));
+    dvec = reinterpret_cast<float*>(st.make(static_cast<size_t>(l * dm.hq) * sizeof(float)));
     {
       core::ScopedTimer t(compute_s);
-      home_ops.compute_d(in->o.data(), dop, l, dvec.data());
+      dev.compute_d(home_shape, in->o.data(), dop, l, dvec);
     }
-    set_home(Field::dvec, dvec.data());
-    grads->dq = Tensor<float>(core::Shape{l, dm.hq, d});
-    grads->dk = Tensor<float>(core::Shape{l, dm.hkv, d});
-    grads->dv = Tensor<float>(core::Shape{l, dm.hkv, d});
+    set_home(Field::dvec, dvec);
+    grads->dq = tensor(core::Shape{l, dm.hq, d}, "attention dq");
+    grads->dk = tensor(core::Shape{l, dm.hkv, d}, "attention dk");
+    grads->dv = tensor(core::Shape{l, dm.hkv, d}, "attention dv");
     set_home(Field::dq, grads->dq.data());
     set_home(Field::dk, grads->dk.data());
     set_home(Field::dv, grads->dv.data());
@@ -442,7 +471,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   st.side = st.home;
   {
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
-    run_collectives(rs.pre, rs, dm, st, group, spec.threads);
+    run_collectives(rs.pre, rs, dm, st, group);
   }
   // Ulysses head groups (schedule.hpp): every group's sides, [n*L rows, the group's heads] per
   // field; the home rows of every (group, member) head slice packed for the to_heads sends; the
@@ -474,11 +503,10 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       packed[fi] = st.make(groups * n_u * blk);
       for (int g = 0; g < groups; ++g) {
         for (int j = 0; j < n_u; ++j)
-          for (int64_t t = 0; t < l; ++t)
-            std::memcpy(packed[fi] + (g * n_u + j) * blk + t * g_width(f) * eb,
-                        st.home_of(f) + (t * wh + g_begin(f, j, g)) * eb, g_width(f) * eb);
+          dev.copy_rows(packed[fi] + (g * n_u + j) * blk, g_width(f) * eb,
+                        st.home_of(f) + g_begin(f, j, g) * eb, wh * eb, g_width(f) * eb, l);
         gside[g][fi] = st.make(n_u * blk);
-        std::memcpy(gside[g][fi] + me_u * blk, packed[fi] + (g * n_u + me_u) * blk, blk);
+        dev.copy(gside[g][fi] + me_u * blk, packed[fi] + (g * n_u + me_u) * blk, blk);
       }
     }
     for (int g = 0; g < groups; ++g) {
@@ -486,8 +514,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       if (fwd) {
         sd[static_cast<size_t>(Field::o)] = st.make(rows_q * hq_g * d * 4);
         sd[static_cast<size_t>(Field::lse)] = st.make(rows_q * hq_g * 4);
-        std::fill_n(reinterpret_cast<float*>(sd[static_cast<size_t>(Field::lse)]), rows_q * hq_g,
-                    kNegInf);
+        dev.fill(reinterpret_cast<float*>(sd[static_cast<size_t>(Field::lse)]), rows_q * hq_g,
+                 kNegInf);
       } else {
         sd[static_cast<size_t>(Field::dq)] = st.make(rows_q * hq_g * d * 4);
         sd[static_cast<size_t>(Field::dk)] = st.make(2 * rows_k * hkv_g * d * 4);
@@ -517,7 +545,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   if (fwd && !aliased && groups == 1) {
     st.side_of(Field::o) = st.make(rows_q * hq_s * d * 4);
     st.side_of(Field::lse) = st.make(rows_q * hq_s * 4);
-    std::fill_n(st.s<float>(Field::lse), rows_q * hq_s, kNegInf);
+    dev.fill(st.s<float>(Field::lse), rows_q * hq_s, kNegInf);
   }
   // Backward: dK, dV side contiguous ([dK | dV] is ring's home gradient); dQ side.
   const int64_t kv_side = rows_k * hkv_s * d;
@@ -530,10 +558,16 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   // Bundles: forward and ring backward [K | V] in T; burst [Q | dO | D | LSE]; grad fp32.
   const BundleLayout bl = data_layout(rs, spec.algo, pass, dm);
   const int64_t gel = grad_elems(rs, spec.algo, pass, dm);
-  std::vector<DataSlot> dslots;
-  std::vector<core::Buffer<float>> gslots;
-  for (int i = 0; i < rs.data_slots; ++i) dslots.emplace_back(bl.bytes);
-  for (int i = 0; i < rs.grad_slots; ++i) gslots.emplace_back(gel);
+  std::vector<std::byte*> dslots;
+  std::vector<float*> gslots;
+  for (int i = 0; i < rs.data_slots; ++i) dslots.push_back(st.make(bl.bytes));
+  for (int i = 0; i < rs.grad_slots; ++i)
+    gslots.push_back(reinterpret_cast<float*>(st.make(gel * sizeof(float))));
+  const SyncOnExit sync_on_exit{dev};
+  // A typed part of data slot i at byte offset `at`.
+  auto part = [&]<class U>(int i, size_t at, U*) { return reinterpret_cast<U*>(dslots[i] + at); };
+  auto at_t = [&](int i, size_t at) { return part(i, at, static_cast<T*>(nullptr)); };
+  auto at_f = [&](int i, size_t at) { return part(i, at, static_cast<float*>(nullptr)); };
 
   // Side transfers (StarTrail's staged initial transfer and its return, schedule.hpp): sends read
   // the sides as they are now (the gathered team K,V; the dK,dV the ring computes); receives land
@@ -585,15 +619,14 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     return g < 0 ? st.side : gside[g];
   };
   auto pack_own = [&](int g) {
-    DataSlot& o = dslots[rs.own_slot + std::max(g, 0) * dslots_g];
+    const int o = rs.own_slot + std::max(g, 0) * dslots_g;
     auto& sd = sides(g);
     const int64_t hq_b = g < 0 ? hq_s : hq_g;
-    std::memcpy(o.at<T>(0), sd[static_cast<size_t>(bq ? Field::q : Field::k)], bl.second);
-    std::memcpy(o.at<T>(bl.second), sd[static_cast<size_t>(bq ? Field::dout : Field::v)],
-                bl.second);
+    dev.copy(at_t(o, 0), sd[static_cast<size_t>(bq ? Field::q : Field::k)], bl.second);
+    dev.copy(at_t(o, bl.second), sd[static_cast<size_t>(bq ? Field::dout : Field::v)], bl.second);
     if (bq) {
-      std::memcpy(o.at<float>(bl.dvec), sd[static_cast<size_t>(Field::dvec)], rows_q * hq_b * 4);
-      std::memcpy(o.at<float>(bl.lse), sd[static_cast<size_t>(Field::lse)], rows_q * hq_b * 4);
+      dev.copy(at_f(o, bl.dvec), sd[static_cast<size_t>(Field::dvec)], rows_q * hq_b * 4);
+      dev.copy(at_f(o, bl.lse), sd[static_cast<size_t>(Field::lse)], rows_q * hq_b * 4);
     }
   };
   // The rank's own gradient part (head group g's, or the sides'): dQ for a query bundle, [dK | dV]
@@ -602,9 +635,9 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     return reinterpret_cast<float*>(sides(g)[static_cast<size_t>(bq ? Field::dq : Field::dk)]);
   };
 
-  BlockOps ops(hq_s, hkv_s, d, scale, spec.threads);
+  const BlockShape side_shape{hq_s, hkv_s, d, 0, scale};
   // A head group's kernels: the dq chunking of the side's hkv_s heads, for the same bits.
-  BlockOps gops(hq_g, hkv_g, d, scale, spec.threads, hkv_s);
+  const BlockShape group_shape{hq_g, hkv_g, d, hkv_s, scale};
   Transport tr(group, tag_base(pass), stats);
   // Rows past spec.query_rows are not asked for (forward, where the query side is home).
   const int64_t q_rows =
@@ -614,7 +647,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   // q, k, v and merges into o, lse_out; the backward reads q, k, v, dout, lse, dvec and adds into
   // dq, dk, dv. qm, km: the members whose pieces the query and key rows are.
   struct Operands {
-    BlockOps* ops;
+    const BlockShape* shape;
     int64_t hq, hkv;
     int qm, km;
     const T *q, *k, *v, *dout;
@@ -629,17 +662,17 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       const Chunk& kc = layout.chunks(kr)[p.kc];
       const int64_t qrow = p.qp * l + qc.local_begin, krow = p.kp * l + kc.local_begin;
       const int64_t qo = qrow * x.hq * d, ro = qrow * x.hq, ko = krow * x.hkv * d;
-      const kernels::Tokens qt = tokens.tokens(qr, qc.local_begin);
-      const kernels::Tokens kt = tokens.tokens(kr, kc.local_begin);
+      const kernels::Tokens qt = dev.tokens(qr, qc.local_begin);
+      const kernels::Tokens kt = dev.tokens(kr, kc.local_begin);
       if (fwd) {
         // Rows past q_rows are not asked for; a chunk without rows is no pair.
         const int64_t q_len = std::clamp<int64_t>(q_rows - qrow, 0, qc.len);
         if (q_len == 0) continue;
-        x.ops->forward_merge(x.q + qo, qt, q_len, x.k + ko, x.v + ko, kt, kc.len, kmask, x.o + qo,
-                             x.lse_out + ro);
+        dev.forward_merge(*x.shape, x.q + qo, qt, q_len, x.k + ko, x.v + ko, kt, kc.len, x.o + qo,
+                          x.lse_out + ro);
       } else {
-        x.ops->backward(x.q + qo, x.k + ko, x.v + ko, x.dout + qo, x.lse + ro, x.dvec + ro, qt,
-                        qc.len, kt, kc.len, kmask, x.dq + qo, x.dk + ko, x.dv + ko);
+        dev.backward(*x.shape, x.q + qo, x.k + ko, x.v + ko, x.dout + qo, x.lse + ro, x.dvec + ro,
+                     qt, qc.len, kt, kc.len, x.dq + qo, x.dk + ko, x.dv + ko);
       }
       if (stats) ++stats->pairs;
     }
@@ -651,20 +684,23 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       core::ScopedTimer t(compute_s);
       for (; ai < rs.accumulates.size() && rs.accumulates[ai].step == s; ++ai) {
         const Accumulate& a = rs.accumulates[ai];
-        float* into =
-            a.into < 0 ? home_grad(groups > 1 ? a.head_group : -1) : gslots[a.into].data();
-        const float* from = gslots[a.from].data();
-        for (int64_t i = 0; i < gel; ++i) into[i] += from[i];
+        float* into = a.into < 0 ? home_grad(groups > 1 ? a.head_group : -1) : gslots[a.into];
+        dev.add(into, gslots[a.from], gel);
       }
     }
     for (int g = 0; g < groups; ++g)
       if (s == pack_step[g]) pack_own(groups > 1 ? g : -1);
+    // What the transfers of this step send is complete, and what they receive into is no longer
+    // read, before comm sees them (on a GPU the earlier steps' work may still be queued).
+    bool synced = false;
     for (const Xfer& x : rs.xfers)
       if (x.post_step == s) {
+        if (!synced) dev.sync();
+        synced = true;
         if (x.part == Part::data) {
-          tr.post(x, dslots[x.slot].bytes(), bl.bytes);
+          tr.post(x, dslots[x.slot], bl.bytes);
         } else if (x.part == Part::grad) {
-          tr.post(x, gslots[x.slot].data(), gel * sizeof(float));
+          tr.post(x, gslots[x.slot], gel * sizeof(float));
         } else if (x.part == Part::heads) {
           const auto [ptr, bytes] = head_block(x);
           tr.post(x, ptr, bytes);
@@ -680,7 +716,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     auto& sd = sides(g);
     auto in = [&](Field f) { return reinterpret_cast<const T*>(sd[static_cast<size_t>(f)]); };
     auto f32 = [&](Field f) { return reinterpret_cast<float*>(sd[static_cast<size_t>(f)]); };
-    BlockOps* wops = g < 0 ? &ops : &gops;
+    const BlockShape* wops = g < 0 ? &side_shape : &group_shape;
     const int64_t hq_w = g < 0 ? hq_s : hq_g, hkv_w = g < 0 ? hkv_s : hkv_g;
     if (w.slot < 0) {  // one head group on its own sides (the own bundle, never sent)
       LONGSEQ_CHECK(g >= 0);
@@ -689,23 +725,23 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
                     f32(Field::lse), f32(Field::dq), f32(Field::dk), f32(Field::dv)});
       continue;
     }
-    float* gout = w.grad_slot < 0 ? home_grad(g) : gslots[w.grad_slot].data();
-    if (w.grad_slot >= 0 && w.clear_grad) std::fill(gout, gout + gel, 0.0f);
-    DataSlot& b = dslots[w.slot];
+    float* gout = w.grad_slot < 0 ? home_grad(g) : gslots[w.grad_slot];
+    if (w.grad_slot >= 0 && w.clear_grad) dev.fill(gout, gel, 0.0f);
+    const int b = w.slot;
     // A K,V bundle's own steps read the key side (the same values the own slot holds once packed).
     const bool own_kv = !bq && w.origin == rs.member;
     const int qm = bq ? w.origin : rs.member, km = bq ? rs.member : w.origin;
     if (bq) {
       // (A backward: bundle_is_query.) Queries (and dO, D, LSE) from the bundle, keys from the
       // key side; dQ into the bundle's gradient.
-      run_pairs(w, {wops, hq_w, hkv_w, qm, km, b.at<T>(0), in(Field::k), in(Field::v),
-                    b.at<T>(bl.second), b.at<float>(bl.lse), b.at<float>(bl.dvec), nullptr, nullptr,
-                    gout, f32(Field::dk), f32(Field::dv)});
+      run_pairs(w, {wops, hq_w, hkv_w, qm, km, at_t(b, 0), in(Field::k), in(Field::v),
+                    at_t(b, bl.second), at_f(b, bl.lse), at_f(b, bl.dvec), nullptr, nullptr, gout,
+                    f32(Field::dk), f32(Field::dv)});
     } else {
       // Queries from the query side, keys from the bundle; dK, dV into the bundle's gradient
       // (forward: O, LSE into the query side).
-      run_pairs(w, {wops, hq_w, hkv_w, qm, km, in(Field::q), own_kv ? in(Field::k) : b.at<T>(0),
-                    own_kv ? in(Field::v) : b.at<T>(bl.second), in(Field::dout), f32(Field::lse),
+      run_pairs(w, {wops, hq_w, hkv_w, qm, km, in(Field::q), own_kv ? in(Field::k) : at_t(b, 0),
+                    own_kv ? in(Field::v) : at_t(b, bl.second), in(Field::dout), f32(Field::lse),
                     f32(Field::dvec), f32(Field::o), f32(Field::lse), f32(Field::dq), gout,
                     fwd ? nullptr : gout + rows_k * hkv_w * d});
     }
@@ -723,24 +759,24 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
       const Field f = static_cast<Field>(fi);
       const int64_t wh = field_width(f, dm.hq, dm.hkv, d), ws = g_width(f);
       float* home = st.h<float>(f);
-      std::fill(home, home + l * wh, 0.f);
+      dev.fill(home, l * wh, 0.f);
       for (int i = 0; i < n_u; ++i)
         for (int g = 0; g < groups; ++g) {
           const float* in = reinterpret_cast<const float*>(
               i == me_u ? gside[g][fi] + i * l * ws * 4 : back[fi] + (g * n_u + i) * l * ws * 4);
-          for (int64_t t = 0; t < l; ++t)
-            for (int64_t e = 0; e < ws; ++e) home[t * wh + g_begin(f, i, g) + e] += in[t * ws + e];
+          dev.add_rows(home + g_begin(f, i, g), wh, in, ws, ws, l);
         }
     }
   }
   {
     core::ScopedTimer t(stats ? &stats->wait_s : &scratch_s);
-    run_collectives(rs.post, rs, dm, st, group, spec.threads);
+    run_collectives(rs.post, rs, dm, st, group);
   }
   if (!fwd && aliased) {
-    std::memcpy(grads->dk.data(), st.s<float>(Field::dk), kv_side * sizeof(float));
-    std::memcpy(grads->dv.data(), st.s<float>(Field::dv), kv_side * sizeof(float));
+    dev.copy(grads->dk.data(), st.s<float>(Field::dk), kv_side * sizeof(float));
+    dev.copy(grads->dv.data(), st.s<float>(Field::dv), kv_side * sizeof(float));
   }
+  dev.sync();  // the outputs are complete when the call returns (design: "the call blocks")
 }
 
 void check_shapes(View<const float> q, View<const float> k, View<const float> v,

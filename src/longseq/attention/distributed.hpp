@@ -16,6 +16,7 @@
 #include "longseq/attention/layout.hpp"
 #include "longseq/attention/mask_spec.hpp"
 #include "longseq/attention/schedule.hpp"
+#include "longseq/core/device.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/tensor.hpp"
 
@@ -52,6 +53,15 @@ struct AttentionSpec {
   /// compute of the previous group (schedule.hpp, "Ulysses head groups"). false: one blocking
   /// all-to-all before and after the compute. The outputs are bit-identical either way.
   bool head_groups = true;
+  /// Where this rank computes (design.md §10): the CPU, or a GPU whose memory q, k, v, dO and
+  /// the saved o, lse are in (device pointers; contiguous), and where o, lse and the gradients
+  /// are returned. The schedule, the transfers and the results' layout are the same on every
+  /// device; on a GPU the block kernels are kernels/cuda's (the same contracts; bits within
+  /// their stated tolerance of the CPU's) on a stream of the rank's own, the transfers between
+  /// ranks of one process device-to-device copies (comm's local backend), and the call still
+  /// returns once its outputs are complete. Needs the GPU's executor backend registered
+  /// (attention::cuda::register_exec_device, done by train::device_attention).
+  core::Device device;
 };
 
 /// Per-rank timings of one pass, for stats.json and the trainer's metrics.

@@ -189,11 +189,27 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
   const int64_t l = layout.local_len();
   const bool backward = in.backward();
 
-  core::Tensor<float> lq(core::Shape{l, hq, d}), lk(core::Shape{l, hkv, d}),
-      lv(core::Shape{l, hkv, d});
-  layout.shard(in.q.data(), hq * d, r, lq.data());
-  layout.shard(in.k.data(), hkv * d, r, lk.data());
-  layout.shard(in.v.data(), hkv * d, r, lv.data());
+  // This rank's shard of a global input, on spec.device (a GPU gets a copy of the host shard).
+  const core::Device dev = spec.device;
+  auto shard = [&](const core::Tensor<float>& global, int64_t heads, const char* name) {
+    core::Tensor<float> local(core::Shape{l, heads, d});
+    layout.shard(global.data(), heads * d, r, local.data());
+    if (dev.is_cpu()) return local;
+    core::Tensor<float> on(local.shape(), dev, core::Uninit{}, name);
+    core::copy_bytes(on.data(), dev, local.data(), core::Device::cpu(),
+                     sizeof(float) * static_cast<size_t>(local.numel()));
+    return on;
+  };
+  // An output back on the host (the gather below reads it there).
+  auto host = [&](core::Tensor<float>& t) {
+    if (dev.is_cpu()) return;
+    core::Tensor<float> h(t.shape());
+    core::copy_bytes(h.data(), core::Device::cpu(), t.data(), dev,
+                     sizeof(float) * static_cast<size_t>(t.numel()));
+    t = std::move(h);
+  };
+  const core::Tensor<float> lq = shard(in.q, hq, "q"), lk = shard(in.k, hkv, "k"),
+                            lv = shard(in.v, hkv, "v");
 
   RankRecord mine;
   mine.rank = r;
@@ -205,11 +221,18 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
   mine.forward_bytes = g.rank_stats();
   AttentionGrads grads;
   if (backward) {
-    core::Tensor<float> ld(core::Shape{l, hq, d});
-    layout.shard(in.dout.data(), hq * d, r, ld.data());
+    const core::Tensor<float> ld = shard(in.dout, hq, "dO");
     g.reset_rank_stats();
     grads = distributed_attention_backward(ld.view(), saved, spec, layout, g, &mine.backward);
     mine.backward_bytes = g.rank_stats();
+  }
+
+  host(saved.o);
+  host(saved.lse);
+  if (backward) {
+    host(grads.dq);
+    host(grads.dk);
+    host(grads.dv);
   }
 
   HarnessRun out;

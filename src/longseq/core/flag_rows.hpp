@@ -47,7 +47,7 @@ inline constexpr FlagRow precision{
 inline constexpr FlagRow device{
     "--device",
     "cpu | cuda | cuda:N: where the model computes (cuda: weights, activations and gradients on "
-    "that GPU; world 1)",
+    "that GPU; world 1, but `attention` runs --world N ranks sharing it)",
     "cpu"};
 inline constexpr FlagRow world{
     "--world",

@@ -14,8 +14,9 @@ class DistributedAttention final : public AttentionOp {
   DistributedAttention(const attention::Algorithm& algo,
                        std::shared_ptr<const attention::MaskSpec> mask,
                        const attention::Layout& layout, comm::Group& group, int threads,
-                       core::DType precision)
+                       core::DType precision, core::Device device)
       : layout_(layout), group_(group) {
+    spec_.device = device;
     spec_.algo = algo;
     spec_.mask = std::move(mask);
     spec_.threads = threads;
@@ -76,9 +77,10 @@ class DistributedAttention final : public AttentionOp {
 
 std::unique_ptr<AttentionOp> make_distributed_attention(
     const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
-    const attention::Layout& layout, comm::Group& group, int threads, core::DType precision) {
+    const attention::Layout& layout, comm::Group& group, int threads, core::DType precision,
+    core::Device device) {
   return std::make_unique<DistributedAttention>(algo, std::move(mask), layout, group, threads,
-                                                precision);
+                                                precision, device);
 }
 
 TrainMask TrainMask::parse(const std::string& text, int64_t seq) {

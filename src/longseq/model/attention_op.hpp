@@ -78,10 +78,11 @@ double visible_pairs(const attention::MaskSpec& mask, int64_t n);
 /// Distributed attention over `group` with any --algo (attention/algorithm.hpp; every rank of the
 /// group calls with the same arguments). The mask
 /// is over the whole sequence (layout.global_len() tokens). `precision` (f32 | bf16) is
-/// attention::AttentionSpec::precision.
+/// attention::AttentionSpec::precision, `device` its device (q, k, v, dO in that device's memory;
+/// a GPU needs its executor backend registered: train::device_attention does it).
 std::unique_ptr<AttentionOp> make_distributed_attention(
     const attention::Algorithm& algo, std::shared_ptr<const attention::MaskSpec> mask,
     const attention::Layout& layout, comm::Group& group, int threads,
-    core::DType precision = core::DType::f32);
+    core::DType precision = core::DType::f32, core::Device device = core::Device::cpu());
 
 }  // namespace longseq::model

@@ -109,12 +109,13 @@ void check_relations(const TrainConfig& c, const ParsedConfig& p) {
                   c.nodes, " for --world ", c.world, " --dp ", c.dp,
                   " (or name the inner ring size: double-ring:I)");
   }
-  // A GPU runs a rank that holds the whole sequence and the whole model: several ranks on GPUs
-  // need the device executor (several ranks on one GPU) or NCCL between processes, not built into
-  // the trainer yet (docs/gpu.md).
+  // A GPU runs a rank that holds the whole sequence and the whole model. The attention executor
+  // runs several ranks on one GPU (`attention --device`), but the trainer's state on a GPU (its
+  // replica, optimizer and ZeRO-3 collectives) is one rank's so far (docs/gpu.md).
   if (!p.device.is_cpu()) {
     core::require(c.world == 1, "train", "--device ", c.device, " trains on one rank: got --world ",
-                  c.world, " (several ranks on GPUs need the device executor, not built yet)");
+                  c.world, " (the trainer's GPU state is one rank's so far; several ranks train on the "
+                  "CPU)");
     core::require(p.fused_loss, "train", "--device ", c.device,
                   " has the fused LM head only: drop --loss ", c.loss);
   }

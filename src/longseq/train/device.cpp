@@ -8,6 +8,8 @@
 #include "longseq/core/timer.hpp"
 #include "longseq/train/trainer.hpp"
 #if defined(LONGSEQ_WITH_CUDA)
+#include "longseq/attention/cuda/exec_device.hpp"
+#include "longseq/attention/exec_device.hpp"
 #include "longseq/kernels/cuda/adamw.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/model/cuda/kernels_cuda.hpp"
@@ -112,8 +114,7 @@ core::Device parse_one_rank_device(std::string_view component, const std::string
   const core::Device d = core::Device::parse(device, component);
   core::require(d.is_cpu() || world == 1, component, "--device ", device, " ", verb,
                 " on one rank: got --world ", world,
-                " (several ranks on GPUs need the device executor, not built yet; use --device "
-                "cpu at --world ",
+                " (its GPU path holds the whole sequence on one rank; use --device cpu at --world ",
                 world, ")");
   return d;
 }
@@ -142,10 +143,32 @@ std::unique_ptr<model::AttentionOp> device_attention(
                                              precision);
 #if defined(LONGSEQ_WITH_CUDA)
   try {
-    return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
+    // One rank holds the whole sequence: one kernel over it. Several ranks (threads of the local
+    // backend sharing the GPU): the executor on the GPU, made once here so that a missing GPU is
+    // refused before the first pass.
+    if (layout.world() == 1)
+      return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
+    attention::cuda::register_exec_device();
+    (void)attention::exec_device(device, threads);
+    return model::make_distributed_attention(algo, std::move(mask), layout, group, threads,
+                                             precision, device);
   } catch (const core::Error& e) {
     // As device_kernels: the attention's own words (no such GPU, a layout of several ranks)
     // under the command and flag that asked.
+    core::fail(component, "--device ", device.str(), ": ", e.what());
+  }
+#else
+  no_cuda(device, component);
+#endif
+}
+
+void prepare_device_executor(core::Device device, std::string_view component) {
+  if (device.is_cpu()) return;
+#if defined(LONGSEQ_WITH_CUDA)
+  try {
+    attention::cuda::register_exec_device();
+    (void)attention::exec_device(device, 1);
+  } catch (const core::Error& e) {
     core::fail(component, "--device ", device.str(), ": ", e.what());
   }
 #else

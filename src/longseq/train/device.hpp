@@ -60,8 +60,8 @@ class DeviceOptimizer {
 bool cuda_built();
 
 /// --device of an inference command (eval, generate, passkey): core::Device::parse(device,
-/// component), a GPU refused at world > 1 (one rank holds the whole sequence there: several
-/// ranks on GPUs need the device executor, not built yet) with core::Error("[component] --device
+/// component), a GPU refused at world > 1 (one rank holds the whole sequence there; its KV cache
+/// and decode are one rank's) with core::Error("[component] --device
 /// D <verb> on one rank: got --world P ..."), naming both flags.
 core::Device parse_one_rank_device(std::string_view component, const std::string& device, int world,
                                    std::string_view verb);
@@ -74,12 +74,19 @@ std::unique_ptr<model::Kernels> device_kernels(core::Device device, int threads,
                                                std::string_view component = "train");
 
 /// The attention operator of a step: the distributed executor on a CPU
-/// (model::make_distributed_attention over `group`), the whole-sequence GPU attention on cuda:N
-/// (which needs a layout of one rank). Same errors as device_kernels.
+/// (model::make_distributed_attention over `group`); on cuda:N, the whole-sequence GPU attention
+/// for a layout of one rank, else the same executor on the GPU (its backend registered here; the
+/// group's ranks are threads of the local backend sharing the GPU, each with its own stream).
+/// Same errors as device_kernels.
 std::unique_ptr<model::AttentionOp> device_attention(
     core::Device device, const attention::Algorithm& algo,
     std::shared_ptr<const attention::MaskSpec> mask, const attention::Layout& layout,
     comm::Group& group, int threads, core::DType precision, std::string_view component = "train");
+
+/// Makes the attention executor runnable on `device` (attention::AttentionSpec::device): on a
+/// GPU registers its backend and checks the GPU on the calling thread; nothing on the CPU. Throws
+/// device_kernels' errors ("[component] --device ...": no CUDA in this build, no such GPU).
+void prepare_device_executor(core::Device device, std::string_view component);
 
 /// The measured peak the MFU is taken against, GFLOP/s at `precision`: on a CPU, single-thread
 /// GEMM times the hardware threads (measure_peak_gflops); on a GPU, its cuBLASLt GEMM rate

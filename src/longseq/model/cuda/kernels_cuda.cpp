@@ -292,7 +292,7 @@ class LocalAttention final : public AttentionOp {
     core::require(layout.world() == 1, "attention", "attention on ", device.str(),
                   " runs a rank holding the whole sequence (world 1);",
                   " the layout spreads it over ", layout.world(),
-                  " ranks, which needs the device executor (not built yet, docs/gpu.md)");
+                  " ranks, which the executor on the GPU runs (train::device_attention)");
     const std::vector<int64_t> pos = layout.positions(0);
     pos_ = core::Buffer<int64_t>(pos.size(), device, core::Uninit{}, "attention positions");
     core::copy_bytes(pos_.data(), device, pos.data(), core::Device::cpu(), pos.size() * 8);

@@ -34,7 +34,7 @@ std::unique_ptr<Kernels> make_kernels(core::Device device);
 /// token positions, document ids and block mask are copied to the device here, and again by
 /// set_mask. times(): wall seconds of each call, device work included (each call waits for it);
 /// no waits (there is no communication). A layout of several ranks is refused: spreading a
-/// sequence over ranks on GPUs needs the device executor, which is not built yet (docs/gpu.md).
+/// sequence over ranks sharing a GPU is the executor's there (train::device_attention).
 std::unique_ptr<AttentionOp> make_local_attention(std::shared_ptr<const attention::MaskSpec> mask,
                                                   const attention::Layout& layout,
                                                   core::DType precision, core::Device device);
