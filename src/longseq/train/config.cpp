@@ -114,7 +114,8 @@ void check_relations(const TrainConfig& c, const ParsedConfig& p) {
   // replica, optimizer and ZeRO-3 collectives) is one rank's so far (docs/gpu.md).
   if (!p.device.is_cpu()) {
     core::require(c.world == 1, "train", "--device ", c.device, " trains on one rank: got --world ",
-                  c.world, " (the trainer's GPU state is one rank's so far; several ranks train on the "
+                  c.world,
+                  " (the trainer's GPU state is one rank's so far; several ranks train on the "
                   "CPU)");
     core::require(p.fused_loss, "train", "--device ", c.device,
                   " has the fused LM head only: drop --loss ", c.loss);
