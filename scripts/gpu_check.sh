@@ -98,6 +98,13 @@ if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
     > "$out/gpu_train.txt" 2>&1 || echo "[gpu_check] gpu_train_bench failed" >&2
   benches+=("gpu_train")
 fi
+# Ranks sharing the GPU (bench/gpu_ranks_bench.sh: attention at world 1, 2, 4 on the one GPU;
+# seconds; GPU_CHECK_RANKS=0 leaves it out).
+if [ "${GPU_CHECK_RANKS:-1}" = 1 ]; then
+  timeout "$cap" bash bench/gpu_ranks_bench.sh "$BUILD_DIR/cli/longseq" "$out" \
+    > "$out/gpu_ranks.txt" 2>&1 || echo "[gpu_check] gpu_ranks_bench failed or was cut" >&2
+  benches+=("gpu_ranks")
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
@@ -113,6 +120,7 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
   fi
   cat "$out/attention_compare.txt" 2>/dev/null || true
   grep '^\[gpu_train\] [a-z0-9_]* *ours' "$out/gpu_train.txt" 2>/dev/null || true
+  grep '^\[gpu_ranks\]' "$out/gpu_ranks.txt" 2>/dev/null || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 if [ "$info_rc" -ne 0 ]; then
