@@ -72,6 +72,7 @@ class DeferredDevice final : public ExecDevice {
  public:
   DeferredDevice() : cpu_(make_cpu_exec_device(1)) {}
   core::Device device() const override { return core::Device::cuda(0); }
+  void enter() override {}
   void bind(std::shared_ptr<const TokenTable> tokens,
             std::shared_ptr<const MaskSpec> mask) override {
     sync();  // queued calls read the bound tables

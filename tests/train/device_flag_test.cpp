@@ -48,14 +48,13 @@ TEST(DeviceFlag, ReadsTheWordsAndRefusesOthersByName) {
   EXPECT_NE(error_of(c).find("tpu"), std::string::npos) << error_of(c);
 }
 
-TEST(DeviceFlag, AGpuRunIsOneRankWithTheFusedLoss) {
+TEST(DeviceFlag, AGpuRunTakesRanksSharingItWithTheFusedLoss) {
   tr::TrainConfig c = longseq::testing::tiny_config();
   c.device = "cuda";
-  c.world = 2;
-  std::string e = error_of(c);
-  EXPECT_NE(e.find("--world 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("cuda"), std::string::npos) << e;
+  c.world = 2;  // threads sharing the GPU (the mpirun refusal: tests/train/tests.cmake)
+  EXPECT_EQ(error_of(c), "");
   c.world = 1;
+  std::string e;
   c.loss = "unfused";
   e = error_of(c);
   EXPECT_NE(e.find("--loss unfused"), std::string::npos) << e;

@@ -30,6 +30,7 @@ class CpuExecDevice final : public ExecDevice {
   explicit CpuExecDevice(int threads) : threads_(threads) {}
 
   core::Device device() const override { return core::Device::cpu(); }
+  void enter() override {}
 
   void bind(std::shared_ptr<const TokenTable> tokens,
             std::shared_ptr<const MaskSpec> mask) override {

@@ -49,9 +49,13 @@ class ExecDevice {
   virtual ~ExecDevice() = default;
   virtual core::Device device() const = 0;
 
-  /// Makes `tokens` and `mask` the ones the block calls below read, for one pass; keeps them
-  /// alive. A GPU copies them to its memory the first time it sees them (kept while they are the
-  /// bound ones), so a trainer's layers share one copy.
+  /// Orders the calls queued after it after the work the rest of the process has queued on the
+  /// device (a GPU: the legacy default stream, where the model's kernels and core's copies run;
+  /// the CPU: nothing), so that memory written there is complete before these calls read it.
+  virtual void enter() = 0;
+  /// enter(), then makes `tokens` and `mask` the ones the block calls below read, for one pass;
+  /// keeps them alive. A GPU copies them to its memory the first time it sees them (kept while
+  /// they are the bound ones), so a trainer's layers share one copy.
   virtual void bind(std::shared_ptr<const TokenTable> tokens,
                     std::shared_ptr<const MaskSpec> mask) = 0;
   /// Rank r's token metadata from local row `begin`, as the kernels read it (device pointers).

@@ -109,14 +109,14 @@ void check_relations(const TrainConfig& c, const ParsedConfig& p) {
                   c.nodes, " for --world ", c.world, " --dp ", c.dp,
                   " (or name the inner ring size: double-ring:I)");
   }
-  // A GPU runs a rank that holds the whole sequence and the whole model. The attention executor
-  // runs several ranks on one GPU (`attention --device`), but the trainer's state on a GPU (its
-  // replica, optimizer and ZeRO-3 collectives) is one rank's so far (docs/gpu.md).
+  // On a GPU every rank holds the whole model (train/run.hpp attach_device_state); ranks above
+  // one are threads sharing the GPU, which only the local backend runs (the mpi backend moves host
+  // memory): an mpirun job is refused, by name, before any rank starts.
   if (!p.device.is_cpu()) {
-    core::require(c.world == 1, "train", "--device ", c.device, " trains on one rank: got --world ",
-                  c.world,
-                  " (the trainer's GPU state is one rank's so far; several ranks train on the "
-                  "CPU)");
+    core::require(c.world == 1 || !comm::launched_by_mpirun(), "train", "--device ", c.device,
+                  " at --world ", c.world,
+                  " runs its ranks as threads of one process sharing the GPU; under mpirun each "
+                  "process would need a GPU of its own (not built yet): start it without mpirun");
     core::require(p.fused_loss, "train", "--device ", c.device,
                   " has the fused LM head only: drop --loss ", c.loss);
   }

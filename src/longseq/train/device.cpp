@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "longseq/attention/exec_device.hpp"
 #include "longseq/core/cpu.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/train/trainer.hpp"
 #if defined(LONGSEQ_WITH_CUDA)
 #include "longseq/attention/cuda/exec_device.hpp"
-#include "longseq/attention/exec_device.hpp"
 #include "longseq/kernels/cuda/adamw.hpp"
 #include "longseq/kernels/cuda/device.hpp"
 #include "longseq/model/cuda/kernels_cuda.hpp"
@@ -174,6 +174,34 @@ void prepare_device_executor(core::Device device, std::string_view component) {
 #else
   no_cuda(device, component);
 #endif
+}
+
+void device_all_reduce(float* data, int64_t n, core::Device device, comm::Group& group) {
+  const int p = group.size();
+  if (p == 1 || n == 0) return;
+  prepare_device_executor(device, "train");
+  const std::shared_ptr<attention::ExecDevice> dev = attention::exec_device(device, 1);
+  dev->enter();  // the backward that wrote `data` ran on the device's default stream
+  constexpr int64_t kRound = int64_t{1} << 24;
+  for (int64_t at = 0; at < n; at += kRound) {
+    const int64_t len = std::min(kRound, n - at), b = (len + p - 1) / p;
+    const auto bytes = static_cast<size_t>(b) * sizeof(float);
+    // [P blocks of b] with the tail past len zero, so every member's block has b floats.
+    core::Buffer<std::byte> send = dev->alloc(p * bytes, "all-reduce send"),
+                            recv = dev->alloc(p * bytes, "all-reduce receive");
+    dev->copy(send.data(), data + at, static_cast<size_t>(len) * sizeof(float));
+    dev->sync();
+    group.all_to_all(send.data(), recv.data(), static_cast<size_t>(b), core::DType::f32);
+    // Our block, summed over the members in member order; then every block to every rank.
+    auto* in = reinterpret_cast<float*>(recv.data());
+    float* mine = reinterpret_cast<float*>(send.data());  // send is free again: reuse its block 0
+    dev->copy(mine, in, bytes);
+    for (int m = 1; m < p; ++m) dev->add(mine, in + m * b, b);
+    dev->sync();
+    group.all_gather(mine, recv.data(), static_cast<size_t>(b), core::DType::f32);
+    dev->copy(data + at, recv.data(), static_cast<size_t>(len) * sizeof(float));
+    dev->sync();  // before `send` and `recv` go
+  }
 }
 
 double device_peak_gflops(core::Device device, core::DType precision) {

@@ -88,6 +88,15 @@ std::unique_ptr<model::AttentionOp> device_attention(
 /// device_kernels' errors ("[component] --device ...": no CUDA in this build, no such GPU).
 void prepare_device_executor(core::Device device, std::string_view component);
 
+/// data[0, n) = the sum over `group` of every rank's data[0, n), on every rank, where data is
+/// memory of `device` (the gradients of ranks that share a GPU, each holding a whole replica).
+/// Collective. comm moves device memory but does not reduce it, so the sum is an all-to-all of
+/// 1/P blocks, each block summed on the device in member order, and an all-gather: every rank gets
+/// the same bits, and a repeat the same bits again (not those of comm's ring all_reduce). At most
+/// 16M floats per round, so the temporaries stay within 2 x 64 MiB whatever n is. On the CPU the
+/// same steps run on the host.
+void device_all_reduce(float* data, int64_t n, core::Device device, comm::Group& group);
+
 /// The measured peak the MFU is taken against, GFLOP/s at `precision`: on a CPU, single-thread
 /// GEMM times the hardware threads (measure_peak_gflops); on a GPU, its cuBLASLt GEMM rate
 /// (model/cuda/kernels_cuda.hpp gemm_peak_gflops).

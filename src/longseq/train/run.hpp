@@ -96,11 +96,14 @@ struct StepResult {
 /// Moves the run's training state onto `device`: a DeviceReplica and a DeviceOptimizer made from
 /// `state` (its parameters and moments as they are now), after which run_step computes, clips and
 /// steps there. RankRun does it for --device cuda; tests call it with the CPU, where the device
-/// path gives the sharded path's bits (an untied model: the tied embedding's two gradient
-/// contributions add in another order, device_replica.hpp).
+/// path at world 1 gives the sharded path's bits (an untied model: the tied embedding's two
+/// gradient contributions add in another order, device_replica.hpp). Above world 1 (ranks sharing
+/// a GPU) every rank's replica is the whole model and run_step sums the gradients over the world
+/// on the device (device_all_reduce), so the replicas stay equal. Collective above world 1.
 void attach_device_state(RankRun& run, core::Device device);
 /// state's parameters and moments -> the device (after restore); the device's -> state (before a
-/// checkpoint is written, and at the end). No-ops without device state. Not collective.
+/// checkpoint is written, and at the end). No-ops without device state. sync_to_device is
+/// collective above world 1 (it gathers the full units); sync_from_device never is.
 void sync_to_device(RankRun& run);
 void sync_from_device(RankRun& run);
 /// The first step: 0, or the step a --resume checkpoint stopped at; loads --init-from weights.

@@ -113,6 +113,12 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
     res = model::forward_backward(s.layout, params, attn, b, scale, s.options, *run.kernels);
   }
   double loss = res.loss_sum;
+  if (run.mirror &&
+      run.world.size() > 1) {  // every replica's gradient, summed (attach_device_state)
+    core::ScopedTimer t(&r.wait_s);
+    core::OpScope op(core::Op::comm_wait);
+    device_all_reduce(run.mirror->grads(), run.mirror->total(), run.mirror->device(), run.world);
+  }
   {
     core::ScopedTimer t(&r.wait_s);
     // The norm's local sum of squares (1/R of the parameters) is counted with its all-reduce.
@@ -132,9 +138,19 @@ void update(RankRun& run, StepResult& r) {
   ShardedState& st = run.state;
   core::OpScope op(core::Op::optimizer);
   if (cfg.keep_params && r.step + 1 == run.s.end) {
-    if (run.mirror)  // the unclipped gradient, from the device into the shards gather_all reads
-      for (int u = 0; u < run.s.layout.num_units(); ++u)
-        run.mirror->unit_to_host(run.mirror->grads(), u, st.grad_shard(u));
+    if (run.mirror) {  // the unclipped gradient, from the device into the shards gather_all reads
+      std::vector<float> full;
+      for (int u = 0; u < run.s.layout.num_units(); ++u) {
+        full.resize(static_cast<size_t>(run.s.layout.units()[u].size));
+        run.mirror->unit_to_host(run.mirror->grads(), u, full.data());
+        const int64_t b = st.shard_begin(u);
+        const int64_t n =
+            std::clamp<int64_t>(static_cast<int64_t>(full.size()) - b, 0, st.shard_size(u));
+        float* shard = st.grad_shard(u);
+        std::fill(shard, shard + st.shard_size(u), 0.0f);
+        std::copy_n(full.begin() + b, n, shard);
+      }
+    }
     std::vector<float> g = gather_all(run, true);
     if (run.writer) run.final_grads = std::move(g);
   }

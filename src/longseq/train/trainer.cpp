@@ -138,19 +138,19 @@ RankRun::RankRun(const RunSetup& setup, comm::Group& w)
   base_mask = setup.parsed.mask.base;
 }
 
+// Above world 1 (ranks sharing a GPU, threads of the local backend) every rank's device holds
+// the whole model, as data parallelism does: each rank's backward adds its tokens' gradient into
+// its replica, run_step sums the replicas' gradients over the world (device_all_reduce), and
+// every replica takes the same clipped AdamW step, so they stay equal. The host's shards (what
+// checkpoints hold) are each rank's slice of it.
 void attach_device_state(RankRun& run, core::Device device) {
   const model::ParamLayout& layout = run.s.layout;
-  core::require(run.world.size() == 1, "train", "device state at world ", run.world.size(),
-                ": the parameters on one device are one rank's (world 1)");
   run.mirror = std::make_unique<model::DeviceReplica>(layout, device, run.s.cfg.seed);
-  // The weight-decay mask in the replica's layout: each unit's elements of the shard's mask (at
-  // world 1 a unit's shard is the whole unit).
+  // The weight-decay mask in the replica's layout, unit by unit (the shards' rule).
   std::vector<uint8_t> decay(static_cast<size_t>(run.mirror->total()), 0);
-  const std::vector<uint8_t>& shard_decay = run.state.decay_mask();
   for (int u = 0; u < layout.num_units(); ++u) {
-    const int64_t from = run.state.param_shard(u) - run.state.params();
-    std::copy_n(shard_decay.begin() + from, layout.units()[u].size,
-                decay.begin() + run.mirror->offset(u));
+    const std::vector<uint8_t> m = unit_decay_mask(layout, u, layout.units()[u].size);
+    std::copy(m.begin(), m.end(), decay.begin() + run.mirror->offset(u));
   }
   run.optimizer = std::make_unique<DeviceOptimizer>(*run.mirror, decay);
   sync_to_device(run);
@@ -158,19 +158,38 @@ void attach_device_state(RankRun& run, core::Device device) {
 
 void sync_to_device(RankRun& run) {
   if (!run.mirror) return;
+  const bool whole = run.world.size() == 1;  // a unit's shard is the whole unit
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
-    run.mirror->upload(u, run.state.param_shard(u));
-    run.optimizer->from_host(u, 1, run.state.m_shard(u));
-    run.optimizer->from_host(u, 2, run.state.v_shard(u));
+    if (whole) {
+      run.mirror->upload(u, run.state.param_shard(u));
+      run.optimizer->from_host(u, 1, run.state.m_shard(u));
+      run.optimizer->from_host(u, 2, run.state.v_shard(u));
+      continue;
+    }
+    run.mirror->upload(u, run.state.gather_full(u, 0).data());
+    run.optimizer->from_host(u, 1, run.state.gather_full(u, 1).data());
+    run.optimizer->from_host(u, 2, run.state.gather_full(u, 2).data());
   }
 }
 
 void sync_from_device(RankRun& run) {
   if (!run.mirror) return;
+  const bool whole = run.world.size() == 1;
+  std::vector<float> full;
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
-    run.mirror->unit_to_host(run.mirror->params(), u, run.state.param_shard(u));
-    run.optimizer->to_host(u, 1, run.state.m_shard(u));
-    run.optimizer->to_host(u, 2, run.state.v_shard(u));
+    if (whole) {
+      run.mirror->unit_to_host(run.mirror->params(), u, run.state.param_shard(u));
+      run.optimizer->to_host(u, 1, run.state.m_shard(u));
+      run.optimizer->to_host(u, 2, run.state.v_shard(u));
+      continue;
+    }
+    full.resize(static_cast<size_t>(run.s.layout.units()[u].size));
+    run.mirror->unit_to_host(run.mirror->params(), u, full.data());
+    run.state.load_full(u, 0, full.data());
+    for (int which : {1, 2}) {
+      run.optimizer->to_host(u, which, full.data());
+      run.state.load_full(u, which, full.data());
+    }
   }
 }
 

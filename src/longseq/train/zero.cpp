@@ -43,14 +43,19 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
     const auto& unit = layout_.units()[u];
     std::vector<float> full(static_cast<size_t>(shard_[u] * r), 0.0f);
     model::init_unit(layout_, u, seed, full.data());
-    std::vector<uint8_t> dmask(full.size(), 0);
-    for (const auto& t : unit.tensors)
-      if (t.shape.size() >= 2)
-        std::fill(dmask.begin() + t.offset, dmask.begin() + t.offset + t.numel, 1);
+    const std::vector<uint8_t> dmask =
+        unit_decay_mask(layout_, u, static_cast<int64_t>(full.size()));
     const int64_t b = shard_begin(u);
     std::copy(full.begin() + b, full.begin() + b + shard_[u], param_shard(u));
     std::copy(dmask.begin() + b, dmask.begin() + b + shard_[u], decay_.begin() + offset_[u]);
   }
+}
+
+std::vector<uint8_t> unit_decay_mask(const model::ParamLayout& layout, int unit, int64_t size) {
+  std::vector<uint8_t> m(static_cast<size_t>(size), 0);
+  for (const auto& t : layout.units()[unit].tensors)
+    if (t.shape.size() >= 2) std::fill(m.begin() + t.offset, m.begin() + t.offset + t.numel, 1);
+  return m;
 }
 
 void ShardedState::zero_grads() {

@@ -40,6 +40,10 @@
 
 namespace longseq::train {
 
+/// Weight decay of unit `unit`'s elements: 1 where the element belongs to a matrix (a tensor of
+/// rank 2 or more), 0 for norms; `size` >= the unit's size (the rest, padding, 0).
+std::vector<uint8_t> unit_decay_mask(const model::ParamLayout& layout, int unit, int64_t size);
+
 class ShardedState final : public model::ParamSource {
  public:
   /// Shards of every unit for this rank of `group`; parameters initialised by

@@ -55,11 +55,15 @@ class CudaExecDevice final : public ExecDevice {
 
   core::Device device() const override { return device_; }
 
-  void bind(std::shared_ptr<const TokenTable> tokens,
-            std::shared_ptr<const MaskSpec> mask) override {
-    // The inputs were written on the legacy stream (the model's kernels, core's copies).
+  void enter() override {
+    // Waits on the GPU, not the host: the stream starts once the legacy stream's work so far ran.
     LONGSEQ_CUDA_CALL(cudaEventRecord(legacy_, nullptr));
     LONGSEQ_CUDA_CALL(cudaStreamWaitEvent(stream(), legacy_, 0));
+  }
+
+  void bind(std::shared_ptr<const TokenTable> tokens,
+            std::shared_ptr<const MaskSpec> mask) override {
+    enter();  // the inputs were written on the legacy stream (the model's kernels, core's copies)
     if (tokens != tokens_) {
       stream_.synchronize();  // queued work may read the tables being replaced
       pos_.clear();
