@@ -131,4 +131,16 @@ TEST(Device, CpuDeviceBuffersAreCounted) {
   EXPECT_GE(cpu_device_memory_stats().peak, base + 64);
 }
 
+// No backend registered in this binary: every pointer is the host's, and copy_any is a memmove
+// (overlap allowed). With a backend: tests/comm/device_buffers_test.cpp.
+TEST(Device, WithoutABackendLocateSaysCpuAndCopyAnyMemmoves) {
+  std::vector<int> v(10);
+  for (int i = 0; i < 10; ++i) v[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(longseq::core::locate(v.data()), Device::cpu());
+  EXPECT_EQ(longseq::core::locate(nullptr), Device::cpu());
+  longseq::core::copy_any(v.data() + 1, v.data(), 5 * sizeof(int));
+  EXPECT_EQ(v, (std::vector<int>{0, 0, 1, 2, 3, 4, 6, 7, 8, 9}));
+  longseq::core::copy_any(nullptr, nullptr, 0);  // nothing to copy, nothing touched
+}
+
 }  // namespace

@@ -21,14 +21,21 @@
 // has no tags and whose buffers the host cannot reduce) get the call instead (post_collective);
 // the messages of the algorithm here are counted all the same (count_steps), so Stats read alike
 // on every backend (docs/comm.md "Byte accounting").
+//
+// Device memory: all_gather, all_to_all(_v), broadcast and barrier only move bytes, through the
+// point-to-point layer and copy_if_distinct (core::copy_any), so they take GPU buffers wherever
+// the backend's messages do (local: copied by the device backend; mpi: refused when posted).
+// reduce_scatter and all_reduce add on the host and refuse device buffers by name
+// (require_host_buffers); their partials live in host scratch.
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/group_impl.hpp"
+#include "longseq/core/device.hpp"
 
 namespace longseq::comm {
 namespace {
@@ -128,8 +135,25 @@ Blocks split_blocks(int p, size_t count) {
   return b;
 }
 
+/// Host or device memory alike (core::copy_any): the copy-only collectives work on GPU buffers
+/// of the local backend, whose messages are copied by the device backend too.
 void copy_if_distinct(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+  if (dst != src && bytes > 0) core::copy_any(dst, src, bytes);
+}
+
+/// The reductions here add blocks with the CPU (combine), which would read device pointers on
+/// the host: refuse device memory by name instead. Checked for every world size and count, even
+/// where no element is added (a group of 1 only copies), so that a call which works on 1 rank
+/// does not start failing on 2.
+void require_host_buffers(const GroupImpl& g, const char* collective, const void* in,
+                          const void* out) {
+  for (const auto& [name, ptr] : {std::pair{"in", in}, std::pair{"out", out}}) {
+    const core::Device d = core::locate(ptr);
+    core::require(d.is_cpu(), "comm", collective, " reduces on the host: its buffer ", name,
+                  " is on ", d.str(), " (the ", g.backend(),
+                  " backend adds the blocks with the CPU; copy them to host memory first, or "
+                  "use the nccl backend, which reduces on the GPU)");
+  }
 }
 
 /// Tags of the collective channel: the collective's slot (its sequence number on the group mod
@@ -407,6 +431,7 @@ Request Group::post_reduce_scatter(const void* in, void* out, size_t count, DTyp
                                        equal_blocks(g.size(), count), es));
     return g.post_collective(call_of(Kind::reduce_scatter, in, out, count, dt, op));
   }
+  require_host_buffers(g, "reduce_scatter", in, out);
   if (g.size() == 1) {
     copy_if_distinct(out, in, count * es);
     return {};
@@ -435,6 +460,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, DType dt, Reduce
     g.post_collective(call_of(Kind::all_reduce, in, out, count, dt, op)).wait();
     return;
   }
+  require_host_buffers(g, "all_reduce", in, out);
   if (g.size() == 1) {
     copy_if_distinct(out, in, count * es);
     return;

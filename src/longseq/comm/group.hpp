@@ -45,6 +45,13 @@
 // flight on one group at once (blocking ones included): the 9th throws. Every rank must wait for
 // each one it posted.
 //
+// Memory: buffers are host memory on every backend. The local backend also takes device memory
+// (a GPU buffer of a registered core::DeviceMemory backend, found per message by core::locate):
+// its messages and the copy-only collectives then copy through that backend, while
+// reduce_scatter and all_reduce, which add on the host, throw naming the buffer's device. The
+// mpi backend refuses device memory when a message is posted; nccl moves device memory itself
+// (nccl_backend.hpp).
+//
 // Errors: a rank that throws inside comm::run, or a wait that exceeds the group's timeout
 // (default 300 s), fails the whole world: every pending and future wait on every rank throws
 // RankFailed naming the first failing rank and its message, instead of hanging.

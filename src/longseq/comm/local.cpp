@@ -2,14 +2,17 @@
 //
 // Matching is rendezvous: a send and a receive with the same (channel, src, dst, tag) pair up in
 // posting order. Nothing is buffered: once both are posted, whichever side first calls wait() or
-// test() copies the sender's buffer straight into the receiver's (one memcpy, in a thread that
-// would otherwise sit idle), then both sides may complete. With a link model the completion is
-// further held back until the modelled transfer time (link_model.hpp), computed when the send is
-// posted. Every wait sleeps on its rank's condition variable with a deadline; nothing polls.
+// test() copies the sender's buffer straight into the receiver's (one copy, in a thread that
+// would otherwise sit idle), then both sides may complete. Either buffer may be host or device
+// memory: core::copy_any locates both per message and copies host to host with a memmove, and
+// anything else through the registered device backend (a device-to-device copy between two GPU
+// buffers, never staged through the host); a CPU-only process pays one flag check for that. With a
+// link model the completion is further held back until the modelled transfer time (link_model.hpp),
+// computed when the send is posted. Every wait sleeps on its rank's condition variable with a
+// deadline; nothing polls.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -20,6 +23,7 @@
 #include "longseq/comm/group_impl.hpp"
 #include "longseq/comm/launch.hpp"
 #include "longseq/comm/local_backend.hpp"
+#include "longseq/core/device.hpp"
 
 namespace longseq::comm {
 namespace {
@@ -38,8 +42,9 @@ struct Transfer {
   void* rbuf = nullptr;
   size_t rbytes = 0;
   bool has_recv = false;
-  enum class Copy : uint8_t { waiting, running, done } copy = Copy::waiting;
-  std::string error;  // set at matching on a size mismatch, or when a side is dropped
+  enum class Copy : uint8_t { waiting, running, done, failed } copy = Copy::waiting;
+  // Set at matching on a size mismatch, when a side is dropped, or when the copy threw.
+  std::string error;
   // World rank that dropped its side while unwinding an exception (-1: none). Its peer reports
   // the world's failure (that exception, recorded once the unwinding reaches run_local_world)
   // rather than the drop, which is only a consequence of it.
@@ -164,7 +169,8 @@ class LocalWorld {
   }
 
   /// Drives `t` as far as it can go without waiting. Returns true when complete; throws on a
-  /// size mismatch, a world failure, or a peer that returned without posting its side.
+  /// size mismatch, a failed copy, a world failure, or a peer that returned without posting its
+  /// side.
   /// `lk` holds mu_; it is released during the copy.
   bool progress(Transfer& t, bool is_send, std::unique_lock<std::mutex>& lk) {
     if (t.matched() && t.copy == Transfer::Copy::done && Clock::now() >= t.ready_at) return true;
@@ -181,7 +187,20 @@ class LocalWorld {
     if (t.matched() && t.copy == Transfer::Copy::waiting) {
       t.copy = Transfer::Copy::running;
       lk.unlock();
-      if (t.sbytes > 0) std::memcpy(t.rbuf, t.sbuf, t.sbytes);
+      try {
+        core::copy_any(t.rbuf, t.sbuf, t.sbytes);
+      } catch (const std::exception& e) {
+        // Only a device backend's copy can throw (a host one is a memmove). Both sides fail
+        // with its message; left `running`, the peer and abandon() would wait for it forever.
+        lk.lock();
+        t.copy = Transfer::Copy::failed;
+        t.error =
+            core::cat("copying ", t.sbytes, " bytes from ", rank_name(t.src_g, t.src_w), " to ",
+                      rank_name(t.dst_g, t.dst_w), " (tag ", t.tag, ") failed: ", e.what());
+        cv_[static_cast<size_t>(t.src_w)].notify_all();
+        cv_[static_cast<size_t>(t.dst_w)].notify_all();
+        throw core::Error("comm", t.error);
+      }
       lk.lock();
       t.copy = Transfer::Copy::done;
       cv_[static_cast<size_t>(t.src_w)].notify_all();

@@ -1,6 +1,7 @@
 #include "longseq/core/device.hpp"
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <cstring>
 #include <mutex>
@@ -39,6 +40,13 @@ namespace {
 // but a lookup may race with it from another thread: the mutex keeps the table whole.
 std::mutex registry_mutex;
 std::array<DeviceMemory, 2> registry{};
+
+// locate() runs once per message of comm's local backend, so it takes no lock: the `owner`
+// functions are copied out of the table into atomics, and a flag says whether any was ever
+// registered. A CPU-only process (none registered) pays the flag's relaxed load and nothing else.
+using OwnerFn = bool (*)(const void*, Device*);
+std::array<std::atomic<OwnerFn>, 2> owners{};
+std::atomic<bool> any_owner{false};
 }  // namespace
 
 void register_device_memory(DeviceKind kind, const DeviceMemory& ops) {
@@ -47,6 +55,8 @@ void register_device_memory(DeviceKind kind, const DeviceMemory& ops) {
                     "incomplete DeviceMemory table");
   std::lock_guard lock(registry_mutex);
   registry[static_cast<size_t>(kind)] = ops;
+  owners[static_cast<size_t>(kind)].store(ops.owner, std::memory_order_release);
+  if (ops.owner) any_owner.store(true, std::memory_order_release);
 }
 
 const DeviceMemory& device_memory(Device device) {
@@ -67,6 +77,26 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
   const Device gpu = dst_device.is_cpu() ? src_device : dst_device;
   device_memory(gpu).copy(dst, dst_device, src, src_device, bytes);
+}
+
+Device locate(const void* ptr) {
+  if (!any_owner.load(std::memory_order_relaxed)) return Device::cpu();
+  for (size_t kind = 1; kind < owners.size(); ++kind) {
+    const OwnerFn owner = owners[kind].load(std::memory_order_acquire);
+    Device device;
+    if (owner && owner(ptr, &device)) return device;
+  }
+  return Device::cpu();
+}
+
+void copy_any(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const Device dst_device = locate(dst), src_device = locate(src);
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  copy_bytes(dst, dst_device, src, src_device, bytes);
 }
 
 void zero_bytes(Device device, void* ptr, size_t bytes) {

@@ -70,6 +70,9 @@ struct DeviceMemory {
   void (*copy)(void* dst, Device dst_device, const void* src, Device src_device,
                size_t bytes) = nullptr;
   void (*zero)(Device device, void* ptr, size_t bytes) = nullptr;
+  /// Whether `ptr` is memory of a device of this kind (then *device names it); false for host
+  /// memory, pageable or pinned. Optional: a kind without it is never found by locate().
+  bool (*owner)(const void* ptr, Device* device) = nullptr;
 };
 
 /// Installs the memory operations of `kind` (not cpu: the host's are core's own). Idempotent for
@@ -85,5 +88,16 @@ const DeviceMemory& device_memory(Device device);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 /// Blocking zeroing of `bytes` at `ptr` on `device` (host: memset).
 void zero_bytes(Device device, void* ptr, size_t bytes);
+
+/// The device whose memory `ptr` is: the first registered backend whose `owner` claims it, else
+/// Device::cpu() (host memory, or no backend registered). A process that never registered an
+/// `owner` pays one relaxed atomic load (comm's local backend asks once per message).
+Device locate(const void* ptr);
+
+/// Blocking copy of `bytes` from `src` to `dst`, each host or device memory as locate() finds
+/// it: host to host is a memmove (the ranges may overlap), anything else copy_bytes with the
+/// located devices. For callers handed bare pointers (comm's buffers), which cannot say where
+/// they point.
+void copy_any(void* dst, const void* src, size_t bytes);
 
 }  // namespace longseq::core

@@ -2,6 +2,7 @@
 // sends and receives are posted together (world.hpp tells the addressing).
 #include "longseq/comm/mpi/runtime.hpp"
 #include "longseq/comm/mpi/world.hpp"
+#include "longseq/core/device.hpp"
 
 namespace longseq::comm::mpi_impl {
 
@@ -48,6 +49,9 @@ class MpiGroupImpl final : public GroupImpl {
       std::lock_guard<std::mutex> lk(world_->mu);
       if (world_->failed) throw RankFailed(world_->failed_rank, world_->failure);
     }
+    // Before anything of the step is posted, so a refused step leaves no message behind.
+    for (const SendSpec& s : sends) require_host(true, s.peer, s.tag, s.data, s.bytes);
+    for (const RecvSpec& r : recvs) require_host(false, r.peer, r.tag, r.data, r.bytes);
     std::vector<std::shared_ptr<MpiOp>> ops;
     auto make = [&](bool is_send, int peer, int tag, const void* sbuf, void* rbuf, size_t bytes) {
       auto op = std::make_shared<MpiOp>();
@@ -79,6 +83,19 @@ class MpiGroupImpl final : public GroupImpl {
   }
 
  private:
+  /// MPI_Isend / MPI_Irecv would read or write device memory on the host (this build's MPI is
+  /// not assumed CUDA-aware), so device buffers are refused by name. core::locate costs one flag
+  /// check in a process that registered no device backend; empty messages touch no memory.
+  void require_host(bool is_send, int peer, int tag, const void* data, size_t bytes) const {
+    if (bytes == 0) return;
+    const core::Device d = core::locate(data);
+    if (d.is_cpu()) return;
+    core::fail("comm", "mpi: the ", bytes, " bytes at ", data, " that ",
+               rank_name(rank(), world_rank(rank())), is_send ? " sends to " : " receives from ",
+               rank_name(peer, world_rank(peer)), " (tag ", tag, ") are on ", d.str(),
+               "; the MPI backend takes host memory (stage through the host)");
+  }
+
   std::shared_ptr<MpiWorld> world_;
 };
 

@@ -180,6 +180,23 @@ void zero(core::Device device, void* p, size_t bytes) {
   LONGSEQ_CUDA_CALL(cudaStreamSynchronize(nullptr));
 }
 
+// Whether `p` is GPU memory, for core::locate (comm's local backend asks once per message, so
+// the device-to-device copy of a message between GPU buffers goes through `copy` above).
+// Managed memory counts as the device's: the host could read it, but a copy through the runtime
+// is what keeps it on the GPU. Host memory, pageable (cudaMemoryTypeUnregistered) or pinned
+// (cudaMemoryTypeHost), is the host's. Older runtimes failed the call on pointers they never
+// allocated; the error is cleared so the next checked call does not report it.
+bool owner(const void* p, core::Device* device) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return false;
+  *device = core::Device::cuda(attr.device);
+  return true;
+}
+
 }  // namespace
 
 MemoryStats memory_stats(int index) {
@@ -238,6 +255,7 @@ core::Device activate(int index) {
   ops.release = release;
   ops.copy = copy;
   ops.zero = zero;
+  ops.owner = owner;
   core::register_device_memory(core::DeviceKind::cuda, ops);
   return core::Device::cuda(index);
 }
