@@ -170,23 +170,35 @@ namespace trn = longseq::train;
 
 // Steps [from, to) of `c` with the training state on the CPU "device" (attach_device_state),
 // saving as the trainer does; returns each step's loss and, at the end, the parameters.
+// At c.world ranks (local threads), each with the whole model on the "device"; rank 0's losses
+// and parameters come back, and each rank's replica in `replicas` when given.
 std::vector<double> device_path(const trn::TrainConfig& c, int64_t expect_first,
-                                std::vector<float>* params) {
+                                std::vector<float>* params,
+                                std::vector<std::vector<float>>* replicas = nullptr) {
   const trn::RunSetup setup(c);
   std::vector<double> losses;
   longseq::comm::Options o;
-  o.world = 1;
+  o.world = c.world;
+  if (replicas) replicas->assign(static_cast<size_t>(c.world), {});
   longseq::comm::run(o, [&](longseq::comm::Group& g) {
     trn::RankRun run(setup, g);
     trn::attach_device_state(run, longseq::core::Device::cpu());
     const int64_t first = trn::restore(run);
     EXPECT_EQ(first, expect_first);
+    std::vector<double> mine;
     for (int64_t step = first; step < setup.end; ++step) {
-      losses.push_back(trn::run_step(run, step).loss);
+      mine.push_back(trn::run_step(run, step).loss);
       trn::save_if_due(run, step);
     }
     trn::sync_from_device(run);
-    *params = trn::gather_all(run, false);
+    std::vector<float> all = trn::gather_all(run, false);
+    if (replicas) {
+      const float* p = run.mirror->params();
+      (*replicas)[static_cast<size_t>(g.rank())].assign(p, p + run.mirror->total());
+    }
+    if (g.rank() != 0) return;
+    losses = std::move(mine);
+    *params = std::move(all);
   });
   return losses;
 }
@@ -222,6 +234,57 @@ TEST(DeviceState, TheDevicePathOnTheCpuIsTheShardedPathBitForBit) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(l_rest[i], want.steps[2 + i].loss) << "step " << 2 + i;
   ASSERT_EQ(p_rest.size(), want.params.size());
   EXPECT_EQ(0, std::memcmp(p_rest.data(), want.params.data(), p_rest.size() * sizeof(float)));
+}
+
+// Ranks sharing one device (what --device cuda --world P runs), here on the CPU: each rank holds
+// the whole model and the gradients are summed on the device (train::device_all_reduce), so every
+// replica stays bit-identical to the others, and the losses and parameters follow the sharded
+// trainer's (ZeRO-3 on the host) within the rounding of the other summation order. A run
+// interrupted and resumed at world 3 gives the uninterrupted one's bits.
+TEST(DeviceState, RanksSharingADeviceEachHoldTheModelAndFollowTheShardedRun) {
+  for (const int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    trn::TrainConfig c = longseq::testing::tiny_config();
+    c.world = world;
+    c.steps = 3;
+    c.checkpoint = "seq-selective";
+    const trn::TrainSummary want = trn::train(c);
+    ASSERT_EQ(want.steps.size(), 3u);
+    std::vector<float> params;
+    std::vector<std::vector<float>> replicas;
+    const std::vector<double> losses = device_path(c, 0, &params, &replicas);
+    ASSERT_EQ(losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(losses[i], want.steps[i].loss, 1e-5 * std::fabs(want.steps[i].loss))
+          << "step " << i;
+    ASSERT_EQ(params.size(), want.params.size());
+    double worst = 0;
+    for (size_t i = 0; i < params.size(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(params[i]) - want.params[i]));
+    EXPECT_LT(worst, 1e-5) << "parameters after 3 steps";
+    for (int r = 1; r < world; ++r)
+      EXPECT_EQ(0, std::memcmp(replicas[r].data(), replicas[0].data(),
+                               replicas[0].size() * sizeof(float)))
+          << "rank " << r << "'s replica differs from rank 0's";
+    if (world != 3) continue;
+    const std::string dir = ::testing::TempDir() + "device_state_world3";
+    std::filesystem::remove_all(dir);
+    trn::TrainConfig first = c;
+    first.stop_after = 2;
+    first.out = dir;
+    first.save_every = 0;
+    std::vector<float> p_first;
+    (void)device_path(first, 0, &p_first);
+    trn::TrainConfig rest = c;
+    rest.resume = dir;
+    std::vector<float> p_rest;
+    const std::vector<double> l_rest = device_path(rest, 2, &p_rest);
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(l_rest.size(), 1u);
+    EXPECT_EQ(l_rest[0], losses[2]) << "the resumed step";
+    EXPECT_EQ(0, std::memcmp(p_rest.data(), params.data(), params.size() * sizeof(float)))
+        << "the resumed run's parameters";
+  }
 }
 
 }  // namespace
