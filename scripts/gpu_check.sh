@@ -119,7 +119,7 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
     tail -3 "$out/torch_kernels.txt" 2>/dev/null || true
   fi
   cat "$out/attention_compare.txt" 2>/dev/null || true
-  grep '^\[gpu_train\] [a-z0-9_]* *ours' "$out/gpu_train.txt" 2>/dev/null || true
+  grep -E '^\[gpu_train\] ([a-z0-9_]* *ours|main_32k world 4)' "$out/gpu_train.txt" 2>/dev/null || true
   grep '^\[gpu_ranks\]' "$out/gpu_ranks.txt" 2>/dev/null || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"

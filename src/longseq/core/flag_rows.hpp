@@ -47,7 +47,7 @@ inline constexpr FlagRow precision{
 inline constexpr FlagRow device{
     "--device",
     "cpu | cuda | cuda:N: where the model computes (cuda: weights, activations and gradients on "
-    "that GPU; world 1, but `attention` runs --world N ranks sharing it)",
+    "that GPU; train and attention run --world N ranks sharing it, eval and generate one)",
     "cpu"};
 inline constexpr FlagRow world{
     "--world",
