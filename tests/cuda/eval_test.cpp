@@ -78,4 +78,38 @@ TEST(CudaEval, MatchesTheCpuEval) {
   std::filesystem::remove_all(ck);
 }
 
+// Ranks sharing the GPU (threads, each with the whole model, the attention executor on the GPU
+// between them): eval at world 2 and 3 gives the CPU's world-1 numbers within the tolerance of
+// MatchesTheCpuEval.
+TEST(CudaEval, RanksSharingTheGpuMatchTheCpuEval) {
+  LONGSEQ_NEED_GPU();
+  tr::TrainConfig c = longseq::testing::tiny_config();
+  c.steps = 2;
+  const std::string ck = longseq::testing::train_into(c, temp_path("cudaeval_ranks", "ckpt"));
+  for (const char* precision : {"fp32", "bf16"}) {
+    tr::EvalConfig e;
+    e.checkpoint = ck;
+    e.data = std::string(LONGSEQ_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
+    e.seq = 97;
+    e.sequences = 2;
+    e.buckets = 5;
+    e.threads = 1;
+    e.precision = precision;
+    e.mask = "causal";
+    const tr::EvalResult cpu = tr::evaluate(e);
+    const double tol = std::string(precision) == "bf16" ? 1e-3 : 1e-5;
+    for (const auto& [world, algo] :
+         std::vector<std::pair<int, const char*>>{{2, "ring"}, {3, "burst"}}) {
+      tr::EvalConfig g = e;
+      g.device = "cuda";
+      g.world = world;
+      g.algo = algo;
+      const tr::EvalResult gpu = tr::evaluate(g);
+      EXPECT_EQ(gpu.tokens, cpu.tokens) << precision << " world " << world;
+      EXPECT_NEAR(gpu.loss, cpu.loss, tol * cpu.loss) << precision << " world " << world;
+    }
+  }
+  std::filesystem::remove_all(ck);
+}
+
 }  // namespace

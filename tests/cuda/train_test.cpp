@@ -66,8 +66,8 @@ TEST(CudaTrain, LossesFollowTheCpuRun) {
 
 // Ranks sharing the GPU (issue "GPU III" item 6): world 2 and 4 on the one GPU, each rank a
 // thread with the whole model and its own attention stream, every algorithm family, causal and
-// window masks, follow world 1 on the GPU (the same model and tokens; only the summation order of
-// the attention and the gradient sum differ) within the CudaTrain tolerance, and a repeat of the
+// window masks, follow world 1 on the GPU and the CPU engine at the same world (the same model
+// and tokens; only summation orders differ) within the CudaTrain tolerance, and a repeat of the
 // world 4 run gives the same bits.
 TEST(CudaTrain, RanksSharingTheGpuFollowWorldOne) {
   LONGSEQ_NEED_GPU();
@@ -78,19 +78,30 @@ TEST(CudaTrain, RanksSharingTheGpuFollowWorldOne) {
       c.device = "cuda";
       c.mask = mask;
       const tr::TrainSummary one = tr::train(c);
-      for (const auto& [world, algo] : std::vector<std::pair<int, const char*>>{
-               {2, "ring"}, {4, "burst"}, {4, "double-ring:2"}, {4, "usp:2"}, {4, "startrail:2"}}) {
+      for (const auto& [world, algo] :
+           std::vector<std::pair<int, const char*>>{{2, "ring"},
+                                                    {4, "burst"},
+                                                    {4, "double-ring:2"},
+                                                    {2, "ulysses"},
+                                                    {4, "usp:2"},
+                                                    {4, "startrail:2"}}) {
         const std::string what =
             std::string(precision) + " " + mask + " world " + std::to_string(world) + " " + algo;
         tr::TrainConfig w = c;
         w.world = world;
         w.algo = algo;
         const tr::TrainSummary many = tr::train(w);
+        tr::TrainConfig on_cpu = w;  // the CPU engine at the same world
+        on_cpu.device = "cpu";
+        const tr::TrainSummary cpu = tr::train(on_cpu);
         ASSERT_EQ(many.steps.size(), one.steps.size()) << what;
         const double tol = bf16 ? 2e-2 : 1e-4;
-        for (size_t i = 0; i < one.steps.size(); ++i)
+        for (size_t i = 0; i < one.steps.size(); ++i) {
           EXPECT_NEAR(many.steps[i].loss, one.steps[i].loss, tol * one.steps[i].loss)
-              << what << " step " << i;
+              << what << " step " << i << " against world 1 on the GPU";
+          EXPECT_NEAR(many.steps[i].loss, cpu.steps[i].loss, tol * cpu.steps[i].loss)
+              << what << " step " << i << " against the CPU";
+        }
         if (world == 4 && std::string(algo) == "burst") {
           const tr::TrainSummary again = tr::train(w);
           for (size_t i = 0; i < one.steps.size(); ++i)

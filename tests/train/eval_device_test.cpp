@@ -163,13 +163,18 @@ TEST(EvalDevice, ReadsTheWordsAndRefusesOthersByName) {
   }
 }
 
-TEST(EvalDevice, AGpuEvaluatesOnOneRank) {
+// Above world 1 on a GPU the ranks share it (threads, each with the whole model): the flags are
+// taken (an mpirun job is refused: train.cli_device_mpirun_refused covers the shared check), and
+// without a GPU the run stops naming the device, never on the CPU.
+TEST(EvalDevice, AGpuEvaluatesWithRanksSharingIt) {
   tr::EvalConfig e = base(64);
   e.device = "cuda";
   e.world = 2;
+  EXPECT_EQ(error_of([&] { e.validate(); }), "no error");
   const std::string m = error_of([&] { tr::evaluate(e); });
-  EXPECT_NE(m.find("[eval] --device cuda evaluates on one rank: got --world 2"), std::string::npos)
-      << m;
+  if (m != "no error") {
+    EXPECT_NE(m.find("[eval] --device cuda"), std::string::npos) << m;
+  }
   e.device = "cpu";  // the CPU evaluates at any world
   EXPECT_EQ(error_of([&] { e.validate(); }), "no error");
 }
@@ -211,10 +216,9 @@ TEST(EvalDevice, TheCliTakesTheFlagAndRefusesByName) {
   EXPECT_EQ(longseq::testing::run(cmd + " --device gpu", log), 1) << log;
   EXPECT_NE(log.find("[eval] device 'gpu': expected cpu, cuda or cuda:N"), std::string::npos)
       << log;
-  EXPECT_EQ(longseq::testing::run(cmd + " --device cuda:1 --world 3", log), 1) << log;
-  EXPECT_NE(log.find("[eval] --device cuda:1 evaluates on one rank: got --world 3"),
-            std::string::npos)
-      << log;
+  if (longseq::testing::run(cmd + " --device cuda:1 --world 3", log) != 0) {  // no GPU 1 here
+    EXPECT_NE(log.find("[eval] --device cuda:1"), std::string::npos) << log;
+  }
   const int rc = longseq::testing::run(cmd + " --device cuda", log);
   if (rc != 0) {  // no GPU here: refused by name, not evaluated on the CPU
     EXPECT_EQ(rc, 1) << log;

@@ -47,7 +47,7 @@ inline constexpr FlagRow precision{
 inline constexpr FlagRow device{
     "--device",
     "cpu | cuda | cuda:N: where the model computes (cuda: weights, activations and gradients on "
-    "that GPU; train and attention run --world N ranks sharing it, eval and generate one)",
+    "that GPU; train, eval and attention run --world N ranks sharing it, generate one)",
     "cpu"};
 inline constexpr FlagRow world{
     "--world",

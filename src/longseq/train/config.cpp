@@ -8,6 +8,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/train/checkpoint.hpp"
+#include "longseq/train/device.hpp"
 
 namespace longseq::train {
 
@@ -113,10 +114,7 @@ void check_relations(const TrainConfig& c, const ParsedConfig& p) {
   // one are threads sharing the GPU, which only the local backend runs (the mpi backend moves host
   // memory): an mpirun job is refused, by name, before any rank starts.
   if (!p.device.is_cpu()) {
-    core::require(c.world == 1 || !comm::launched_by_mpirun(), "train", "--device ", c.device,
-                  " at --world ", c.world,
-                  " runs its ranks as threads of one process sharing the GPU; under mpirun each "
-                  "process would need a GPU of its own (not built yet): start it without mpirun");
+    (void)parse_shared_device("train", c.device, c.world);
     core::require(p.fused_loss, "train", "--device ", c.device,
                   " has the fused LM head only: drop --loss ", c.loss);
   }

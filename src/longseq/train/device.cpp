@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "longseq/attention/exec_device.hpp"
+#include "longseq/comm/launch.hpp"
 #include "longseq/core/cpu.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
@@ -116,6 +117,15 @@ core::Device parse_one_rank_device(std::string_view component, const std::string
                 " on one rank: got --world ", world,
                 " (its GPU path holds the whole sequence on one rank; use --device cpu at --world ",
                 world, ")");
+  return d;
+}
+
+core::Device parse_shared_device(std::string_view component, const std::string& device, int world) {
+  const core::Device d = core::Device::parse(device, component);
+  core::require(d.is_cpu() || world == 1 || !comm::launched_by_mpirun(), component, "--device ",
+                device, " at --world ", world,
+                " runs its ranks as threads of one process sharing the GPU; under mpirun each "
+                "process would need a GPU of its own (not built yet): start it without mpirun");
   return d;
 }
 

@@ -80,8 +80,8 @@ EvalConfig::Parsed EvalConfig::parse() const {
                 "--balance block-striped needs a block mask (--mask blocks:FILE:B), got --mask ",
                 mask);
   p.precision = parse_precision(precision);
-  // A GPU holds the whole sequence (its attention is the one-rank kernel), as for train.
-  p.device = parse_one_rank_device("eval", device, world, "evaluates");
+  // On a GPU every rank holds the whole model; ranks above one share the GPU, as for train.
+  p.device = parse_shared_device("eval", device, world);
   return p;
 }
 
