@@ -122,8 +122,12 @@ HostPlan host_plan(const HostPlanRequest& a) {
   core::require(!(gpu_profile && device.is_cpu()), "plan", "--hardware ", a.hardware,
                 " is a GPU's profile but --device is cpu");
   if (!device.is_cpu()) {
+    // Ranks sharing a GPU (train --device cuda --world P) hold P whole replicas there; the GPU
+    // model covers one rank holding the whole sequence only.
     core::require(a.world <= 1, "plan", "--device ", device.str(),
-                  ": train --device cuda runs at world 1; --gpus ", a.world);
+                  ": the GPU memory model is world 1's (ranks sharing a GPU are not modelled); "
+                  "--gpus ",
+                  a.world);
     c.world = 1;
     c.dp = 1;
   }
