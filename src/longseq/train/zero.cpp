@@ -40,7 +40,6 @@ ShardedState::ShardedState(const model::ParamLayout& layout, comm::Group group, 
   v_ = arena_.alloc<float>(static_cast<size_t>(total_));
   decay_.assign(static_cast<size_t>(total_), 0);
   for (int u = 0; u < nu; ++u) {
-    const auto& unit = layout_.units()[u];
     std::vector<float> full(static_cast<size_t>(shard_[u] * r), 0.0f);
     model::init_unit(layout_, u, seed, full.data());
     const std::vector<uint8_t> dmask =
