@@ -178,6 +178,11 @@ TEST(CudaGenerate, GreedyIdsMatchTheCpuWhereTheMarginAllows) {
   const tr::GenerateResult cpu = tr::generate(g);
   g.device = "cuda";
   const tr::GenerateResult gpu = tr::generate(g);
+  // Two ranks sharing the GPU (the prefill through the executor on it; each rank's cache on the
+  // host): the same ids as one, where the margin allows (checked below with gpu's).
+  g.world = 2;
+  const tr::GenerateResult gpu2 = tr::generate(g);
+  ASSERT_EQ(gpu2.ids.size(), cpu.ids.size());
   EXPECT_EQ(gpu.device, "cuda:0");
   EXPECT_EQ(cpu.device, "cpu");
   ASSERT_EQ(gpu.ids.size(), cpu.ids.size());
@@ -204,6 +209,7 @@ TEST(CudaGenerate, GreedyIdsMatchTheCpuWhereTheMarginAllows) {
     std::partial_sort(z.begin(), z.begin() + 2, z.end(), std::greater<float>());
     if (z[0] - z[1] < 1e-3f) break;  // a near tie: the GPU may pick the other one
     EXPECT_EQ(gpu.ids[i], cpu.ids[i]) << "new token " << i;
+    EXPECT_EQ(gpu2.ids[i], cpu.ids[i]) << "new token " << i << " at world 2";
     ++compared;
   }
   EXPECT_GE(compared, 1u) << "the checkpoint's first step is a near tie: no id compared";

@@ -158,14 +158,18 @@ TEST(GenerateDevice, ReadsTheWordsAndRefusesOthersByName) {
   }
 }
 
-TEST(GenerateDevice, AGpuGeneratesOnOneRank) {
+// Above world 1 on a GPU the ranks share it (threads, each with the whole model; the KV cache
+// and decode attention stay on each rank's host): the flags are taken, and without the GPU the run
+// stops naming the command and device, never falling back to the CPU.
+TEST(GenerateDevice, AGpuGeneratesWithRanksSharingIt) {
   tr::GenerateConfig g = base(tiny(), 7);
   g.device = "cuda";
   g.world = 2;
+  EXPECT_EQ(error_of([&] { g.validate(); }), "no error");
   const std::string m = error_of([&] { tr::generate(g); });
-  EXPECT_NE(m.find("[generate] --device cuda generates on one rank: got --world 2"),
-            std::string::npos)
-      << m;
+  if (m != "no error") {
+    EXPECT_NE(m.find("[generate] --device cuda"), std::string::npos) << m;
+  }
   g.device = "cpu";  // the CPU generates at any world
   EXPECT_EQ(error_of([&] { g.validate(); }), "no error");
   tr::PasskeyConfig p;
@@ -173,9 +177,9 @@ TEST(GenerateDevice, AGpuGeneratesOnOneRank) {
   p.device = "cuda:1";
   p.world = 3;
   const std::string pm = error_of([&] { tr::run_passkey(p); });
-  EXPECT_NE(pm.find("[passkey] --device cuda:1 generates on one rank: got --world 3"),
-            std::string::npos)
-      << pm;
+  if (pm != "no error") {
+    EXPECT_NE(pm.find("[passkey] --device cuda:1"), std::string::npos) << pm;
+  }
 }
 
 // Without a GPU (no CUDA backend in this build, or none the runtime sees) --device cuda stops

@@ -47,7 +47,7 @@ inline constexpr FlagRow precision{
 inline constexpr FlagRow device{
     "--device",
     "cpu | cuda | cuda:N: where the model computes (cuda: weights, activations and gradients on "
-    "that GPU; train, eval and attention run --world N ranks sharing it, generate one)",
+    "that GPU; --world N ranks share it)",
     "cpu"};
 inline constexpr FlagRow world{
     "--world",

@@ -110,16 +110,6 @@ bool cuda_built() {
 #endif
 }
 
-core::Device parse_one_rank_device(std::string_view component, const std::string& device, int world,
-                                   std::string_view verb) {
-  const core::Device d = core::Device::parse(device, component);
-  core::require(d.is_cpu() || world == 1, component, "--device ", device, " ", verb,
-                " on one rank: got --world ", world,
-                " (its GPU path holds the whole sequence on one rank; use --device cpu at --world ",
-                world, ")");
-  return d;
-}
-
 core::Device parse_shared_device(std::string_view component, const std::string& device, int world) {
   const core::Device d = core::Device::parse(device, component);
   core::require(d.is_cpu() || world == 1 || !comm::launched_by_mpirun(), component, "--device ",

@@ -59,15 +59,10 @@ class DeviceOptimizer {
 /// Whether this build can run `--device cuda` (built with the CUDA backend).
 bool cuda_built();
 
-/// --device of generate and passkey: core::Device::parse(device, component), a GPU refused at
-/// world > 1 (its KV cache and decode are one rank's) with core::Error("[component] --device D
-/// <verb> on one rank: got --world P ..."), naming both flags.
-core::Device parse_one_rank_device(std::string_view component, const std::string& device, int world,
-                                   std::string_view verb);
-
-/// --device of train and eval: core::Device::parse(device, component). On a GPU above world 1 the
-/// ranks are threads of one process sharing it (the local backend moves device buffers; every rank
-/// holds the whole model), so an mpirun job is refused with core::Error("[component] --device D at
+/// --device of train, eval, generate and passkey: core::Device::parse(device, component). On a GPU
+/// above world 1 the ranks are threads of one process sharing it (the local backend moves device
+/// buffers; every rank holds the whole model), so an mpirun job is refused with
+/// core::Error("[component] --device D at
 /// --world P runs its ranks as threads of one process sharing the GPU; under mpirun ...").
 core::Device parse_shared_device(std::string_view component, const std::string& device, int world);
 

@@ -42,7 +42,7 @@ GenerateConfig::Parsed GenerateConfig::parse() const {
   core::require(p.balance != attention::Balance::block_striped, "generate", "--balance ", balance,
                 " is for block masks; the prefill is causal: use contiguous | zigzag | striped");
   p.precision = parse_precision(precision);
-  p.device = parse_one_rank_device("generate", device, world, "generates");
+  p.device = parse_shared_device("generate", device, world);
   return p;
 }
 
@@ -131,7 +131,7 @@ struct GeneratePass {
 // One rank's part: the distributed prefill of the prompt (the first token sampled by the rank
 // holding the last position, then broadcast), then KV-cache decoding. Collective; every rank
 // returns the same ids, rank 0's timings are the result's. The model runs on --device through
-// model::Kernels (the CPU's at any world, or one GPU's at world 1), the cache on the host.
+// model::Kernels (the CPU's, or a GPU's: above world 1 the ranks share it), the cache on the host.
 GenerateResult generate_on_rank(const GeneratePass& e, comm::Group& g) {
   const GenerateConfig& cfg = e.cfg;
   const int64_t n = static_cast<int64_t>(cfg.prompt.size());

@@ -80,7 +80,7 @@ void PasskeyConfig::validate() const {
   core::require(digits >= 1 && digits <= 18, "passkey", "--digits ", digits, " must be in [1, 18]");
   for (double d : depths)
     core::require(d >= 0 && d <= 1, "passkey", "depth ", d, " must be in [0, 1]");
-  (void)parse_one_rank_device("passkey", device, world, "generates");
+  (void)parse_shared_device("passkey", device, world);
 }
 
 nlohmann::json PasskeyResult::to_json() const {
