@@ -81,7 +81,6 @@ class DeferredDevice final : public ExecDevice {
   kernels::Tokens tokens(int rank, int64_t begin) const override {
     return cpu_->tokens(rank, begin);
   }
-  const kernels::Mask& mask() const override { return cpu_->mask(); }
 
   void forward_merge(const BlockShape& s, const float* q, const kernels::Tokens& qt, int64_t tq,
                      const float* k, const float* v, const kernels::Tokens& kt, int64_t tk,

@@ -20,7 +20,6 @@
 #include "longseq/comm/group.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/timer.hpp"
-#include "longseq/kernels/cpu/attention.hpp"
 
 namespace longseq::attention {
 
@@ -565,9 +564,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     gslots.push_back(reinterpret_cast<float*>(st.make(gel * sizeof(float))));
   const SyncOnExit sync_on_exit{dev};
   // A typed part of data slot i at byte offset `at`.
-  auto part = [&]<class U>(int i, size_t at, U*) { return reinterpret_cast<U*>(dslots[i] + at); };
-  auto at_t = [&](int i, size_t at) { return part(i, at, static_cast<T*>(nullptr)); };
-  auto at_f = [&](int i, size_t at) { return part(i, at, static_cast<float*>(nullptr)); };
+  auto at_t = [&](int i, size_t at) { return reinterpret_cast<T*>(dslots[i] + at); };
+  auto at_f = [&](int i, size_t at) { return reinterpret_cast<float*>(dslots[i] + at); };
 
   // Side transfers (StarTrail's staged initial transfer and its return, schedule.hpp): sends read
   // the sides as they are now (the gathered team K,V; the dK,dV the ring computes); receives land

@@ -43,7 +43,6 @@ class CpuExecDevice final : public ExecDevice {
     return {tokens_->pos[static_cast<size_t>(rank)].data() + begin,
             doc.empty() ? nullptr : doc.data() + begin};
   }
-  const kernels::Mask& mask() const override { return kmask_; }
 
   void forward_merge(const BlockShape& s, const float* q, const kernels::Tokens& qt, int64_t tq,
                      const float* k, const float* v, const kernels::Tokens& kt, int64_t tk,

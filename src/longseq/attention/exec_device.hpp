@@ -60,8 +60,6 @@ class ExecDevice {
                     std::shared_ptr<const MaskSpec> mask) = 0;
   /// Rank r's token metadata from local row `begin`, as the kernels read it (device pointers).
   virtual kernels::Tokens tokens(int rank, int64_t begin) const = 0;
-  /// The bound mask, as the kernels read it (a block mask in device memory).
-  virtual const kernels::Mask& mask() const = 0;
 
   /// BlockOps::forward_merge, backward and compute_d (block_ops.hpp) on device pointers, T = float
   /// or core::bf16 for q, k, v and dout (all fp32 otherwise).

@@ -138,20 +138,16 @@ std::unique_ptr<model::AttentionOp> device_attention(
     core::Device device, const attention::Algorithm& algo,
     std::shared_ptr<const attention::MaskSpec> mask, const attention::Layout& layout,
     comm::Group& group, int threads, core::DType precision, std::string_view component) {
-  if (device.is_cpu())
-    return model::make_distributed_attention(algo, std::move(mask), layout, group, threads,
-                                             precision);
-#if defined(LONGSEQ_WITH_CUDA)
-  try {
-    // One rank holds the whole sequence: one kernel over it. Several ranks (threads of the local
-    // backend sharing the GPU): the executor on the GPU, made once here so that a missing GPU is
-    // refused before the first pass.
-    if (layout.world() == 1)
-      return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
-    attention::cuda::register_exec_device();
-    (void)attention::exec_device(device, threads);
+  // The executor: on the CPU, or on a GPU that ranks of the local backend share (a missing GPU
+  // refused here, before the first pass). One rank on a GPU holds the whole sequence: one kernel.
+  if (device.is_cpu() || layout.world() > 1) {
+    prepare_device_executor(device, component);
     return model::make_distributed_attention(algo, std::move(mask), layout, group, threads,
                                              precision, device);
+  }
+#if defined(LONGSEQ_WITH_CUDA)
+  try {
+    return model::cuda::make_local_attention(std::move(mask), layout, precision, device);
   } catch (const core::Error& e) {
     // As device_kernels: the attention's own words (no such GPU, a layout of several ranks)
     // under the command and flag that asked.
@@ -179,7 +175,6 @@ void prepare_device_executor(core::Device device, std::string_view component) {
 void device_all_reduce(float* data, int64_t n, core::Device device, comm::Group& group) {
   const int p = group.size();
   if (p == 1 || n == 0) return;
-  prepare_device_executor(device, "train");
   const std::shared_ptr<attention::ExecDevice> dev = attention::exec_device(device, 1);
   dev->enter();  // the backward that wrote `data` ran on the device's default stream
   constexpr int64_t kRound = int64_t{1} << 24;

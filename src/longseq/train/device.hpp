@@ -94,7 +94,8 @@ void prepare_device_executor(core::Device device, std::string_view component);
 /// 1/P blocks, each block summed on the device in member order, and an all-gather: every rank gets
 /// the same bits, and a repeat the same bits again (not those of comm's ring all_reduce). At most
 /// 16M floats per round, so the temporaries stay within 2 x 64 MiB whatever n is. On the CPU the
-/// same steps run on the host.
+/// same steps run on the host. A GPU's executor backend must be registered first
+/// (prepare_device_executor; attach_device_state does it).
 void device_all_reduce(float* data, int64_t n, core::Device device, comm::Group& group);
 
 /// The measured peak the MFU is taken against, GFLOP/s at `precision`: on a CPU, single-thread

@@ -153,12 +153,15 @@ void attach_device_state(RankRun& run, core::Device device) {
     std::copy(m.begin(), m.end(), decay.begin() + run.mirror->offset(u));
   }
   run.optimizer = std::make_unique<DeviceOptimizer>(*run.mirror, decay);
+  prepare_device_executor(device, "train");  // device_all_reduce runs on it above world 1
   sync_to_device(run);
 }
 
 void sync_to_device(RankRun& run) {
   if (!run.mirror) return;
-  const bool whole = run.world.size() == 1;  // a unit's shard is the whole unit
+  // At world 1 a unit's shard is the whole unit: copied directly, without a full copy on the host
+  // (1 GiB for LLaMA-1B's embedding).
+  const bool whole = run.world.size() == 1;
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
     if (whole) {
       run.mirror->upload(u, run.state.param_shard(u));
@@ -174,7 +177,7 @@ void sync_to_device(RankRun& run) {
 
 void sync_from_device(RankRun& run) {
   if (!run.mirror) return;
-  const bool whole = run.world.size() == 1;
+  const bool whole = run.world.size() == 1;  // as in sync_to_device
   std::vector<float> full;
   for (int u = 0; u < run.s.layout.num_units(); ++u) {
     if (whole) {

@@ -89,7 +89,6 @@ class CudaExecDevice final : public ExecDevice {
     return {reinterpret_cast<const int64_t*>(pos_[r].data()) + begin,
             docs ? reinterpret_cast<const int32_t*>(doc_[r].data()) + begin : nullptr};
   }
-  const kernels::Mask& mask() const override { return kmask_; }
 
   void forward_merge(const BlockShape& s, const float* q, const kernels::Tokens& qt, int64_t tq,
                      const float* k, const float* v, const kernels::Tokens& kt, int64_t tk,
