@@ -392,13 +392,24 @@ void run_collectives(const std::vector<Collective>& cs, const RankSchedule& rs, 
   dev.sync();  // the unpacking read `temps`, which go now
 }
 
+// The caller's memory a pass reads and writes besides q, k, v and dO: the forward's outputs, or
+// the backward's saved forward outputs and its gradients.
+struct PassIo {
+  float* o = nullptr;
+  float* lse = nullptr;
+  const float* saved_o = nullptr;
+  const float* saved_lse = nullptr;
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+};
+
 // One pass of any algorithm, q, k, v and dO in the compute type T in the kernels, the bundles
 // and the collectives; D, LSE, outputs and every gradient (on the wire too) fp32.
 template <class T>
 void execute(Pass pass, View<const float> q, View<const float> k, View<const float> v,
-             View<const float> dout, AttentionSaved* out, const AttentionSaved* in,
-             AttentionGrads* grads, const AttentionSpec& spec, const Layout& layout,
-             comm::Group& group, AttentionStats* stats) {
+             View<const float> dout, const PassIo& io, const AttentionSpec& spec,
+             const Layout& layout, comm::Group& group, AttentionStats* stats) {
   const bool fwd = pass == Pass::forward;
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2), static_cast<int64_t>(sizeof(T))};
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
@@ -434,38 +445,36 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   auto set_home = [&](Field f, const void* p) {
     st.home[static_cast<size_t>(f)] = static_cast<std::byte*>(const_cast<void*>(p));
   };
-  // A tensor of the caller's on the executor's device (zeroed).
-  auto tensor = [&](core::Shape shape, const char* name) {
-    return dev.device().is_cpu() ? Tensor<float>(shape) : Tensor<float>(shape, dev.device(), name);
-  };
   const BlockShape home_shape{dm.hq, dm.hkv, d, 0, scale};
   set_home(Field::q, compute_input<T>(q, dev, qkeep, "q"));
   set_home(Field::k, compute_input<T>(k, dev, kkeep, "k"));
   set_home(Field::v, compute_input<T>(v, dev, vkeep, "v"));
   float* dvec = nullptr;
   if (fwd) {
-    out->o = tensor(core::Shape{l, dm.hq, d}, "attention o");
-    out->lse = tensor(core::Shape{l, dm.hq}, "attention lse");
-    dev.fill(out->lse.data(), l * dm.hq, kNegInf);
-    set_home(Field::o, out->o.data());
-    set_home(Field::lse, out->lse.data());
+    // Rows nothing reaches (padding, rows that see no key, rows after spec.query_rows) keep
+    // these values.
+    dev.fill(io.o, l * dm.hq * d, 0.f);
+    dev.fill(io.lse, l * dm.hq, kNegInf);
+    set_home(Field::o, io.o);
+    set_home(Field::lse, io.lse);
   } else {
     const T* dop = compute_input<T>(dout, dev, dkeep, "do");
     set_home(Field::dout, dop);
-    set_home(Field::lse, in->lse.data());
+    set_home(Field::lse, io.saved_lse);
     // D = rowsum(dO * O) where O lives, so O itself never moves.
     dvec = reinterpret_cast<float*>(st.make(static_cast<size_t>(l * dm.hq) * sizeof(float)));
     {
       core::ScopedTimer t(compute_s);
-      dev.compute_d(home_shape, in->o.data(), dop, l, dvec);
+      dev.compute_d(home_shape, io.saved_o, dop, l, dvec);
     }
     set_home(Field::dvec, dvec);
-    grads->dq = tensor(core::Shape{l, dm.hq, d}, "attention dq");
-    grads->dk = tensor(core::Shape{l, dm.hkv, d}, "attention dk");
-    grads->dv = tensor(core::Shape{l, dm.hkv, d}, "attention dv");
-    set_home(Field::dq, grads->dq.data());
-    set_home(Field::dk, grads->dk.data());
-    set_home(Field::dv, grads->dv.data());
+    // The gradients accumulate into these.
+    dev.fill(io.dq, l * dm.hq * d, 0.f);
+    dev.fill(io.dk, l * dm.hkv * d, 0.f);
+    dev.fill(io.dv, l * dm.hkv * d, 0.f);
+    set_home(Field::dq, io.dq);
+    set_home(Field::dk, io.dk);
+    set_home(Field::dv, io.dv);
   }
   st.side = st.home;
   {
@@ -771,8 +780,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     run_collectives(rs.post, rs, dm, st, group);
   }
   if (!fwd && aliased) {
-    dev.copy(grads->dk.data(), st.s<float>(Field::dk), kv_side * sizeof(float));
-    dev.copy(grads->dv.data(), st.s<float>(Field::dv), kv_side * sizeof(float));
+    dev.copy(io.dk, st.s<float>(Field::dk), kv_side * sizeof(float));
+    dev.copy(io.dv, st.s<float>(Field::dv), kv_side * sizeof(float));
   }
   dev.sync();  // the outputs are complete when the call returns (design: "the call blocks")
 }
@@ -800,6 +809,68 @@ void prepare(const AttentionSpec& spec, const Layout& layout, comm::Group& group
   }
 }
 
+namespace {
+
+// An output of a pass: `what` of `shape`, contiguous.
+float* output(View<float> x, const core::Shape& shape, const char* what) {
+  core::require(x.shape() == shape, "attention", what, " has shape ", x.shape().str(),
+                ", expected ", shape.str());
+  core::require(x.is_contiguous(), "attention", what, " ", x.shape().str(), " must be contiguous");
+  return x.data();
+}
+
+// A tensor for an output on the executor's device, overwritten whole by the pass.
+Tensor<float> output_tensor(core::Shape shape, const AttentionSpec& spec, const char* name) {
+  return spec.device.is_cpu() ? Tensor<float>(shape, core::Uninit{})
+                              : Tensor<float>(shape, spec.device, core::Uninit{}, name);
+}
+
+template <class... Args>
+void execute_in(core::DType precision, Args&&... args) {
+  validate_precision(precision);
+  if (precision == core::DType::bf16)
+    execute<core::bf16>(std::forward<Args>(args)...);
+  else
+    execute<float>(std::forward<Args>(args)...);
+}
+
+}  // namespace
+
+void distributed_attention_forward_into(View<const float> q, View<const float> k,
+                                        View<const float> v, const AttentionSpec& spec,
+                                        const Layout& layout, comm::Group& group, View<float> o,
+                                        View<float> lse, AttentionStats* stats) {
+  check_shapes(q, k, v, layout, group.rank());
+  PassIo io;
+  io.o = output(o, q.shape(), "o");
+  io.lse = output(lse, core::Shape{q.dim(0), q.dim(1)}, "lse");
+  execute_in(spec.precision, Pass::forward, q, k, v, View<const float>{}, io, spec, layout, group,
+             stats);
+}
+
+void distributed_attention_backward_into(View<const float> dout, View<const float> q,
+                                         View<const float> k, View<const float> v,
+                                         View<const float> o, View<const float> lse,
+                                         const AttentionSpec& spec, const Layout& layout,
+                                         comm::Group& group, View<float> dq, View<float> dk,
+                                         View<float> dv, AttentionStats* stats) {
+  check_shapes(q, k, v, layout, group.rank());
+  core::require(dout.shape() == q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
+                q.shape().str());
+  const core::Shape lse_shape{q.dim(0), q.dim(1)};
+  core::require(o.shape() == q.shape() && o.is_contiguous(), "attention", "the saved o ",
+                o.shape().str(), " must be a contiguous ", q.shape().str());
+  core::require(lse.shape() == lse_shape && lse.is_contiguous(), "attention", "the saved lse ",
+                lse.shape().str(), " must be a contiguous ", lse_shape.str());
+  PassIo io;
+  io.saved_o = o.data();
+  io.saved_lse = lse.data();
+  io.dq = output(dq, q.shape(), "dq");
+  io.dk = output(dk, k.shape(), "dk");
+  io.dv = output(dv, v.shape(), "dv");
+  execute_in(spec.precision, Pass::backward, q, k, v, dout, io, spec, layout, group, stats);
+}
+
 AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k,
                                              View<const float> v, const AttentionSpec& spec,
                                              const Layout& layout, comm::Group& group,
@@ -810,12 +881,10 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
   saved.q = q;
   saved.k = k;
   saved.v = v;
-  if (spec.precision == core::DType::bf16)
-    execute<core::bf16>(Pass::forward, q, k, v, {}, &saved, nullptr, nullptr, spec, layout, group,
-                        stats);
-  else
-    execute<float>(Pass::forward, q, k, v, {}, &saved, nullptr, nullptr, spec, layout, group,
-                   stats);
+  saved.o = output_tensor(q.shape(), spec, "attention o");
+  saved.lse = output_tensor(core::Shape{q.dim(0), q.dim(1)}, spec, "attention lse");
+  distributed_attention_forward_into(q, k, v, spec, layout, group, saved.o.view(), saved.lse.view(),
+                                     stats);
   return saved;
 }
 
@@ -823,16 +892,14 @@ AttentionGrads distributed_attention_backward(View<const float> dout, const Atte
                                               const AttentionSpec& spec, const Layout& layout,
                                               comm::Group& group, AttentionStats* stats) {
   check_shapes(saved.q, saved.k, saved.v, layout, group.rank());
-  core::require(dout.shape() == saved.q.shape(), "attention", "do ", dout.shape().str(),
-                " must match q ", saved.q.shape().str());
   validate_precision(spec.precision);
   AttentionGrads g;
-  if (spec.precision == core::DType::bf16)
-    execute<core::bf16>(Pass::backward, saved.q, saved.k, saved.v, dout, nullptr, &saved, &g, spec,
-                        layout, group, stats);
-  else
-    execute<float>(Pass::backward, saved.q, saved.k, saved.v, dout, nullptr, &saved, &g, spec,
-                   layout, group, stats);
+  g.dq = output_tensor(saved.q.shape(), spec, "attention dq");
+  g.dk = output_tensor(saved.k.shape(), spec, "attention dk");
+  g.dv = output_tensor(saved.v.shape(), spec, "attention dv");
+  distributed_attention_backward_into(dout, saved.q, saved.k, saved.v, saved.o.view(),
+                                      saved.lse.view(), spec, layout, group, g.dq.view(),
+                                      g.dk.view(), g.dv.view(), stats);
   return g;
 }
 

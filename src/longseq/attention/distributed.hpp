@@ -109,4 +109,27 @@ AttentionGrads distributed_attention_backward(core::View<const float> dout,
                                               const AttentionSpec& spec, const Layout& layout,
                                               comm::Group& group, AttentionStats* stats = nullptr);
 
+/// The two passes into caller-owned memory, for callers whose framework allocates the outputs
+/// (the Python package hands in its tensors: design.md §11). Same schedules, kernels and bits as
+/// the allocating forms above, which call these.
+///   forward:  o [L, Hq, D] and lse [L, Hq] are overwritten whole.
+///   backward: reads q, k, v and the forward's o, lse (unchanged since the forward); dq [L, Hq,
+///             D], dk and dv [L, Hkv, D] are overwritten whole.
+/// Every output view is fp32, contiguous, in spec.device's memory, and overlaps no input and no
+/// other output. Throws core::Error naming the tensor and the shapes for a wrong shape or a
+/// non-contiguous output (before any communication, so every rank throws alike when all hold the
+/// same shapes).
+void distributed_attention_forward_into(core::View<const float> q, core::View<const float> k,
+                                        core::View<const float> v, const AttentionSpec& spec,
+                                        const Layout& layout, comm::Group& group,
+                                        core::View<float> o, core::View<float> lse,
+                                        AttentionStats* stats = nullptr);
+void distributed_attention_backward_into(core::View<const float> dout, core::View<const float> q,
+                                         core::View<const float> k, core::View<const float> v,
+                                         core::View<const float> o, core::View<const float> lse,
+                                         const AttentionSpec& spec, const Layout& layout,
+                                         comm::Group& group, core::View<float> dq,
+                                         core::View<float> dk, core::View<float> dv,
+                                         AttentionStats* stats = nullptr);
+
 }  // namespace longseq::attention

@@ -119,7 +119,11 @@ GlobalInputs GlobalInputs::random(int64_t n, int64_t hq, int64_t hkv, int64_t d,
   return in;
 }
 
-void GlobalInputs::validate(const char* who, const std::array<const char*, 4>& names) const {
+GlobalViews GlobalInputs::views() const {
+  return {q.view(), k.view(), v.view(), backward() ? dout.view() : core::View<const float>{}};
+}
+
+void GlobalViews::validate(const char* who, const std::array<const char*, 4>& names) const {
   const auto& [nq, nk, nv, ndo] = names;
   for (const auto& [name, t, rank] :
        {std::tuple{nq, &q, "[N, Hq, D]"}, {nk, &k, "[N, Hkv, D]"}, {nv, &v, "[N, Hkv, D]"}}) {
@@ -127,6 +131,7 @@ void GlobalInputs::validate(const char* who, const std::array<const char*, 4>& n
     // Zero extents would divide by zero further on.
     core::require(t->dim(0) > 0 && t->dim(1) > 0 && t->dim(2) > 0, who, name, " has shape ",
                   t->shape().str(), ": every extent must be positive");
+    core::require(t->is_contiguous(), who, name, " ", t->shape().str(), " must be contiguous");
   }
   core::require(k.shape() == v.shape(), who, nk, " ", k.shape().str(), " and ", nv, " ",
                 v.shape().str(), " must have the same shape");
@@ -136,8 +141,8 @@ void GlobalInputs::validate(const char* who, const std::array<const char*, 4>& n
                 ") must be a multiple of key/value heads ", hkv(), " (", nk, " ", k.shape().str(),
                 ")");
   if (backward())
-    core::require(dout.shape() == q.shape(), who, ndo, " ", dout.shape().str(), " must match ", nq,
-                  " ", q.shape().str());
+    core::require(dout.shape() == q.shape() && dout.is_contiguous(), who, ndo, " ",
+                  dout.shape().str(), " must be a contiguous ", q.shape().str(), " to match ", nq);
 }
 
 nlohmann::json RankRecord::to_json(bool with_backward) const {
@@ -177,8 +182,8 @@ uint64_t HarnessRun::bytes_sent_inter() const {
   return t;
 }
 
-HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const Layout& layout,
-                       comm::Group& g) {
+HarnessRun run_harness(const GlobalViews& in, const AttentionSpec& spec, const Layout& layout,
+                       comm::Group& g, const HarnessOutputs* into) {
   in.validate("attention");
   core::require(layout.world() == g.size(), "attention", "layout of ", layout.world(),
                 " ranks on a group of ", g.size());
@@ -188,10 +193,23 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
   const int r = g.rank(), world = g.size();
   const int64_t l = layout.local_len();
   const bool backward = in.backward();
+  if (into != nullptr && r == 0) {
+    auto check = [](const core::View<float>& x, const core::Shape& shape, const char* name) {
+      core::require(x.shape() == shape && x.is_contiguous(), "attention", "output ", name, " ",
+                    x.shape().str(), " must be a contiguous ", shape.str());
+    };
+    check(into->o, core::Shape{n, hq, d}, "o");
+    check(into->lse, core::Shape{n, hq}, "lse");
+    if (backward) {
+      check(into->dq, core::Shape{n, hq, d}, "dq");
+      check(into->dk, core::Shape{n, hkv, d}, "dk");
+      check(into->dv, core::Shape{n, hkv, d}, "dv");
+    }
+  }
 
   // This rank's shard of a global input, on spec.device (a GPU gets a copy of the host shard).
   const core::Device dev = spec.device;
-  auto shard = [&](const core::Tensor<float>& global, int64_t heads, const char* name) {
+  auto shard = [&](const core::View<const float>& global, int64_t heads, const char* name) {
     core::Tensor<float> local(core::Shape{l, heads, d});
     layout.shard(global.data(), heads * d, r, local.data());
     if (dev.is_cpu()) return local;
@@ -242,15 +260,19 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
   struct Part {
     const core::Tensor<float>* local;
     core::Tensor<float>* global;
+    core::View<float> into;  // the caller's, or empty: allocate `global`
+    core::Shape shape;       // global shape
     int64_t row;
     int tag;
   };
-  std::vector<Part> parts = {{&saved.o, &out.o, hq * d, kTagO},
-                             {&saved.lse, &out.lse, hq, kTagLse}};
+  const HarnessOutputs none;
+  const HarnessOutputs& to = into != nullptr && r == 0 ? *into : none;
+  std::vector<Part> parts = {{&saved.o, &out.o, to.o, core::Shape{n, hq, d}, hq * d, kTagO},
+                             {&saved.lse, &out.lse, to.lse, core::Shape{n, hq}, hq, kTagLse}};
   if (backward) {
-    parts.push_back({&grads.dq, &out.dq, hq * d, kTagDq});
-    parts.push_back({&grads.dk, &out.dk, hkv * d, kTagDk});
-    parts.push_back({&grads.dv, &out.dv, hkv * d, kTagDv});
+    parts.push_back({&grads.dq, &out.dq, to.dq, core::Shape{n, hq, d}, hq * d, kTagDq});
+    parts.push_back({&grads.dk, &out.dk, to.dk, core::Shape{n, hkv, d}, hkv * d, kTagDk});
+    parts.push_back({&grads.dv, &out.dv, to.dv, core::Shape{n, hkv, d}, hkv * d, kTagDv});
   }
   const std::array<double, kRecordDoubles> packed = pack(mine);
   if (r != 0) {
@@ -264,15 +286,16 @@ HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const 
     return out;
   }
   for (const Part& p : parts) {
-    core::Shape shape = p.local->shape();
-    core::Shape global{n};
-    for (int i = 1; i < shape.rank(); ++i) global.push(shape[i]);
-    *p.global = core::Tensor<float>(global);
-    layout.unshard(p.local->data(), p.row, 0, p.global->data());
+    float* dst = p.into.data();
+    if (dst == nullptr) {
+      *p.global = core::Tensor<float>(p.shape);
+      dst = p.global->data();
+    }
+    layout.unshard(p.local->data(), p.row, 0, dst);
     std::vector<float> buf(static_cast<size_t>(p.local->numel()));
     for (int src = 1; src < world; ++src) {
       recv_pieces(g, src, buf.data(), buf.size() * sizeof(float), p.tag);
-      layout.unshard(buf.data(), p.row, src, p.global->data());
+      layout.unshard(buf.data(), p.row, src, dst);
     }
   }
   out.ranks.resize(static_cast<size_t>(world));

@@ -28,8 +28,25 @@
 
 namespace longseq::attention {
 
-/// Global inputs in global token order: q, dout [N, Hq, D], k, v [N, Hkv, D]. A default
-/// (rank-0) dout means forward only.
+/// Global inputs in global token order, borrowed: q, dout [N, Hq, D], k, v [N, Hkv, D], each
+/// contiguous fp32 host memory. A default (rank-0) dout means forward only.
+struct GlobalViews {
+  core::View<const float> q, k, v, dout;
+
+  int64_t n() const { return q.dim(0); }
+  int64_t hq() const { return q.dim(1); }
+  int64_t hkv() const { return k.dim(1); }
+  int64_t d() const { return q.dim(2); }
+  bool backward() const { return dout.rank() > 0; }
+  /// Throws core::Error naming `who`, the shapes and values unless q is [N, Hq, D], k and v are
+  /// [N, Hkv, D], dout is default or [N, Hq, D], every extent is positive, Hkv divides Hq and
+  /// every view is contiguous. `names` name q, k, v and dout in messages (the CLI passes its
+  /// flags: "--q has shape ...").
+  void validate(const char* who,
+                const std::array<const char*, 4>& names = {"q", "k", "v", "dO"}) const;
+};
+
+/// Global inputs owned: GlobalViews over tensors of its own.
 struct GlobalInputs {
   core::Tensor<float> q, k, v, dout;
 
@@ -37,16 +54,17 @@ struct GlobalInputs {
   /// core::Error naming the values unless every extent is positive and Hq % Hkv == 0.
   static GlobalInputs random(int64_t n, int64_t hq, int64_t hkv, int64_t d, uint64_t seed);
 
+  GlobalViews views() const;
   int64_t n() const { return q.dim(0); }
   int64_t hq() const { return q.dim(1); }
   int64_t hkv() const { return k.dim(1); }
   int64_t d() const { return q.dim(2); }
   bool backward() const { return dout.shape().rank() > 0; }
-  /// Throws core::Error naming `who`, the shapes and values unless q is [N, Hq, D], k and v are
-  /// [N, Hkv, D], dout is default or [N, Hq, D], every extent is positive and Hkv divides Hq.
-  /// `names` name q, k, v and dout in messages (the CLI passes its flags: "--q has shape ...").
+  /// GlobalViews::validate of views().
   void validate(const char* who,
-                const std::array<const char*, 4>& names = {"q", "k", "v", "dO"}) const;
+                const std::array<const char*, 4>& names = {"q", "k", "v", "dO"}) const {
+    views().validate(who, names);
+  }
 };
 
 /// One rank's part of a run: where it sits, what it sent and received per pass, how long it
@@ -86,11 +104,22 @@ struct HarnessRun {
   uint64_t bytes_sent_inter() const;
 };
 
+/// Caller-owned global outputs for rank 0 (run_harness's `into`): o [N, Hq, D], lse [N, Hq] and,
+/// with dO, dq [N, Hq, D], dk and dv [N, Hkv, D]; contiguous fp32 host memory.
+struct HarnessOutputs {
+  core::View<float> o, lse, dq, dk, dv;
+};
+
 /// Collective over `group`: shard, run, gather (see the top of the file). `layout.world()` must
-/// equal group.size(); spec, layout and inputs must be the same on every rank. Throws core::Error
-/// naming the values for bad inputs (before any communication, so every rank throws alike) and
-/// whatever the attention throws.
-HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec, const Layout& layout,
-                       comm::Group& group);
+/// equal group.size(); spec, layout and inputs must be the same on every rank. With `into` (read
+/// on rank 0 only) rank 0's global outputs are written there instead of into HarnessRun's
+/// tensors, which stay empty. Throws core::Error naming the values for bad inputs or outputs
+/// (before any communication, so every rank throws alike) and whatever the attention throws.
+HarnessRun run_harness(const GlobalViews& in, const AttentionSpec& spec, const Layout& layout,
+                       comm::Group& group, const HarnessOutputs* into = nullptr);
+inline HarnessRun run_harness(const GlobalInputs& in, const AttentionSpec& spec,
+                              const Layout& layout, comm::Group& group) {
+  return run_harness(in.views(), spec, layout, group);
+}
 
 }  // namespace longseq::attention

@@ -1,5 +1,8 @@
 #include "longseq/attention/layout.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "longseq/core/error.hpp"
@@ -121,6 +124,50 @@ std::pair<int, int64_t> Layout::locate(int64_t p) const {
     }
   }
   return {0, 0};
+}
+
+namespace {
+
+// Calls fn(local row, global position, rows) for every run of consecutive positions of `rank`'s
+// chunks (the whole chunk when its stride is 1; else one row at a time), padding included.
+template <class F>
+void for_each_run(const std::vector<Chunk>& chunks, F&& fn) {
+  for (const Chunk& c : chunks) {
+    if (c.pos_stride == 1) {
+      fn(c.local_begin, c.pos_begin, c.len);
+    } else {
+      for (int64_t i = 0; i < c.len; ++i) fn(c.local_begin + i, c.pos_begin + i * c.pos_stride, 1);
+    }
+  }
+}
+
+}  // namespace
+
+void Layout::shard_bytes(const void* global, int64_t outer, int64_t row_bytes, int rank,
+                         void* local) const {
+  const auto* g = static_cast<const std::byte*>(global);
+  auto* l = static_cast<std::byte*>(local);
+  const int64_t ll = local_len();
+  for (int64_t b = 0; b < outer; ++b)
+    for_each_run(chunks(rank), [&](int64_t li, int64_t p, int64_t len) {
+      std::byte* dst = l + (b * ll + li) * row_bytes;
+      const int64_t real = std::clamp<int64_t>(n_ - p, 0, len);  // rows before the padding
+      if (real > 0) std::memcpy(dst, g + (b * n_ + p) * row_bytes, real * row_bytes);
+      if (real < len) std::memset(dst + real * row_bytes, 0, (len - real) * row_bytes);
+    });
+}
+
+void Layout::unshard_bytes(const void* local, int64_t outer, int64_t row_bytes, int rank,
+                           void* global) const {
+  const auto* l = static_cast<const std::byte*>(local);
+  auto* g = static_cast<std::byte*>(global);
+  const int64_t ll = local_len();
+  for (int64_t b = 0; b < outer; ++b)
+    for_each_run(chunks(rank), [&](int64_t li, int64_t p, int64_t len) {
+      const int64_t real = std::clamp<int64_t>(n_ - p, 0, len);
+      if (real > 0)
+        std::memcpy(g + (b * n_ + p) * row_bytes, l + (b * ll + li) * row_bytes, real * row_bytes);
+    });
 }
 
 }  // namespace longseq::attention

@@ -64,6 +64,14 @@ class Layout {
   /// Writes the rank's non-padding rows of local [local_len, row] into global [n, row].
   template <class T>
   void unshard(const T* local, int64_t row, int rank, T* global) const;
+  /// shard() and unshard() for rows of any element type, `outer` times over: global [outer, n,
+  /// row_bytes] <-> local [outer, local_len, row_bytes] (the sequence dimension of a tensor in
+  /// the middle, e.g. [B, N, H, D] with outer = B and row_bytes = H * D * element size). Runs of
+  /// consecutive positions move as one copy. Padding rows of `local` are zero after shard_bytes.
+  void shard_bytes(const void* global, int64_t outer, int64_t row_bytes, int rank,
+                   void* local) const;
+  void unshard_bytes(const void* local, int64_t outer, int64_t row_bytes, int rank,
+                     void* global) const;
 
  private:
   Balance balance_;

@@ -89,6 +89,22 @@ MaskSpec MaskSpec::parse(std::string_view text, bool causal, int64_t n) {
   return m;
 }
 
+std::vector<int32_t> MaskSpec::documents_from_offsets(std::span<const int64_t> offsets, int64_t n) {
+  require(offsets.size() >= 2 && offsets.front() == 0 && offsets.back() == n, "attention",
+          "cu_seqlens of ", offsets.size(), " entries must start at 0 and end at the ", n,
+          " tokens (first ", offsets.empty() ? -1 : offsets.front(), ", last ",
+          offsets.empty() ? -1 : offsets.back(), ")");
+  require(offsets.size() - 1 <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+          "attention", "cu_seqlens of ", offsets.size(), " entries: too many documents");
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    require(offsets[i] <= offsets[i + 1], "attention", "cu_seqlens decreases at entry ", i + 1,
+            ": ", offsets[i], " then ", offsets[i + 1]);
+    std::fill(ids.begin() + offsets[i], ids.begin() + offsets[i + 1], static_cast<int32_t>(i));
+  }
+  return ids;
+}
+
 void MaskSpec::validate(int64_t n) const {
   require(window >= 0, "attention", "mask window must be >= 0, got ", window);
   require(doc_ids.empty() || static_cast<int64_t>(doc_ids.size()) == n, "attention", "mask has ",

@@ -33,6 +33,11 @@ struct MaskSpec {
   /// length the files must match. Throws core::Error naming the term and the values.
   static MaskSpec parse(std::string_view text, bool causal, int64_t n);
 
+  /// Document ids of n tokens from the offsets of packed sequences (flash-attn's cu_seqlens:
+  /// document i holds tokens [offsets[i], offsets[i + 1])): ids 0, 1, ... in order. Throws
+  /// core::Error naming the values unless offsets start at 0, never decrease and end at n.
+  static std::vector<int32_t> documents_from_offsets(std::span<const int64_t> offsets, int64_t n);
+
   /// Checks sizes against sequence length n; throws core::Error naming the values.
   void validate(int64_t n) const;
   /// The borrowed kernel view (valid while this MaskSpec lives and is not modified).
