@@ -71,6 +71,17 @@ void run(const Options& options, const std::function<void(Group&)>& fn) {
   init(options.backend).run(options, fn);
 }
 
+std::unique_ptr<OpenWorld> open_world(const Options& options) {
+  const std::string_view name = options.backend == "any" && !launched_by_mpirun() && mpi_built()
+                                    ? std::string_view("mpi")
+                                    : std::string_view(options.backend);
+  const BackendEntry& b = init(name);
+  core::require(b.name == "mpi", "comm",
+                "open_world needs the mpi backend (one rank per process), not '", b.name,
+                "': the local backend's ranks are threads of one run() call");
+  return open_mpi_world(options);
+}
+
 void abort_job(int code) {
   if (mpi_initialized()) mpi_abort(code);
   std::fflush(stdout);

@@ -11,6 +11,7 @@
 // after every rank's function has returned, so all ranks agree on success or on the first
 // failure. Each run() builds a fresh world: a failure in one run does not leak into the next.
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -64,6 +65,27 @@ void run(const Options& options, const std::function<void(Group&)>& fn);
 /// run() with the local backend whatever options.backend says.
 void run_local(const Options& options, const std::function<void(Group&)>& fn);
 
+/// A world held open between calls, for a caller that cannot hand run() one function: under
+/// mpirun each process is a Python interpreter running the user's script, whose every statement
+/// may use the group (the Python package, design.md §11). The world is what run() gives its
+/// function, with run()'s failure rules: fail() is what a throwing function does (every pending
+/// and future wait of every rank throws RankFailed naming this rank and `message`), close() is
+/// what run() does once the function returned (it returns on a rank only after every rank has
+/// closed, and throws RankFailed if any rank failed). Released without close(): fail() then
+/// close(), errors swallowed. Thread safety: as Group's; close() once, from one thread.
+class OpenWorld {
+ public:
+  virtual ~OpenWorld() = default;
+  /// The world group (invalid after close()).
+  virtual Group& group() = 0;
+  virtual void fail(const std::string& message) = 0;
+  virtual void close() = 0;
+};
+/// Opens this process's rank of a new world of the mpi backend (options.backend "mpi", or "any"
+/// under mpirun; without mpirun MPI starts as a singleton world of 1). Throws core::Error naming
+/// the backend for the local backend, whose ranks are threads of one run() call, and when MPI
+/// was not built.
+std::unique_ptr<OpenWorld> open_world(const Options& options);
 /// MPI: MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised; otherwise std::exit(code).
 [[noreturn]] void abort_job(int code);
 

@@ -19,6 +19,8 @@ bool mpi_initialized();
 int mpi_world_size();
 /// Runs fn as this process's rank of a fresh world (a dup of MPI_COMM_WORLD).
 void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn);
+/// This process's rank of a new world held open (launch.hpp open_world).
+std::unique_ptr<OpenWorld> open_mpi_world(const Options& options);
 /// Returns once every process of MPI_COMM_WORLD has called it (MPI_Ibarrier polled with 1 ms
 /// sleeps on the progress thread, so waiting costs no core). Call with no world running.
 void mpi_wait_all_processes();

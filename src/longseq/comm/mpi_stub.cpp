@@ -23,6 +23,10 @@ int mpi_world_size() {
 void run_mpi_world(const Options&, const std::function<void(Group&)>&) {
   mpi_init();
 }
+std::unique_ptr<OpenWorld> open_mpi_world(const Options&) {
+  mpi_init();
+  return nullptr;
+}
 void mpi_wait_all_processes() {
   mpi_init();
 }

@@ -149,80 +149,125 @@ using mpi_impl::kDone;
 using mpi_impl::MpiWorld;
 using mpi_impl::Runtime;
 
-void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn) {
-  Runtime& rt = Runtime::get();
-  core::require(options.world == 0 || options.world == rt.size(), "comm", "--world ", options.world,
-                " but mpirun started ", rt.size(), " processes");
-  core::require(options.timeout_s > 0.0, "comm", "timeout ", options.timeout_s,
-                " s must be positive");
-  auto world = std::make_shared<MpiWorld>();
-  world->rank = rt.rank();
-  world->size = rt.size();
-  world->timeout_s = options.timeout_s;
-  world->done_from.assign(static_cast<size_t>(rt.size()), 0);
-  world->chunk_bytes = mpi_chunk_bytes();
-  // Blocking collectives are fine here: no traffic of this world exists yet.
-  rt.run_sync([&] {
-    mpi_impl::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world->comm), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(world->comm, MPI_ERRORS_RETURN);
-    // A receiver splits its expectation at its own limit, so all ranks must use one: the smallest
-    // and (negated) largest in one all-reduce. Every rank sees the same result and throws alike.
-    const auto mine = static_cast<long long>(world->chunk_bytes);
-    long long lim[2] = {mine, -mine};
-    mpi_impl::mpi_check(MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_LONG_LONG, MPI_MIN, world->comm),
-                        "MPI_Allreduce (chunk limit)");
-    if (lim[0] != -lim[1]) {
-      MPI_Comm_free(&world->comm);
-      core::fail("comm", "MPI chunk limit differs between ranks: ", lim[0], " to ", -lim[1],
-                 " bytes (mpi_set_chunk_bytes must be called alike on every rank)");
-    }
-    world->topology = mpi_impl::detect_topology(world->comm, world->rank, world->size);
-    world->post_ctrl_recv();
-    rt.add_world(world);
-  });
-  if (options.nodes > 0) world->topology = Topology::declared(world->size, options.nodes);
+namespace {
 
-  auto rs = std::make_shared<RankState>();
-  rs->world_rank = world->rank;
-  rs->world_node = world->topology.node(world->rank);
-  try {
+// One world of this process, from MPI_Comm_dup to retirement: run_mpi_world's and
+// open_mpi_world's. `rs` and `group` are set once the world is up.
+class MpiOpenWorld final : public OpenWorld {
+ public:
+  explicit MpiOpenWorld(const Options& options) : abort_on_failure_(options.abort_on_failure) {
+    Runtime& rt = Runtime::get();
+    core::require(options.world == 0 || options.world == rt.size(), "comm", "--world ",
+                  options.world, " but mpirun started ", rt.size(), " processes");
+    core::require(options.timeout_s > 0.0, "comm", "timeout ", options.timeout_s,
+                  " s must be positive");
+    world_ = std::make_shared<MpiWorld>();
+    auto& world = world_;
+    world->rank = rt.rank();
+    world->size = rt.size();
+    world->timeout_s = options.timeout_s;
+    world->done_from.assign(static_cast<size_t>(rt.size()), 0);
+    world->chunk_bytes = mpi_chunk_bytes();
+    // Blocking collectives are fine here: no traffic of this world exists yet.
+    rt.run_sync([&] {
+      mpi_impl::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world->comm), "MPI_Comm_dup");
+      MPI_Comm_set_errhandler(world->comm, MPI_ERRORS_RETURN);
+      // A receiver splits its expectation at its own limit, so all ranks must use one: the
+      // smallest and (negated) largest in one all-reduce. Every rank sees the same result and
+      // throws alike.
+      const auto mine = static_cast<long long>(world->chunk_bytes);
+      long long lim[2] = {mine, -mine};
+      mpi_impl::mpi_check(MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_LONG_LONG, MPI_MIN, world->comm),
+                          "MPI_Allreduce (chunk limit)");
+      if (lim[0] != -lim[1]) {
+        MPI_Comm_free(&world->comm);
+        core::fail("comm", "MPI chunk limit differs between ranks: ", lim[0], " to ", -lim[1],
+                   " bytes (mpi_set_chunk_bytes must be called alike on every rank)");
+      }
+      world->topology = mpi_impl::detect_topology(world->comm, world->rank, world->size);
+      world->post_ctrl_recv();
+      rt.add_world(world);
+    });
+    if (options.nodes > 0) world->topology = Topology::declared(world->size, options.nodes);
+
+    auto rs = std::make_shared<RankState>();
+    rs->world_rank = world->rank;
+    rs->world_node = world->topology.node(world->rank);
     std::vector<int> ranks(static_cast<size_t>(world->size));
     std::iota(ranks.begin(), ranks.end(), 0);
-    Group g(mpi_impl::make_group(world, ranks, world->rank, world->topology, 1u, rs));
-    fn(g);
-  } catch (const std::exception& e) {
-    world->fail(world->rank, e.what(), true);
-  } catch (...) {
-    world->fail(world->rank, "unknown exception (not derived from std::exception)", true);
+    group_ = Group(mpi_impl::make_group(world, ranks, world->rank, world->topology, 1u, rs));
+  }
+  ~MpiOpenWorld() override {
+    if (closed_) return;
+    try {
+      fail("the world was released without close()");
+      close();
+    } catch (...) {  // the failure just recorded is what close() reports
+    }
   }
 
-  // Agree on the outcome: success only once every rank's function has returned.
-  {
-    bool failed;
+  Group& group() override { return group_; }
+
+  void fail(const std::string& message) override { world_->fail(world_->rank, message, true); }
+
+  void close() override {
+    core::require(!closed_, "comm", "close() of a world that is already closed");
+    closed_ = true;
+    group_ = Group();
+    const auto& world = world_;
+    Runtime& rt = Runtime::get();
+    // Agree on the outcome: success only once every rank has closed.
     {
-      std::lock_guard<std::mutex> lk(world->mu);
-      failed = world->failed;
+      bool failed;
+      {
+        std::lock_guard<std::mutex> lk(world->mu);
+        failed = world->failed;
+      }
+      if (!failed) {
+        rt.submit([world] { world->send_ctrl(kDone, ""); });
+        std::unique_lock<std::mutex> lk(world->mu);
+        world->cv.wait(lk, [&] { return world->failed || world->done_count == world->size - 1; });
+      }
     }
-    if (!failed) {
-      rt.submit([world] { world->send_ctrl(kDone, ""); });
-      std::unique_lock<std::mutex> lk(world->mu);
-      world->cv.wait(lk, [&] { return world->failed || world->done_count == world->size - 1; });
+    std::unique_lock<std::mutex> lk(world->mu);
+    if (world->failed) {
+      const int who = world->failed_rank;
+      const std::string why = world->failure;
+      lk.unlock();
+      rt.submit([world] { Runtime::get().retire_world(world, true); });
+      if (abort_on_failure_) {
+        std::fprintf(stderr, "[comm] rank %d failed: %s\n", who, why.c_str());
+        mpi_abort(1);
+      }
+      throw RankFailed(who, why);
     }
-  }
-  std::unique_lock<std::mutex> lk(world->mu);
-  if (world->failed) {
-    const int who = world->failed_rank;
-    const std::string why = world->failure;
     lk.unlock();
-    rt.submit([world] { Runtime::get().retire_world(world, true); });
-    if (options.abort_on_failure) {
-      std::fprintf(stderr, "[comm] rank %d failed: %s\n", who, why.c_str());
-      mpi_abort(1);
-    }
-    throw RankFailed(who, why);
+    rt.run_sync([world] { Runtime::get().retire_world(world, false); });
   }
-  lk.unlock();
-  rt.run_sync([world] { Runtime::get().retire_world(world, false); });
+
+ private:
+  bool abort_on_failure_;
+  bool closed_ = false;
+  std::shared_ptr<MpiWorld> world_;
+  Group group_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpenWorld> open_mpi_world(const Options& options) {
+  return std::make_unique<MpiOpenWorld>(options);
+}
+
+void run_mpi_world(const Options& options, const std::function<void(Group&)>& fn) {
+  MpiOpenWorld w(options);
+  try {
+    fn(w.group());
+  } catch (const std::exception& e) {
+    w.fail(e.what());
+  } catch (...) {
+    w.fail("unknown exception (not derived from std::exception)");
+  }
+  w.close();
 }
 
 }  // namespace longseq::comm
