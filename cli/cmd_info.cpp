@@ -1,58 +1,62 @@
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "commands.hpp"
-#include "longseq/core/cpu.hpp"
-#include "longseq/kernels/cpu/dispatch.hpp"
-#include "longseq/kernels/gemm.hpp"
-#if defined(LONGSEQ_WITH_CUDA)
-#include "longseq/kernels/cuda/device.hpp"
-#endif
+#include "longseq/train/info.hpp"
 
 namespace longseq::cli {
 
-std::function<int()> add_info(CLI::App&) {
-  return [] {
-    const core::CpuFeatures& f = core::cpu_features();
-    const core::Isa isa = core::active_isa();
-    std::string built;
-    for (core::Isa b : kernels::cpu::built_isas()) built += std::string(" ") + core::isa_name(b);
-    std::printf("longseq\n  gemm library: %s (%s)\n  mpi backend:  %s\n", kernels::gemm_library(),
-                kernels::gemm_isa().c_str(),
-#ifdef LONGSEQ_WITH_MPI
-                "built"
-#else
-                "not built"
-#endif
-    );
-    std::printf("  cpu:          %s (%s)\n  cpu features: %s\n",
-                f.brand.empty() ? "unknown" : f.brand.c_str(),
-                f.vendor.empty() ? "unknown vendor" : f.vendor.c_str(), f.list().c_str());
-    std::printf("  kernel variants built:%s; best for this CPU: %s\n", built.c_str(),
-                core::isa_name(core::best_isa(f)));
-    // One table serves every family (kernels/cpu/dispatch.hpp), so they always agree.
-    std::printf("  kernel variant: %s%s\n", core::isa_name(isa),
-                isa == core::best_isa(f) ? "" : " (forced by LONGSEQ_ISA)");
-    std::printf("    attention:            %s\n",
-                core::isa_name(kernels::cpu::active_kernels().isa));
-    std::printf("    norms, rope, swiglu:  %s\n",
-                core::isa_name(kernels::cpu::active_kernels().isa));
-    std::printf("    lm head + loss:       %s\n",
-                core::isa_name(kernels::cpu::active_kernels().isa));
-    std::printf("  bf16: %s\n", core::bf16_mode());
-#if defined(LONGSEQ_WITH_CUDA)
-    namespace kcu = kernels::cuda;
-    const kcu::RuntimeInfo r = kcu::runtime_info();
-    std::printf("  cuda: built for sm %s; runtime %s, driver %s; %zu GPU(s)%s%s\n", r.archs.c_str(),
-                kcu::version_string(r.runtime_version).c_str(),
-                r.driver_version ? kcu::version_string(r.driver_version).c_str() : "none",
-                r.gpus.size(), r.status == "ok" ? "" : ": ",
-                r.status == "ok" ? "" : r.status.c_str());
-    for (const kcu::GpuInfo& g : r.gpus)
-      std::printf("    gpu %d: %s, sm_%d%d, %.1f GiB, %d SMs\n", g.index, g.name.c_str(), g.major,
-                  g.minor, static_cast<double>(g.total_bytes) / (1 << 30), g.multiprocessors);
-#else
+namespace {
+
+std::string str(const nlohmann::json& j) {
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+// The text form of train::build_info().
+void print_info(const nlohmann::json& i) {
+  std::printf("longseq %s\n  gemm library: %s (%s)\n  mpi backend:  %s\n  nccl backend: %s\n",
+              str(i["version"]).c_str(), str(i["gemm"]["library"]).c_str(),
+              str(i["gemm"]["isa"]).c_str(), str(i["mpi"]).c_str(), str(i["nccl"]).c_str());
+  std::printf("  cpu:          %s (%s)\n  cpu features: %s\n", str(i["cpu"]["brand"]).c_str(),
+              str(i["cpu"]["vendor"]).c_str(), str(i["cpu"]["features"]).c_str());
+  std::string built;
+  for (const auto& b : i["kernel_variants_built"]) built += " " + str(b);
+  std::printf("  kernel variants built:%s; best for this CPU: %s\n", built.c_str(),
+              str(i["best_variant"]).c_str());
+  std::printf("  kernel variant: %s%s\n", str(i["kernel_variant"]).c_str(),
+              i["kernel_variant_forced"].get<bool>() ? " (forced by LONGSEQ_ISA)" : "");
+  std::printf("    attention:            %s\n", str(i["kernels"]["attention"]).c_str());
+  std::printf("    norms, rope, swiglu:  %s\n", str(i["kernels"]["norms_rope_swiglu"]).c_str());
+  std::printf("    lm head + loss:       %s\n", str(i["kernels"]["lm_head"]).c_str());
+  std::printf("  bf16: %s\n", str(i["bf16"]).c_str());
+  const nlohmann::json& c = i["cuda"];
+  if (!c["built"].get<bool>()) {
     std::printf("  cuda: not built (no CUDA toolkit at configure time, or LONGSEQ_CUDA=OFF)\n");
-#endif
+    return;
+  }
+  const std::string status = str(c["status"]);
+  std::printf("  cuda: built for sm %s; runtime %s, driver %s; %zu GPU(s)%s%s\n",
+              str(c["archs"]).c_str(), str(c["runtime"]).c_str(),
+              c["driver"].is_null() ? "none" : str(c["driver"]).c_str(), c["gpus"].size(),
+              status == "ok" ? "" : ": ", status == "ok" ? "" : status.c_str());
+  for (const auto& g : c["gpus"])
+    std::printf("    gpu %d: %s, sm_%s, %.1f GiB, %d SMs\n", g["index"].get<int>(),
+                str(g["name"]).c_str(), str(g["sm"]).c_str(), g["memory_gib"].get<double>(),
+                g["multiprocessors"].get<int>());
+}
+
+}  // namespace
+
+std::function<int()> add_info(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  app.add_flag("--json", *json, "print the report as JSON (what longseq.info() returns)");
+  return [json] {
+    const nlohmann::json i = train::build_info();
+    if (*json)
+      std::printf("%s\n", i.dump(1).c_str());
+    else
+      print_info(i);
     return 0;
   };
 }
