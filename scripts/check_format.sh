@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a C++ file differs from .clang-format: clang-format --dry-run --Werror over every
-# *.cpp / *.hpp under src/ cli/ tests/ bench/ examples/ (or over the files given as arguments).
+# *.cpp / *.hpp under src/ cli/ python/ tests/ bench/ examples/ (or over the files given as arguments).
 # CTest runs it as `format`; `clang-format -i FILE` fixes what it names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ CLANG_FORMAT=${CLANG_FORMAT:-clang-format}
 command -v "$CLANG_FORMAT" >/dev/null || { echo "[format] SKIPPED: $CLANG_FORMAT not found (scripts/setup.sh installs it)" >&2; exit 77; }
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-  while IFS= read -r f; do files+=("$f"); done < <(find src cli tests bench examples \( -name '*.cpp' -o -name '*.hpp' \) | sort)
+  while IFS= read -r f; do files+=("$f"); done < <(find src cli python tests bench examples \( -name '*.cpp' -o -name '*.hpp' \) | sort)
 fi
 [ ${#files[@]} -gt 0 ] || { echo "[format] no files to check" >&2; exit 1; }
 if ! "$CLANG_FORMAT" --dry-run --Werror "${files[@]}"; then

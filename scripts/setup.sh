@@ -11,6 +11,11 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libicu-dev
   python3 python3-numpy python3-torch
+  # The Python package (python/, docs/python.md): pybind11 and DLPack's header for the module,
+  # Python's headers, pytest and hypothesis for its tests, venv + setuptools + wheel for
+  # `pip install --no-build-isolation .`.
+  python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-pytest python3-hypothesis
+  python3-venv python3-pip python3-setuptools python3-wheel
   bible-kjv
   iproute2 util-linux
   # strace: the checkpoint directory's fsync is read from the binary's system calls (tests/train).

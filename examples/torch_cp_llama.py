@@ -1,0 +1,189 @@
+"""A small LLaMA in plain PyTorch whose attention is longseq's, trained with context parallelism.
+
+    mpirun -np 4 python3 examples/torch_cp_llama.py            # 4 ranks, each a quarter of every
+    python3 examples/torch_cp_llama.py                          # one process: the same losses
+
+Each process is one rank (longseq.comm.mpi(): mpirun's processes, or a world of 1 without it).
+Every sequence of --seq tokens of the KJV text is cut into shards by a balanced layout
+(ContextParallel: --balance zigzag by default); each rank embeds its shard, applies RoPE at the
+global positions of its tokens (cp.positions()), and runs every attention layer as longseq's
+distributed attention (--algo burst) with autograd. The rest of the model (RMSNorm, projections,
+SwiGLU, the LM head) is ordinary PyTorch on the local tokens. The loss of a step is the mean over
+the whole sequence: each rank sums its tokens' losses over the global token count, and the
+gradients are summed over the ranks with longseq's all_reduce, so every rank takes the same
+AdamW step and the run equals the one-process run within fp32 rounding (tests/python/tests.cmake
+checks losses and gradients).
+
+Nothing here needs more than torch and longseq; the same script runs in your own model by
+replacing attention() below with yours around cp.attention().
+"""
+
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import longseq
+import longseq.torch as lt
+
+p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+p.add_argument("--seq", type=int, default=2048, help="tokens per sequence (any length)")
+p.add_argument("--steps", type=int, default=20)
+p.add_argument("--layers", type=int, default=2)
+p.add_argument("--hidden", type=int, default=128)
+p.add_argument("--heads", type=int, default=4)
+p.add_argument("--kv-heads", type=int, default=2)
+p.add_argument("--lr", type=float, default=3e-3)
+p.add_argument("--algo", default="burst", help="the --algo grammar of longseq")
+p.add_argument("--balance", default="zigzag")
+p.add_argument("--seed", type=int, default=1234)
+p.add_argument("--threads", type=int, default=0, help="torch and longseq threads per rank")
+p.add_argument("--data", default=None, help="text file (default: the KJV text longseq ships)")
+p.add_argument("--json", default=None, help="write losses and timings here (rank 0)")
+p.add_argument("--dump-grads", default=None,
+               help="write the first step's summed gradients here (safetensors, rank 0)")
+args = p.parse_args()
+
+group = longseq.comm.mpi()
+rank, world = group.rank, group.size
+threads = args.threads or max(1, (os.cpu_count() or 1) // world)
+torch.set_num_threads(threads)
+cp = lt.ContextParallel(group, algo=args.algo, balance=args.balance, seq=args.seq,
+                        mask="causal", threads=threads)
+
+# ---- data: byte-level tokens of the text; every rank reads the same, then takes its shard ----
+path = args.data or longseq.data_file("kjv-genesis-exodus.txt")
+tok = longseq.Tokenizer()
+with open(path, encoding="utf-8") as f:
+    ids = torch.tensor(tok.encode_documents([f.read()]), dtype=torch.int64)
+
+
+def batch(step):
+    """This rank's shard of sequence `step`: input ids, labels (the next token; -100 where there
+    is none: the last token and the layout's padding) and global positions."""
+    start = (step * args.seq) % (len(ids) - args.seq - 1)
+    x = ids[start:start + args.seq]
+    y = ids[start + 1:start + args.seq + 1]
+    pos = cp.positions()
+    labels = cp.shard(y).masked_fill(pos < 0, -100)
+    return cp.shard(x), labels, pos.clamp(min=0)
+
+
+# ---- the model ----------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, pos, theta=10000.0):
+    """Rotary embedding at global positions (Hugging Face's rotate_half convention)."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Block(nn.Module):
+    def __init__(self, h, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, h // heads
+        self.norm1, self.norm2 = RMSNorm(h), RMSNorm(h)
+        self.q = nn.Linear(h, heads * self.hd, bias=False)
+        self.k = nn.Linear(h, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(h, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(heads * self.hd, h, bias=False)
+        inter = int(8 * h / 3 + 63) // 64 * 64
+        self.gate = nn.Linear(h, inter, bias=False)
+        self.up = nn.Linear(h, inter, bias=False)
+        self.down = nn.Linear(inter, h, bias=False)
+
+    def attention(self, x, pos):
+        t = x.shape[0]
+        q = rope(self.q(x).view(t, self.heads, self.hd), pos)
+        k = rope(self.k(x).view(t, self.kv_heads, self.hd), pos)
+        v = self.v(x).view(t, self.kv_heads, self.hd)
+        # longseq: exact attention over the whole sequence, this rank holding its shard.
+        o = cp.attention(q.contiguous(), k.contiguous(), v.contiguous())
+        return self.o(o.reshape(t, -1))
+
+    def forward(self, x, pos):
+        x = x + self.attention(self.norm1(x), pos)
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab, h, layers, heads, kv_heads):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, h)
+        self.blocks = nn.ModuleList(Block(h, heads, kv_heads) for _ in range(layers))
+        self.norm = RMSNorm(h)
+
+    def forward(self, ids, pos):
+        x = self.embed(ids)
+        for b in self.blocks:
+            x = b(x, pos)
+        return self.norm(x) @ self.embed.weight.t()  # tied LM head
+
+
+torch.manual_seed(args.seed)
+model = Llama(tok.vocab_size, args.hidden, args.layers, args.heads, args.kv_heads)
+for name, t in model.named_parameters():  # LLaMA's initialisation: N(0, 0.02), norms at 1
+    if t.dim() > 1:
+        nn.init.normal_(t, std=0.02)
+for t in model.parameters():  # rank 0's initial weights everywhere
+    cp.broadcast(t.data, root=0)
+opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+count = args.seq  # labelled tokens of every sequence: its last token's label is the next one
+
+log = {"world": world, "algo": cp.algo, "balance": cp.balance, "seq": args.seq,
+       "local_len": cp.local_len, "threads": threads, "steps": []}
+for step in range(args.steps):
+    t0 = time.perf_counter()
+    cp.stats(reset=True)
+    x, y, pos = batch(step)
+    logits = model(x, pos)
+    loss = F.cross_entropy(logits, y, ignore_index=-100, reduction="sum") / count
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    t_back = time.perf_counter()
+    flat = torch.cat([t.grad.reshape(-1) for t in model.parameters()])
+    cp.all_reduce(flat)  # the gradient of the whole sequence's mean loss
+    off = 0
+    for t in model.parameters():
+        n = t.numel()
+        t.grad.copy_(flat[off:off + n].view_as(t))
+        off += n
+    total = cp.all_reduce(loss.detach().clone()).item()
+    if step == 0 and args.dump_grads and rank == 0:
+        longseq.save_safetensors(args.dump_grads, {n: t.grad for n, t in
+                                                   model.named_parameters()})
+    opt.step()
+    t1 = time.perf_counter()
+    # longseq's share of the step: every attention layer's forward and backward as the engine
+    # timed them (compute and waiting for other ranks).
+    s = cp.stats()
+    attn = sum(s[p][k] for p in ("forward", "backward") for k in ("compute_s", "wait_s"))
+    rec = {"step": step, "loss": total, "step_s": t1 - t0, "attention_s": attn,
+           "allreduce_s": t1 - t_back, "grad_norm": float(flat.norm())}
+    log["steps"].append(rec)
+    if rank == 0:
+        print(f"step {step:3d}  loss {total:.6f}  {t1 - t0:.3f} s "
+              f"(longseq attention {attn:.3f} s)", flush=True)
+
+if rank == 0 and args.json:
+    with open(args.json, "w") as f:
+        json.dump(log, f, indent=1)

@@ -1,0 +1,70 @@
+"""longseq.Mask: the project's mask grammar, with document ids and block masks as tensors."""
+
+from . import _core
+
+__all__ = ["Mask", "as_mask"]
+
+
+class Mask:
+    """A mask over the global positions of a sequence (design.md §3), in the grammar of
+    ``--mask``: comma-joined terms ``full | causal | window:W | document:FILE | blocks:FILE:B``.
+    Tensors stand in for the files:
+
+    * ``doc_ids`` (int32/int64, ``[N]``, or ``[B, N]`` per sequence of a batch in one process) or
+      ``cu_seqlens`` (flash-attn's offsets of packed sequences, ``[D + 1]``): a token sees only
+      its own document; as the grammar's document term, this implies causal;
+    * ``block_mask`` (uint8/bool ``[ceil(N/B), ceil(N/B)]``, 1 = visible) with ``block_size`` B.
+
+    The mask is checked against the sequence length when it is used; anything that does not fit
+    raises ValueError naming the values. ``Mask("window:4096")`` is a causal sliding window: a
+    token sees itself and the 4095 before it.
+    """
+
+    def __init__(self, text="full", *, doc_ids=None, cu_seqlens=None, block_mask=None,
+                 block_size=0):
+        if not isinstance(text, str):
+            raise TypeError(f"longseq.Mask: text must be a str of the --mask grammar, got "
+                            f"{type(text).__name__}")
+        self.text = text
+        self.doc_ids = doc_ids
+        self.cu_seqlens = cu_seqlens
+        self.block_mask = _bytes(block_mask)
+        self.block_size = int(block_size)
+        self._bound = {}
+
+    def bind(self, n):
+        """The engine's mask over ``n`` tokens (built once per n)."""
+        if n not in self._bound:
+            self._bound[n] = _core.Mask(self.text, int(n), doc_ids=self.doc_ids,
+                                        cu_seqlens=self.cu_seqlens, block_mask=self.block_mask,
+                                        block_size=self.block_size)
+        return self._bound[n]
+
+    def __repr__(self):
+        extra = [f"{k}=..." for k in ("doc_ids", "cu_seqlens", "block_mask")
+                 if getattr(self, k) is not None]
+        if self.block_size:
+            extra.append(f"block_size={self.block_size}")
+        return f"longseq.Mask({self.text!r}{''.join(', ' + e for e in extra)})"
+
+
+def _bytes(block_mask):
+    # A bool block mask as uint8 (the same 0/1 bytes): torch 1.13 exports no bool through DLPack.
+    if block_mask is None or str(getattr(block_mask, "dtype", "")) not in ("torch.bool", "bool"):
+        return block_mask
+    if hasattr(block_mask, "view") and hasattr(block_mask, "ctypes"):  # numpy: a view
+        return block_mask.view("uint8")
+    import torch
+    return block_mask.to(torch.uint8)
+
+
+def as_mask(mask, default="full"):
+    """None (the default), a grammar string or a Mask, as a Mask."""
+    if mask is None:
+        return Mask(default)
+    if isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, str):
+        return Mask(mask)
+    raise TypeError(f"mask must be None, a str of the --mask grammar or a longseq.Mask, got "
+                    f"{type(mask).__name__}")

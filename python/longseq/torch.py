@@ -1,0 +1,209 @@
+"""longseq's attention as PyTorch autograd functions, and context parallelism from PyTorch.
+
+``attention(q, k, v, mask=...)``: exact attention of whole sequences on this process; CPU tensors
+run the engine's CPU kernels in place, CUDA tensors (CUDA builds) its GPU executor. The backward
+is the engine's (deterministic: the same bits every run).
+
+``ContextParallel(group, algo=..., balance=..., seq=N)``: one process per rank (under mpirun),
+each holding its shard of every sequence under a balanced layout. ``shard``/``unshard`` move
+tensors between global and local order, ``positions()`` are the global positions of the local
+tokens (RoPE, labels), and ``attention`` is the engine's distributed attention with any algorithm
+of the --algo grammar, autograd included.
+"""
+
+import torch as _torch
+
+from . import _core
+from . import attention as _attn
+from ._mask import Mask, as_mask
+
+__all__ = ["attention", "ContextParallel", "Mask"]
+
+
+def _detached(*ts):
+    # torch refuses to export a tensor that requires grad through DLPack; detach() is a view.
+    return [t.detach() if isinstance(t, _torch.Tensor) else t for t in ts]
+
+
+def _check_tensors(fn, **ts):
+    for name, t in ts.items():
+        if not isinstance(t, _torch.Tensor):
+            raise TypeError(f"{fn}: {name} is a {type(t).__name__}, not a torch.Tensor")
+
+
+class _Attention(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, threads):
+        q_, k_, v_ = _detached(q, k, v)
+        widen = q.is_cuda and q.dtype == _torch.bfloat16
+        if widen:  # the GPU executor's API is float32 (python/src/device.hpp)
+            q_, k_, v_ = q_.float(), k_.float(), v_.float()
+        precision = "bf16" if widen else "auto"
+        o, lse = _attn.forward(q_, k_, v_, mask, scale, threads=threads, precision=precision)
+        ctx.save_for_backward(q_, k_, v_, o, lse)
+        ctx.cfg = (mask, scale, threads, precision, q.dtype)
+        ctx.mark_non_differentiable(lse)
+        return o.to(q.dtype), lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = _detached(*ctx.saved_tensors)
+        mask, scale, threads, precision, dtype = ctx.cfg
+        do = do.to(o.dtype).contiguous()
+        dq, dk, dv = _attn.backward(do, q, k, v, o, lse, mask, scale, threads=threads,
+                                    precision=precision)
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
+
+
+def attention(q, k, v, mask=None, softmax_scale=None, return_lse=False, *, threads=0):
+    """softmax(scale q k^T + mask) v over whole sequences, differentiable.
+
+    q ``[T, Hq, D]`` or ``[B, T, Hq, D]``, k and v ``[.., T, Hkv, D]`` (Hkv divides Hq), float32
+    or bfloat16, contiguous; ``mask`` None (full), a string of the --mask grammar ("causal",
+    "window:W", "causal,window:W", ...) or a ``longseq.Mask`` (document ids, cu_seqlens, block
+    masks). Returns o like q, and with ``return_lse`` also the float32 lse ``[.., T, Hq]``.
+    """
+    _check_tensors("longseq.torch.attention", q=q, k=k, v=v)
+    o, lse = _Attention.apply(q, k, v, as_mask(mask), softmax_scale, threads)
+    return (o, lse) if return_lse else o
+
+
+class _CpAttention(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cp, mask, scale):
+        q_, k_, v_ = _detached(q, k, v)
+        o = _torch.empty_like(q_)
+        lse = _torch.empty(q_.shape[:-1], dtype=_torch.float32)
+        m = mask.bind(cp.seq)
+        s = 0.0 if scale is None else float(scale)
+        cp._core.forward(q_, k_, v_, o, lse, m, s)
+        ctx.save_for_backward(q_, k_, v_, o, lse)
+        ctx.cfg = (cp, m, s)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = _detached(*ctx.saved_tensors)
+        cp, m, s = ctx.cfg
+        do = do.to(q.dtype).contiguous()
+        dq, dk, dv = _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
+        cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s)
+        return dq, dk, dv, None, None, None
+
+
+def _group_of(group):
+    from .comm import Group
+    if isinstance(group, Group):
+        return group, group._g
+    if isinstance(group, _core.Group):
+        return Group(group), group
+    raise TypeError(f"longseq.torch.ContextParallel: group must be a longseq.comm.Group (e.g. "
+                    f"longseq.comm.mpi()), got {type(group).__name__}")
+
+
+class ContextParallel:
+    """Context parallelism over ``group``: every rank holds ``local_len`` tokens of each
+    ``seq``-token sequence, chosen by ``balance`` (contiguous | zigzag | striped |
+    block-striped). Any ``seq`` works: the layout pads internally, and padding tokens (position
+    -1) see nothing and are seen by nobody.
+
+    ``algo``: the --algo grammar (ring, burst, double-ring[:I][:burst|:ring],
+    startrail:C[:teams|:rings], ulysses, usp:U[:burst|:ring]). ``mask``: the default mask of
+    ``attention`` ("causal"), a string or a ``longseq.Mask``; packed sequences by ``doc_ids``
+    ``[seq]`` or ``cu_seqlens`` (flash-attn's offsets). ``precision`` "bf16" runs float32
+    tensors through the bf16 kernels (bfloat16 tensors always do). ``threads`` 0: the host's
+    cores shared by the ranks on it.
+    """
+
+    def __init__(self, group, algo="burst", balance="zigzag", seq=None, mask="causal", *,
+                 doc_ids=None, cu_seqlens=None, block_mask=None, block_size=0, precision="f32",
+                 threads=0, head_groups=True, softmax_scale=None):
+        if seq is None:
+            raise ValueError("longseq.torch.ContextParallel: seq (the global sequence length) is "
+                             "required")
+        self.group, g = _group_of(group)
+        if any(x is not None for x in (doc_ids, cu_seqlens, block_mask)) or block_size:
+            if isinstance(mask, Mask):
+                raise ValueError("longseq.torch.ContextParallel: give doc_ids/cu_seqlens/"
+                                 "block_mask inside the Mask, or a mask string beside them")
+            mask = Mask(mask or "full", doc_ids=doc_ids, cu_seqlens=cu_seqlens,
+                        block_mask=block_mask, block_size=block_size)
+        self.mask = as_mask(mask, "causal")
+        self.softmax_scale = softmax_scale
+        bound = self.mask.bind(int(seq))
+        self._core = _core.ContextParallel(g, algo, balance, int(seq),
+                                           block=bound.block_size, precision=precision,
+                                           threads=int(threads), head_groups=bool(head_groups))
+
+    rank = property(lambda self: self._core.rank)
+    world = property(lambda self: self._core.world)
+    seq = property(lambda self: self._core.seq)
+    local_len = property(lambda self: self._core.local_len, doc="tokens per rank, padding included")
+    padded_len = property(lambda self: self._core.padded_len)
+    algo = property(lambda self: self._core.algo)
+    balance = property(lambda self: self._core.balance)
+
+    def positions(self):
+        """int64 ``[local_len]``: the global position of each local token, -1 for padding."""
+        p = _torch.empty(self.local_len, dtype=_torch.int64)
+        self._core.positions(p)
+        return p
+
+    def valid(self):
+        """bool ``[local_len]``: which local tokens are real (not padding)."""
+        return self.positions() >= 0
+
+    def shard(self, x, dim=0):
+        """This rank's tokens of the global ``x`` (``seq`` long along ``dim``), in local order;
+        padding rows are zero."""
+        _check_tensors("longseq.torch.ContextParallel.shard", x=x)
+        x = x.detach()
+        dim = dim % x.dim() if x.dim() else 0
+        shape = list(x.shape)
+        if dim < len(shape):
+            shape[dim] = self.local_len
+        out = _torch.empty(shape, dtype=x.dtype)
+        self._core.shard(x, dim, out)
+        return out
+
+    def unshard(self, x, dim=0):
+        """The global tensor from every rank's shard (a collective: all ranks call it)."""
+        _check_tensors("longseq.torch.ContextParallel.unshard", x=x)
+        x = x.detach()
+        dim = dim % x.dim() if x.dim() else 0
+        shape = list(x.shape)
+        if dim < len(shape):
+            shape[dim] = self.seq
+        out = _torch.empty(shape, dtype=x.dtype)
+        self._core.unshard(x, dim, out)
+        return out
+
+    def attention(self, q, k, v, mask=None, softmax_scale=None, return_lse=False):
+        """The distributed attention of this rank's shards q ``[L, Hq, D]`` or ``[B, L, Hq, D]``
+        (L = local_len), k and v ``[.., L, Hkv, D]``, differentiable; a collective over the group
+        (every rank calls it with the same shapes). ``mask`` None: the ContextParallel's."""
+        _check_tensors("longseq.torch.ContextParallel.attention", q=q, k=k, v=v)
+        m = self.mask if mask is None else as_mask(mask)
+        scale = self.softmax_scale if softmax_scale is None else softmax_scale
+        o, lse = _CpAttention.apply(q, k, v, self, m, scale)
+        return (o, lse) if return_lse else o
+
+    def stats(self, reset=False):
+        """This rank's seconds computing and waiting, steps and chunk pairs, summed over the
+        attention calls' forward and backward passes since the last reset."""
+        import json
+        return json.loads(self._core.stats(reset))
+
+    # The collectives a training loop needs, on this group.
+    def all_reduce(self, x, op="sum"):
+        return self.group.all_reduce(x, op)
+
+    def broadcast(self, x, root=0):
+        return self.group.broadcast(x, root)
+
+    def all_gather(self, x):
+        return self.group.all_gather(x)
+
+    def barrier(self):
+        self.group.barrier()

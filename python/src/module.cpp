@@ -1,0 +1,42 @@
+// longseq._core: the compiled half of the longseq Python package (design.md §11). It links the
+// engine's libraries and no PyTorch: tensors cross by DLPack (array.hpp), so one build serves
+// every framework that speaks it.
+//
+// Errors: core::Error (bad input the engine caught) becomes ValueError with the engine's message
+// ("[attention] ..."); comm::RankFailed (another rank failed, or a wait timed out) becomes
+// longseq.RankFailed, a RuntimeError; the bindings raise TypeError and ValueError themselves for
+// what they check before calling in. A broken invariant (LONGSEQ_CHECK) still aborts, as in C++.
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "longseq/comm/group.hpp"
+#include "longseq/core/cpu.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+  using namespace longseq;
+  m.doc() = "longseq's engine (C++), bound for the longseq package";
+  // Translators are tried newest first: RankFailed (a core::Error) before core::Error.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const core::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  static py::exception<comm::RankFailed> rank_failed(m, "RankFailed", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const comm::RankFailed& e) {
+      rank_failed(e.what());
+    }
+  });
+  // A bad LONGSEQ_ISA is one error at import, not a failure inside the first kernel.
+  core::active_isa();
+  python::bind_attention(m);
+  python::bind_comm(m);
+  python::bind_context_parallel(m);
+  python::bind_misc(m);
+}
