@@ -30,7 +30,9 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BUILD_TARGETS=${BUILD_TARGETS-longseq test_cuda cuda_kernels_bench cuda_attention_bench}
 export BUILD_DIR BUILD_TARGETS
 t0=$(date +%s)
-bash scripts/build.sh -DLONGSEQ_CUDA=ON -DLONGSEQ_BUILD_BENCH=ON > "$out/build.txt" 2>&1 || {
+# The Python package has its own, optional build below (a failure there must not cost this pass).
+bash scripts/build.sh -DLONGSEQ_CUDA=ON -DLONGSEQ_BUILD_BENCH=ON -DLONGSEQ_PYTHON=OFF \
+  > "$out/build.txt" 2>&1 || {
   tail -30 "$out/build.txt" >&2
   echo "[gpu_check] build failed (log: $out/build.txt)" >&2
   exit 1
@@ -105,6 +107,28 @@ if [ "${GPU_CHECK_RANKS:-1}" = 1 ]; then
     > "$out/gpu_ranks.txt" 2>&1 || echo "[gpu_check] gpu_ranks_bench failed or was cut" >&2
   benches+=("gpu_ranks")
 fi
+# The Python package's CUDA tensors (tests/python/test_cuda.py, docs/python.md "GPUs") with
+# $TORCH_PYTHON's torch, in a build of its own for that interpreter (pybind11 from LONGSEQ_DEPS
+# where the machine has none); GPU_CHECK_PYTHON=0 leaves it out. Never fails the check: its
+# outcome is python_cuda.txt and the summary line.
+python_cuda="not run"
+if [ "${GPU_CHECK_PYTHON:-1}" = 1 ]; then
+  py=$(command -v "$TORCH_PYTHON" || true)
+  if [ -n "$py" ] && "$py" -c "import torch, pytest" > /dev/null 2>&1; then
+    if BUILD_DIR=build-gpu-python BUILD_TARGETS=longseq_python timeout "$cap" bash scripts/build.sh \
+        -DLONGSEQ_CUDA=ON -DLONGSEQ_PYTHON=ON -DLONGSEQ_BUILD_TESTS=OFF -DLONGSEQ_BUILD_BENCH=OFF \
+        -DPython3_EXECUTABLE="$py" > "$out/python_cuda.txt" 2>&1; then
+      (cd tests/python && PYTHONPATH="$PWD/../../build-gpu-python/python" timeout "$cap" "$py" -m pytest \
+        -q -p no:cacheprovider test_cuda.py) >> "$out/python_cuda.txt" 2>&1 &&
+        python_cuda="passed" || python_cuda="FAILED"
+      python_cuda="$python_cuda: $(grep -E '[0-9]+ (passed|failed|skipped)' "$out/python_cuda.txt" | tail -1)"
+    else
+      python_cuda="build failed (python_cuda.txt)"
+    fi
+  else
+    python_cuda="skipped: $TORCH_PYTHON cannot import torch and pytest"
+  fi
+fi
 skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
 {
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): build $((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $(( $(date +%s) - t2 )) s"
@@ -112,6 +136,7 @@ skipped=$(grep -c 'Skipped' "$out/ctest_cuda.txt" || true)
   grep -E 'tests passed|tests failed' "$out/ctest_cuda.txt" || true
   echo "skipped cuda tests: $skipped"
   echo "benchmarks: ${benches[*]:-none yet}"
+  echo "python CUDA tensors: $python_cuda"
   cat "$out/errors.txt" 2>/dev/null || true
   if [ -f "$out/compare.txt" ]; then
     cat "$out/compare.txt"

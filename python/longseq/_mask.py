@@ -35,6 +35,8 @@ class Mask:
     def bind(self, n):
         """The engine's mask over ``n`` tokens (built once per n)."""
         if n not in self._bound:
+            if len(self._bound) >= 64:  # many lengths: keep the memory bounded
+                self._bound.clear()
             self._bound[n] = _core.Mask(self.text, int(n), doc_ids=self.doc_ids,
                                         cu_seqlens=self.cu_seqlens, block_mask=self.block_mask,
                                         block_size=self.block_size)
@@ -58,13 +60,21 @@ def _bytes(block_mask):
     return block_mask.to(torch.uint8)
 
 
+_by_text = {}
+
+
 def as_mask(mask, default="full"):
-    """None (the default), a grammar string or a Mask, as a Mask."""
+    """None (the default), a grammar string or a Mask, as a Mask. A string's Mask is made once
+    (with its engine masks per length), so a call with mask="causal" costs no parsing."""
     if mask is None:
-        return Mask(default)
+        mask = default
     if isinstance(mask, Mask):
         return mask
     if isinstance(mask, str):
-        return Mask(mask)
+        if mask not in _by_text:
+            if len(_by_text) > 256:
+                _by_text.clear()
+            _by_text[mask] = Mask(mask)
+        return _by_text[mask]
     raise TypeError(f"mask must be None, a str of the --mask grammar or a longseq.Mask, got "
                     f"{type(mask).__name__}")

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Attention from Python against the same kernels from C++ and against PyTorch's naive attention
+(issue "Python": within 5% of C++ at T = 8192, H = 8, D = 128, causal, forward + backward; the
+call overhead at T = 128 in microseconds). Writes JSON (--out) and prints a table.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_attention.py --build build \
+        --out docs/results/bench_python_attention.json
+
+Three readings of one case, each in a process of its own so its peak memory is its own:
+  cpp     build/bench/attention_kernel_bench (kernels/cpu's block kernels on the whole sequence,
+          fp32, the same threads): forward, and forward + D + backward;
+  python  longseq.attention.forward / backward from Python on torch tensors (what
+          longseq.torch.attention's autograd calls), the same threads;
+  torch   bench/attention_torch_naive.py: q k^T, masked_fill, softmax, p v and autograd (torch
+          1.13 has no scaled_dot_product_attention), torch.set_num_threads(threads).
+Timings: best of --reps, wall seconds and process CPU seconds / threads (what idle cores would
+take; the machine may be shared, and the 1-minute load average is recorded). Peak memory: the
+process's VmHWM above its level once the inputs exist.
+
+The overhead: T = 128 (H = 8, D = 128, causal), median of --calls calls of the Python forward,
+minus the C++ bench's forward at the same shape (its best of --reps).
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+PY_CASE = textwrap.dedent("""
+    import json, statistics, sys, time
+    import torch
+    import longseq
+    t, h, d, mask, threads, reps, calls = sys.argv[1:8]
+    t, h, d, threads, reps, calls = int(t), int(h), int(d), int(threads), int(reps), int(calls)
+    def hwm():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(t, h, d, generator=g) for _ in range(4))
+    m = longseq.Mask(mask)
+    o, lse = longseq.attention.forward(q, k, v, m, threads=threads)   # warm-up
+    longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads)
+    del o, lse
+    base = hwm()
+    fwd = fb = fwd_cpu = fb_cpu = float("inf")
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        o, lse = longseq.attention.forward(q, k, v, m, threads=threads)
+        fwd = min(fwd, time.perf_counter() - t0)
+        fwd_cpu = min(fwd_cpu, (time.process_time() - c0) / threads)
+        del o, lse
+    fwd_peak = hwm() - base
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        o, lse = longseq.attention.forward(q, k, v, m, threads=threads)
+        dq, dk, dv = longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads)
+        fb = min(fb, time.perf_counter() - t0)
+        fb_cpu = min(fb_cpu, (time.process_time() - c0) / threads)
+        del o, lse, dq, dk, dv
+    per_call = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        longseq.attention.forward(q, k, v, m, threads=threads)
+        per_call.append(time.perf_counter() - t0)
+    print(json.dumps({"fwd_s": fwd, "fwdbwd_s": fb, "fwd_cpu_s": fwd_cpu, "fwdbwd_cpu_s": fb_cpu,
+                      "fwd_median_s": statistics.median(per_call) if per_call else None,
+                      "fwd_peak_extra_bytes": fwd_peak,
+                      "fwdbwd_peak_extra_bytes": hwm() - base}))
+""")
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_json(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"[bench] {' '.join(cmd)} failed:\n{r.stderr}")
+    out = r.stdout
+    return json.loads(out[out.find("{"):])
+
+
+def cpp_case(a, t, reps):
+    path = os.path.join(a.tmp, f"cpp_{t}.json")
+    run_json([os.path.join(a.build, "bench", "attention_kernel_bench"), "--t", str(t), "--d",
+              str(a.d), "--heads", str(a.h), "--mask", a.mask, "--dtype", "f32", "--threads",
+              str(a.threads), "--reps", str(reps), "--no-torch", "--out", path])
+    with open(path) as f:
+        return json.load(f)["cases"][0]
+
+
+def py_case(a, t, reps, calls):
+    env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
+    return run_json([sys.executable, "-c", PY_CASE, str(t), str(a.h), str(a.d), a.mask,
+                     str(a.threads), str(reps), str(calls)], env)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--t", type=int, default=8192)
+    ap.add_argument("--h", type=int, default=8)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--mask", default="causal", choices=["full", "causal"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--small-t", type=int, default=128)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--tmp", default="/tmp")
+    a = ap.parse_args()
+
+    res = {"command": " ".join(sys.argv), "cpu": platform.processor() or platform.machine(),
+           "shape": {"t": a.t, "h": a.h, "d": a.d, "mask": a.mask}, "threads": a.threads,
+           "loadavg_start": loadavg()}
+    with open("/proc/cpuinfo") as f:
+        res["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
+                          res["cpu"])
+    info = json.loads(subprocess.run([sys.executable, "-c",
+                                      "import longseq, json; print(json.dumps(longseq.info()))"],
+                                     capture_output=True, text=True,
+                                     env=dict(os.environ,
+                                              PYTHONPATH=os.path.join(a.build, "python"))).stdout)
+    res["kernel_variant"] = info["kernel_variant"]
+    res["gemm"] = info["gemm"]
+    # Interleaved so drifting load hits both sides alike: python, cpp, python, cpp.
+    py1 = py_case(a, a.t, a.reps, 0)
+    cpp1 = cpp_case(a, a.t, a.reps)
+    py2 = py_case(a, a.t, a.reps, 0)
+    cpp2 = cpp_case(a, a.t, a.reps)
+    best = lambda k, *xs: min(x[k] for x in xs)  # noqa: E731
+    py = {k: best(k, py1, py2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")}
+    py["fwd_peak_extra_bytes"] = max(py1["fwd_peak_extra_bytes"], py2["fwd_peak_extra_bytes"])
+    py["fwdbwd_peak_extra_bytes"] = max(py1["fwdbwd_peak_extra_bytes"],
+                                        py2["fwdbwd_peak_extra_bytes"])
+    cpp = {k: best(k, cpp1, cpp2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")}
+    cpp["extra_bytes"] = cpp1["extra_bytes"]
+    torch_naive = run_json([sys.executable, os.path.join(HERE, "attention_torch_naive.py"),
+                            "--t", str(a.t), "--h", str(a.h), "--d", str(a.d), "--mask", a.mask,
+                            "--dtype", "f32", "--threads", str(a.threads), "--reps", "1"])
+    res.update(python=py, cpp=cpp, torch_naive=torch_naive)
+    res["python_over_cpp"] = {k: py[k] / cpp[k] for k in cpp if k.endswith("_s")}
+    res["torch_over_python"] = {k: torch_naive[k] / py[k] for k in py if k.endswith("_s")}
+
+    small = py_case(a, a.small_t, 3, a.calls)
+    small_cpp = cpp_case(a, a.small_t, 20)
+    res["overhead"] = {"t": a.small_t, "python_fwd_median_us": 1e6 * small["fwd_median_s"],
+                       "cpp_fwd_best_us": 1e6 * small_cpp["fwd_s"],
+                       "overhead_us": 1e6 * (small["fwd_median_s"] - small_cpp["fwd_s"])}
+    res["loadavg_end"] = loadavg()
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+    print(f"attention {a.mask} T={a.t} H={a.h} D={a.d}, {a.threads} threads, {res['cpu']} "
+          f"({res['kernel_variant']}), load {res['loadavg_start']:.2f} -> {res['loadavg_end']:.2f}")
+    print(f"{'':8} {'fwd s':>9} {'fwd+bwd s':>10} {'cpu fwd':>9} {'cpu f+b':>9} "
+          f"{'peak MiB (f+b)':>15}")
+    for name, r, peak in (("cpp", cpp, cpp["extra_bytes"]),
+                          ("python", py, py["fwdbwd_peak_extra_bytes"]),
+                          ("torch", torch_naive, torch_naive["fwdbwd_peak_extra_bytes"])):
+        print(f"{name:8} {r['fwd_s']:9.3f} {r['fwdbwd_s']:10.3f} {r['fwd_cpu_s']:9.3f} "
+              f"{r['fwdbwd_cpu_s']:9.3f} {peak / 2**20:15.1f}")
+    r = res["python_over_cpp"]
+    print(f"python / cpp: fwd {r['fwd_s']:.3f}, fwd+bwd {r['fwdbwd_s']:.3f} (cpu "
+          f"{r['fwdbwd_cpu_s']:.3f}); target <= 1.05")
+    o = res["overhead"]
+    print(f"overhead at T={o['t']}: python {o['python_fwd_median_us']:.1f} us per forward, C++ "
+          f"kernel {o['cpp_fwd_best_us']:.1f} us: {o['overhead_us']:.1f} us")
+
+
+if __name__ == "__main__":
+    main()

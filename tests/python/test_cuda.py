@@ -1,0 +1,72 @@
+"""CUDA tensors through longseq.torch.attention (labels python;cuda): the attention executor at
+world 1 on the tensors' GPU (python/src/device.hpp). Skipped where torch sees no GPU (this
+machine's torch has no CUDA); scripts/gpu_check.sh runs it on the GPU machine.
+
+Against float64 on the host (reference.py) with test_attention.py's bounds for float32 (the GPU's
+generic fp32 kernels sum in a fixed order, as the CPU's), and rule 2 for bfloat16 against torch's
+naive bf16 attention on the same GPU; the DLPack stream rule: inputs written on a side stream
+are read after that stream's work."""
+
+import pytest
+import torch
+
+import longseq
+import longseq.torch as lt
+import reference as ref
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch", allow_module_level=True)
+if not longseq.info()["cuda"]["built"]:
+    pytest.skip("this build of longseq has no CUDA", allow_module_level=True)
+
+
+def make(t, hq, hkv, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(t, h, d, generator=g).to(dtype) for h in (hq, hkv, hkv, hq)]
+
+
+@pytest.mark.parametrize("mask,ok", [("causal", lambda t: ref.allowed(t, causal=True)),
+                                     ("window:9", lambda t: ref.allowed(t, window=9)),
+                                     (None, lambda t: ref.allowed(t))])
+def test_float32_on_the_gpu_matches_float64(mask, ok):
+    q, k, v, do = make(203, 4, 2, 64, torch.float32, 1)
+    qs, ks, vs = (x.cuda().requires_grad_(True) for x in (q, k, v))
+    o, lse = lt.attention(qs, ks, vs, mask=mask, return_lse=True)
+    assert o.is_cuda and o.dtype == torch.float32 and lse.is_cuda
+    o.backward(do.cuda())
+    exact = ref.attention_and_grads(*(x.double() for x in (q, k, v, do)), ok(203))
+    for got, want, tol in zip((o, lse, qs.grad, ks.grad, vs.grad), exact,
+                              (5e-6, 5e-6, 2e-5, 2e-5, 2e-5)):
+        got, want = got.detach().double().cpu(), want
+        inf = torch.isinf(got) & torch.isinf(want)
+        assert bool((inf | ((got - want).abs() <= tol + tol * want.abs())).all()), \
+            ref.max_err(got, want)
+
+
+def test_bfloat16_on_the_gpu_within_twice_naive():
+    q, k, v, do = make(300, 8, 8, 128, torch.bfloat16, 2)  # D = 128: the tensor-core path
+    qs, ks, vs = (x.cuda().requires_grad_(True) for x in (q, k, v))
+    o = lt.attention(qs, ks, vs, mask="causal")
+    o.backward(do.cuda())
+    assert o.dtype == torch.bfloat16 and qs.grad.dtype == torch.bfloat16
+    ok = ref.allowed(300, causal=True)
+    exact = ref.attention_and_grads(*(x.double() for x in (q, k, v, do)), ok)
+    naive = ref.attention_and_grads(*(x.cuda() for x in (q, k, v, do)), ok.cuda())
+    for ours, nv, want in zip((o.detach(), qs.grad, ks.grad, vs.grad),
+                              (naive[0], naive[2], naive[3], naive[4]),
+                              (exact[0], exact[2], exact[3], exact[4])):
+        assert ref.max_err(ours.cpu(), want) <= 2 * ref.max_err(nv.cpu(), want) + 1e-6
+
+
+def test_inputs_from_a_side_stream_are_read_after_it():
+    q, k, v, _ = make(4096, 4, 4, 64, torch.float32, 3)
+    want = lt.attention(q.cuda(), k.cuda(), v.cuda(), mask="causal")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        qc = torch.zeros(4096, 4, 64, device="cuda")
+        torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the copy lands
+        qc.copy_(q.cuda(non_blocking=True))
+        o = lt.attention(qc, k.cuda(), v.cuda(), mask="causal")
+    torch.cuda.synchronize()
+    assert torch.equal(o, want)
+    assert longseq._core.data_pointer(qc) == qc.data_ptr()
