@@ -15,10 +15,13 @@ Three readings of one case, each in a process of its own so its peak memory is i
           1.13 has no scaled_dot_product_attention), torch.set_num_threads(threads).
 Timings: best of --reps, wall seconds and process CPU seconds / threads (what idle cores would
 take; the machine may be shared, and the 1-minute load average is recorded). Peak memory: the
-process's VmHWM above its level once the inputs exist.
+process's VmHWM above its level once the inputs exist (outputs and workspaces included; the
+C++ bench states its allocations instead of measuring them).
 
-The overhead: T = 128 (H = 8, D = 128, causal), median of --calls calls of the Python forward,
-minus the C++ bench's forward at the same shape (its best of --reps).
+The overhead: T = 128 (H = 8, D = 128, causal) on one thread (--small-threads: no OpenMP
+hand-off, which on a busy machine costs a scheduler slice per parallel region and would swamp
+what is measured), median of --calls calls of the Python forward, minus the C++ bench's forward
+at the same shape and threads (its best of 20).
 """
 
 import argparse
@@ -45,10 +48,11 @@ PY_CASE = textwrap.dedent("""
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(t, h, d, generator=g) for _ in range(4))
     m = longseq.Mask(mask)
+    base = hwm()  # the inputs exist; everything above this is the calls' (outputs, workspace)
     o, lse = longseq.attention.forward(q, k, v, m, threads=threads)   # warm-up
+    fwd_peak = hwm() - base
     longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads)
     del o, lse
-    base = hwm()
     fwd = fb = fwd_cpu = fb_cpu = float("inf")
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -56,7 +60,6 @@ PY_CASE = textwrap.dedent("""
         fwd = min(fwd, time.perf_counter() - t0)
         fwd_cpu = min(fwd_cpu, (time.process_time() - c0) / threads)
         del o, lse
-    fwd_peak = hwm() - base
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
         o, lse = longseq.attention.forward(q, k, v, m, threads=threads)
@@ -81,17 +84,21 @@ def loadavg():
         return float(f.read().split()[0])
 
 
-def run_json(cmd, env=None):
+def run(cmd, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"[bench] {' '.join(cmd)} failed:\n{r.stderr}")
-    out = r.stdout
+    return r.stdout
+
+
+def run_json(cmd, env=None):
+    out = run(cmd, env)
     return json.loads(out[out.find("{"):])
 
 
 def cpp_case(a, t, reps):
     path = os.path.join(a.tmp, f"cpp_{t}.json")
-    run_json([os.path.join(a.build, "bench", "attention_kernel_bench"), "--t", str(t), "--d",
+    run([os.path.join(a.build, "bench", "attention_kernel_bench"), "--t", str(t), "--d",
               str(a.d), "--heads", str(a.h), "--mask", a.mask, "--dtype", "f32", "--threads",
               str(a.threads), "--reps", str(reps), "--no-torch", "--out", path])
     with open(path) as f:
@@ -115,6 +122,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-t", type=int, default=128)
+    ap.add_argument("--small-threads", type=int, default=1)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--tmp", default="/tmp")
     a = ap.parse_args()
@@ -151,9 +159,10 @@ def main():
     res["python_over_cpp"] = {k: py[k] / cpp[k] for k in cpp if k.endswith("_s")}
     res["torch_over_python"] = {k: torch_naive[k] / py[k] for k in py if k.endswith("_s")}
 
-    small = py_case(a, a.small_t, 3, a.calls)
-    small_cpp = cpp_case(a, a.small_t, 20)
-    res["overhead"] = {"t": a.small_t, "python_fwd_median_us": 1e6 * small["fwd_median_s"],
+    small_a = argparse.Namespace(**{**vars(a), "threads": a.small_threads})
+    small = py_case(small_a, a.small_t, 3, a.calls)
+    small_cpp = cpp_case(small_a, a.small_t, 20)
+    res["overhead"] = {"t": a.small_t, "threads": a.small_threads, "python_fwd_median_us": 1e6 * small["fwd_median_s"],
                        "cpp_fwd_best_us": 1e6 * small_cpp["fwd_s"],
                        "overhead_us": 1e6 * (small["fwd_median_s"] - small_cpp["fwd_s"])}
     res["loadavg_end"] = loadavg()

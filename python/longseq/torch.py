@@ -92,6 +92,13 @@ class _CpAttention(_torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+def _dim(fn, x, dim):
+    """dim of x (negative counts from the end, as torch's), or the error naming both."""
+    if not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"{fn}: dim {dim} of x {list(x.shape)} ({x.dim()} dims)")
+    return dim % x.dim()
+
+
 def _group_of(group):
     from .comm import Group
     if isinstance(group, Group):
@@ -159,10 +166,9 @@ class ContextParallel:
         padding rows are zero."""
         _check_tensors("longseq.torch.ContextParallel.shard", x=x)
         x = x.detach()
-        dim = dim % x.dim() if x.dim() else 0
+        dim = _dim("longseq.torch.ContextParallel.shard", x, dim)
         shape = list(x.shape)
-        if dim < len(shape):
-            shape[dim] = self.local_len
+        shape[dim] = self.local_len
         out = _torch.empty(shape, dtype=x.dtype)
         self._core.shard(x, dim, out)
         return out
@@ -171,10 +177,9 @@ class ContextParallel:
         """The global tensor from every rank's shard (a collective: all ranks call it)."""
         _check_tensors("longseq.torch.ContextParallel.unshard", x=x)
         x = x.detach()
-        dim = dim % x.dim() if x.dim() else 0
+        dim = _dim("longseq.torch.ContextParallel.unshard", x, dim)
         shape = list(x.shape)
-        if dim < len(shape):
-            shape[dim] = self.seq
+        shape[dim] = self.seq
         out = _torch.empty(shape, dtype=x.dtype)
         self._core.unshard(x, dim, out)
         return out

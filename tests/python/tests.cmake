@@ -3,8 +3,9 @@
 # parallelism under mpirun at 2, 3 and 4 processes; the example's losses and gradients at
 # -np 4 (and 3) against -np 1. They need the package (LONGSEQ_WITH_PYTHON) and torch.
 if(LONGSEQ_WITH_PYTHON AND LONGSEQ_TORCH_FOUND)
+  # test_context_parallel.py opens an MPI world of 1 without mpirun (as root in CI).
   set(_py_env "PYTHONPATH=${PROJECT_BINARY_DIR}/python" "LONGSEQ_CLI=$<TARGET_FILE:longseq>"
-              "OMP_NUM_THREADS=2")
+              "OMP_NUM_THREADS=2" "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   file(GLOB _py_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/test_*.py)
   foreach(f ${_py_tests})
     get_filename_component(_name ${f} NAME_WE)
@@ -21,8 +22,7 @@ if(LONGSEQ_WITH_PYTHON AND LONGSEQ_TORCH_FOUND)
   set_tests_properties(python.cuda PROPERTIES LABELS "python;cuda"
                        SKIP_REGULAR_EXPRESSION "[0-9]+ skipped")
   if(LONGSEQ_WITH_MPI)
-    set(_mpi_env ${_py_env} "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-                 "OMPI_MCA_rmaps_base_oversubscribe=1" "OMP_NUM_THREADS=1")
+    set(_mpi_env ${_py_env} "OMPI_MCA_rmaps_base_oversubscribe=1" "OMP_NUM_THREADS=1")
     foreach(np 2 3 4)
       add_test(NAME python.mpi_context_parallel.np${np}
                COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} ${Python3_EXECUTABLE}

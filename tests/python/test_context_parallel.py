@@ -1,0 +1,78 @@
+"""ContextParallel in one process (an MPI world of 1, no mpirun): the layout's contracts on odd
+lengths, the refusals, and generated calls that must raise, never crash. The multi-rank
+equalities are mpi_context_parallel.py's (mpirun -np 2, 3, 4)."""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import longseq
+import longseq.torch as lt
+
+g = longseq.comm.mpi()
+
+
+@pytest.mark.parametrize("balance", ["contiguous", "zigzag", "striped"])
+@pytest.mark.parametrize("n", [1, 2, 37, 64])
+def test_world_one_layout_and_attention(balance, n):
+    cp = lt.ContextParallel(g, algo="burst", balance=balance, seq=n)
+    assert cp.world == 1 and cp.local_len >= n and cp.padded_len == cp.local_len
+    pos = cp.positions()
+    assert sorted(pos[pos >= 0].tolist()) == list(range(n))
+    x = torch.randn(3, n, 5)
+    assert torch.equal(cp.unshard(cp.shard(x, dim=1), dim=1), x)
+    q, k, v = (torch.randn(n, 2, 8) for _ in range(3))
+    o = cp.attention(cp.shard(q), cp.shard(k), cp.shard(v))
+    full = lt.attention(q, k, v, mask="causal")
+    assert torch.allclose(cp.unshard(o), full, atol=1e-5, rtol=1e-5)
+
+
+def test_refusals_name_the_values():
+    cp = lt.ContextParallel(g, seq=50)
+    L = cp.local_len
+    with pytest.raises(ValueError, match=f"q holds 7 tokens, rank 0 of the 50-token layout holds {L}"):
+        cp.attention(*(torch.randn(7, 2, 8) for _ in range(3)))
+    with pytest.raises(ValueError, match="seq .the global sequence length. is required"):
+        lt.ContextParallel(g)
+    with pytest.raises(ValueError, match="unknown balance 'diagonal'"):
+        lt.ContextParallel(g, balance="diagonal", seq=8)
+    with pytest.raises(ValueError, match=r"dim 3 of x \[50, 2\] \(2 dims\)"):
+        cp.shard(torch.zeros(50, 2), dim=3)
+    with pytest.raises(ValueError, match=r"x \[50, 2\] has 2 tokens along dim 1, expected 50"):
+        cp.shard(torch.zeros(50, 2), dim=-1)
+    with pytest.raises(ValueError, match="dim 3 of x"):  # the engine checks it too
+        cp._core.shard(torch.zeros(50, 2), 3, torch.zeros(50, 2))
+    with pytest.raises(TypeError, match="group must be a longseq.comm.Group"):
+        lt.ContextParallel("world", seq=8)
+    with pytest.raises(ValueError, match="every sequence of the batch shares one mask"):
+        cp.attention(*(torch.randn(2, L, 2, 8) for _ in range(3)),
+                     mask=longseq.Mask(doc_ids=torch.zeros(2, 50, dtype=torch.int32)))
+    with pytest.raises(ValueError, match="block-striped needs|block"):
+        lt.ContextParallel(g, balance="block-striped", seq=50)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(n=st.integers(min_value=-1, max_value=70), lq=st.integers(min_value=0, max_value=80),
+       heads=st.sampled_from([(1, 1), (2, 1), (3, 2), (4, 4)]), d=st.integers(0, 9),
+       algo=st.sampled_from(["ring", "burst", "ulysses", "usp:2", "startrail:1", "double-ring",
+                             "nope"]),
+       balance=st.sampled_from(["contiguous", "zigzag", "striped", "block-striped"]),
+       batch=st.sampled_from([None, 1, 2]), dtype=st.sampled_from([torch.float32,
+                                                                   torch.bfloat16,
+                                                                   torch.float64]))
+def test_generated_calls_raise_or_run(n, lq, heads, d, algo, balance, batch, dtype):
+    try:
+        cp = lt.ContextParallel(g, algo=algo, balance=balance, seq=n)
+    except (ValueError, TypeError):
+        return
+    hq, hkv = heads
+    lead = () if batch is None else (batch,)
+    q = torch.randn(*lead, lq, hq, d).to(dtype).requires_grad_(True)
+    k = torch.randn(*lead, lq, hkv, d).to(dtype)
+    try:
+        o = cp.attention(q, k, k.clone())
+    except (ValueError, TypeError):
+        return
+    o.float().sum().backward()
+    assert q.grad.shape == q.shape
