@@ -164,24 +164,21 @@ class ContextParallel:
     def shard(self, x, dim=0):
         """This rank's tokens of the global ``x`` (``seq`` long along ``dim``), in local order;
         padding rows are zero."""
-        _check_tensors("longseq.torch.ContextParallel.shard", x=x)
-        x = x.detach()
-        dim = _dim("longseq.torch.ContextParallel.shard", x, dim)
-        shape = list(x.shape)
-        shape[dim] = self.local_len
-        out = _torch.empty(shape, dtype=x.dtype)
-        self._core.shard(x, dim, out)
-        return out
+        return self._move("shard", x, dim, self.local_len)
 
     def unshard(self, x, dim=0):
         """The global tensor from every rank's shard (a collective: all ranks call it)."""
-        _check_tensors("longseq.torch.ContextParallel.unshard", x=x)
+        return self._move("unshard", x, dim, self.seq)
+
+    def _move(self, op, x, dim, length):
+        fn = f"longseq.torch.ContextParallel.{op}"
+        _check_tensors(fn, x=x)
         x = x.detach()
-        dim = _dim("longseq.torch.ContextParallel.unshard", x, dim)
+        dim = _dim(fn, x, dim)
         shape = list(x.shape)
-        shape[dim] = self.seq
+        shape[dim] = length
         out = _torch.empty(shape, dtype=x.dtype)
-        self._core.unshard(x, dim, out)
+        getattr(self._core, op)(x, dim, out)
         return out
 
     def attention(self, q, k, v, mask=None, softmax_scale=None, return_lse=False):
