@@ -157,13 +157,21 @@ void print_ranking(const plan::PlanRequest& a, const plan::PlanReport& rep) {
   for (const SplitNote& n : rep.result.refused)
     std::printf("     split dp %d x cp %d left out: %s\n", n.split.dp, n.split.cp,
                 n.reason.c_str());
+  // Every split adds its infeasible configurations: the first --top are printed.
   std::printf("\ninfeasible:\n");
-  for (const Evaluation& e : evals)
-    if (!e.feasible && !e.pruned)
-      std::printf("  %4d x %-5d %-22s %-14s %-8s %s\n", e.config.split.dp, e.config.split.cp,
-                  e.config.algo.name().c_str(),
-                  std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
-                  std::string(model::loss_mode_name(e.config.loss)).c_str(), e.reason.c_str());
+  int listed = 0, infeasible = 0;
+  for (const Evaluation& e : evals) {
+    if (e.feasible || e.pruned) continue;
+    ++infeasible;
+    if (a.top > 0 && listed >= a.top) continue;
+    ++listed;
+    std::printf("  %4d x %-5d %-22s %-14s %-8s %s\n", e.config.split.dp, e.config.split.cp,
+                e.config.algo.name().c_str(),
+                std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
+                std::string(model::loss_mode_name(e.config.loss)).c_str(), e.reason.c_str());
+  }
+  if (infeasible > listed)
+    std::printf("  ... %d more infeasible (--top 0 or --json lists all)\n", infeasible - listed);
 }
 
 void write_timelines(const std::string& dir, const plan::PlanOptions& o,

@@ -333,6 +333,38 @@ TEST(PlanSearch, RequestsAnswerAsTheCommandLine) {
 }
 #endif
 
+// --explain names the split and every kind of the step (which add up to it), and the link split
+// of the exposed attention; --svg draws a bar per configuration, best first.
+TEST(PlanSearch, ReportsNameTheSplitAndEveryKind) {
+  PlanRequest r;
+  r.seq = "128K";
+  r.gpus = 16;
+  r.global_batch = "4seq";
+  r.top = 3;
+  const PlanReport rep = run_plan(r);
+  const Evaluation* w = rep.winner();
+  ASSERT_NE(w, nullptr);
+  const std::string text = explain_text(rep, true);
+  const Split& s = w->config.split;
+  EXPECT_NE(text.find(core::cat("split: dp ", s.dp, " replicas x cp ", s.cp)), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(core::cat("--dp ", s.dp, " --grad-accum ", s.grad_accum)), std::string::npos);
+  double sum = 0;
+  for (const Term& t : w->summary) {
+    EXPECT_NE(text.find(t.name), std::string::npos) << t.name;
+    sum += t.seconds;
+  }
+  EXPECT_NEAR(sum, w->step_seconds, 1e-9 * w->step_seconds);
+  for (const char* want : {"inter-node", "intra-node", "memory (per GPU)", "search: "})
+    EXPECT_NE(text.find(want), std::string::npos) << want;
+  const std::string svg = plan_svg(rep, 4);
+  EXPECT_NE(svg.find(">#1 dp " + std::to_string(s.dp) + " x cp " + std::to_string(s.cp)),
+            std::string::npos)
+      << svg;
+  EXPECT_NE(svg.find(">#4 "), std::string::npos);
+  EXPECT_EQ(svg.find(">#5 "), std::string::npos);
+}
+
 TEST(PlanSearch, BadSplitsAndBatchesAreRefusedByName) {
   PlanRequest r;
   r.seq = "64K";

@@ -12,7 +12,8 @@ namespace longseq::core::plot {
 
 namespace {
 
-const char* const kPalette[] = {"#3b7dd8", "#d8733b", "#37a651", "#b03bd8", "#d83b5a", "#6b6b6b"};
+const char* const kPalette[] = {"#3b7dd8", "#d8733b", "#37a651", "#b03bd8", "#d83b5a",
+                                "#6b6b6b", "#c9b12c", "#2cb9c9", "#8c5a2b", "#9fb83b"};
 
 std::string fmt(const char* f, double v) {
   char buf[64];
