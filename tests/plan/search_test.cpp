@@ -82,7 +82,7 @@ TEST(PlanSearch, LowerBoundsNeverExceedTheReplay) {
   ASSERT_TRUE(h200.attention_curve.enabled() && local.tiles.enabled());
   int checked = 0, transfer_bound = 0;
   std::vector<double> ratios;  // slow network, forward, transfer-bound: bound / replay
-  for (const auto [world, gpn] :
+  for (const auto& [world, gpn] :
        {std::pair{4, 2}, std::pair{8, 4}, std::pair{12, 4}, std::pair{16, 4}})
     for (const Hardware* hw : std::initializer_list<const Hardware*>{&a800, &slow, &local, &h200})
       for (auto balance : {attention::Balance::zigzag, attention::Balance::striped,
@@ -156,7 +156,7 @@ void expect_same(const PassCost& a, const PassCost& b, const std::string& what) 
 TEST(PlanSearch, PlacementsEqualTheWholeClusterReplay) {
   const Hardware a800 = load_hardware("a800"), local = load_hardware("local");
   int differing = 0;  // cases where a later placement changes the numbers (not vacuous)
-  for (const auto [gpus, gpn, cp] :
+  for (const auto& [gpus, gpn, cp] :
        {std::tuple{24, 8, 12}, std::tuple{24, 8, 6}, std::tuple{12, 4, 6}, std::tuple{16, 8, 4}})
     for (const Hardware* hw : {&a800, &local})
       for (const char* mask : {"causal", "window:200"}) {
@@ -282,12 +282,16 @@ TEST(PlanSearch, PrunedSearchRanksTheTopAsTheExhaustiveOne) {
       if (!e.pruned) continue;
       const Evaluation& x = *by_name.at(name(e));
       EXPECT_LE(e.bound_seconds, x.step_seconds) << name(e);
-      if (x.feasible) EXPECT_GT(x.key(), full.configs[static_cast<size_t>(o.top) - 1].key());
+      if (x.feasible) {
+        EXPECT_GT(x.key(), full.configs[static_cast<size_t>(o.top) - 1].key());
+      }
     }
     // A global batch: every split runs batch / dp micro-batches.
     for (const Split& s : pruned.splits) {
       EXPECT_EQ(s.dp * s.cp, c.gpus);
-      if (c.batch > 0) EXPECT_EQ(s.dp * s.grad_accum, c.batch);
+      if (c.batch > 0) {
+        EXPECT_EQ(s.dp * s.grad_accum, c.batch);
+      }
     }
   }
   EXPECT_GT(pruned_total, 20);  // the cases exercise pruning

@@ -595,17 +595,21 @@ PlanResult plan_search(const PlanOptions& o) {
       if (e) std::rethrow_exception(e);
   }
 
-  // Search order: splits by cp ascending, inside a split by bound (ties: candidate order).
+  // Search order: splits by cp ascending, inside a split by bound (ties: candidate order). A
+  // pair none of whose configurations fits even without its attention buffers is left out when
+  // pruning (said so from its bound); replaying everything (--top 0, --exhaustive) replays it too,
+  // so that every configuration gets its exact numbers.
+  const bool prune = o.top > 0 && !o.exhaustive;
   std::vector<size_t> order;
   for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].reason.empty() && std::isfinite(items[i].bound_key)) order.push_back(i);
+    if (items[i].reason.empty() && (std::isfinite(items[i].bound_key) || !prune))
+      order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
     if (items[x].split != items[y].split) return items[x].split < items[y].split;
     return items[x].bound_key < items[y].bound_key;
   });
   // The keys of the feasible configurations replayed so far, and the top-th smallest.
   std::vector<double> keys;
-  const bool prune = o.top > 0 && !o.exhaustive;
   auto threshold = [&] {
     if (!prune || keys.size() < static_cast<size_t>(o.top))
       return std::numeric_limits<double>::infinity();
