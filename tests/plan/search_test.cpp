@@ -66,6 +66,20 @@ NamedModel small_model() {
   return m;
 }
 
+// One layer's attention of `world` ranks, `gpn` per node, 8 query / 4 kv heads unless said.
+AttnProblem problem(int64_t n, int world, int gpn, const char* mask, int64_t hq = 8,
+                    int64_t hkv = 4, int64_t d = 32) {
+  AttnProblem p;
+  p.n = n;
+  p.hq = hq;
+  p.hkv = hkv;
+  p.d = d;
+  p.world = world;
+  p.gpus_per_node = gpn;
+  p.mask = MaskSpec::parse(mask, false, n);
+  return p;
+}
+
 std::vector<Algorithm> algos(int world, int gpn) {
   std::vector<Algorithm> out = candidate_algos(world, gpn);
   for (const char* extra : {"double-ring:2:ring", "usp:2:ring", "startrail:2:rings"})
@@ -88,15 +102,8 @@ TEST(PlanSearch, LowerBoundsNeverExceedTheReplay) {
       for (auto balance : {attention::Balance::zigzag, attention::Balance::striped,
                            attention::Balance::contiguous})
         for (const char* mask : {"full", "causal", "window:300"}) {
-          AttnProblem p;
-          p.n = 409 * world + 5;
-          p.hq = 8;
-          p.hkv = 4;
-          p.d = 32;
-          p.world = world;
-          p.gpus_per_node = gpn;
+          AttnProblem p = problem(409 * world + 5, world, gpn, mask);
           p.balance = balance;
-          p.mask = MaskSpec::parse(mask, false, p.n);
           for (const Algorithm& a : algos(world, gpn)) {
             AttentionCost exact, lb;
             try {
@@ -160,14 +167,7 @@ TEST(PlanSearch, PlacementsEqualTheWholeClusterReplay) {
        {std::tuple{24, 8, 12}, std::tuple{24, 8, 6}, std::tuple{12, 4, 6}, std::tuple{16, 8, 4}})
     for (const Hardware* hw : {&a800, &local})
       for (const char* mask : {"causal", "window:200"}) {
-        AttnProblem p;
-        p.n = 331 * cp + 3;
-        p.hq = 12;
-        p.hkv = 6;
-        p.d = 16;
-        p.world = cp;
-        p.gpus_per_node = gpn;
-        p.mask = MaskSpec::parse(mask, false, p.n);
+        AttnProblem p = problem(331 * cp + 3, cp, gpn, mask, 12, 6, 16);
         p.replicas = gpus / cp;
         AttnProblem whole = p, first = p;
         whole.whole_world = true;

@@ -420,6 +420,28 @@ std::vector<Algorithm> split_algos(const PlanOptions& o, const Split& s) {
   return out;
 }
 
+// Runs task(i) for every i < n on every hardware thread; results go by index, so nothing depends
+// on the thread count. An exception a task lets out is rethrown once all have finished.
+template <class Task>
+void parallel_tasks(size_t n, Task&& task) {
+  std::vector<std::exception_ptr> broken(n);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) try {
+        task(i);
+      } catch (...) {
+        broken[i] = std::current_exception();
+      }
+  };
+  const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (const auto& e : broken)
+    if (e) std::rethrow_exception(e);
+}
+
 // One (split, algorithm) of the search: its configurations' lower bounds, then its replay.
 struct Item {
   size_t split = 0;
@@ -469,32 +491,18 @@ void replay_wave(const PlanOptions& o, const std::vector<Split>& splits, std::ve
                    [](const Task& x, const Task& y) { return x.size > y.size; });
   std::vector<AttentionCost> results(tasks.size());
   std::vector<std::string> reasons(tasks.size());
-  std::vector<std::exception_ptr> broken(tasks.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t t = next++; t < tasks.size(); t = next++) {
-      const Item& it = items[tasks[t].item];
-      const AttnProblem prob = attention_problem(o, splits[it.split]);
-      try {
-        if (tasks[t].forward)
-          results[t] = cost_forward(it.algo, prob, o.hw, o.seq_selective_fraction);
-        else
-          cost_backward(it.algo, prob, o.hw, results[t]);
-      } catch (const core::Error& e) {
-        reasons[t] = e.what();
-      } catch (...) {
-        broken[t] = std::current_exception();
-      }
+  parallel_tasks(tasks.size(), [&](size_t t) {
+    const Item& it = items[tasks[t].item];
+    const AttnProblem prob = attention_problem(o, splits[it.split]);
+    try {
+      if (tasks[t].forward)
+        results[t] = cost_forward(it.algo, prob, o.hw, o.seq_selective_fraction);
+      else
+        cost_backward(it.algo, prob, o.hw, results[t]);
+    } catch (const core::Error& e) {
+      reasons[t] = e.what();
     }
-  };
-  const size_t threads =
-      std::min<size_t>(tasks.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  for (const auto& e : broken)
-    if (e) std::rethrow_exception(e);
+  });
   std::map<size_t, size_t> backward_of;  // item -> task
   for (size_t t = 0; t < tasks.size(); ++t) {
     const auto key =
@@ -562,38 +570,22 @@ PlanResult plan_search(const PlanOptions& o) {
       index += static_cast<int64_t>(cps.size() * losses.size());
       items.push_back(std::move(it));
     }
-  {
-    // The bounds: linear in the ranks per item, on every hardware thread.
-    std::vector<std::exception_ptr> broken(items.size());
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i = next++; i < items.size(); i = next++) {
-        Item& it = items[i];
-        try {
-          const AttentionCost lb = attention_lower_bound(
-              it.algo, attention_problem(o, res.splits[it.split]), o.hw, o.seq_selective_fraction);
-          for (model::CheckpointPolicy cp : cps)
-            for (model::LossMode lm : losses) {
-              Evaluation b = evaluate(o, {it.algo, cp, lm, res.splits[it.split]}, lb);
-              if (b.feasible) it.bound_key = std::min(it.bound_key, b.key());
-              it.bounds.push_back(std::move(b));
-            }
-        } catch (const core::Error& e) {
-          it.reason = e.what();
-        } catch (...) {
-          broken[i] = std::current_exception();
+  // The bounds: linear in the ranks per item, on every hardware thread.
+  parallel_tasks(items.size(), [&](size_t i) {
+    Item& it = items[i];
+    try {
+      const AttentionCost lb = attention_lower_bound(
+          it.algo, attention_problem(o, res.splits[it.split]), o.hw, o.seq_selective_fraction);
+      for (model::CheckpointPolicy cp : cps)
+        for (model::LossMode lm : losses) {
+          Evaluation b = evaluate(o, {it.algo, cp, lm, res.splits[it.split]}, lb);
+          if (b.feasible) it.bound_key = std::min(it.bound_key, b.key());
+          it.bounds.push_back(std::move(b));
         }
-      }
-    };
-    const size_t threads =
-        std::min<size_t>(items.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    for (const auto& e : broken)
-      if (e) std::rethrow_exception(e);
-  }
+    } catch (const core::Error& e) {
+      it.reason = e.what();
+    }
+  });
 
   // Search order: splits by cp ascending, inside a split by bound (ties: candidate order). A
   // pair none of whose configurations fits even without its attention buffers is left out when
