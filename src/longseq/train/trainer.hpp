@@ -20,11 +20,11 @@
 //   model FLOPs = 6 * N_matmul * tokens + 12 * layers * Hq * D * visible_pairs
 // (N_matmul: weights in matrix products, LM head included; tokens: dp * K * seq; visible_pairs:
 // the (query, key) pairs --mask allows per sequence (model::visible_pairs), N(N+1)/2 causal,
-// summed over the step's dp * K sequences; 12 = forward 4 + backward 8 FLOPs per pair and head dim; recomputation is not
-// counted, as in PaLM's MFU) and
-// peak = a start-up measurement of single-thread GEMM at the run's precision
-// (kernels::single_thread_gemm_flops: sgemm or bf16, 1024^3, thread CPU time, best of 3 after a
-// warm-up; the same measurement `longseq calibrate` records) times the hardware threads.
+// summed over the step's dp * K sequences; 12 = forward 4 + backward 8 FLOPs per pair and head dim;
+// recomputation is not counted, as in PaLM's MFU) and peak = a start-up measurement of
+// single-thread GEMM at the run's precision (kernels::single_thread_gemm_flops: sgemm or bf16,
+// 1024^3, thread CPU time, best of 3 after a warm-up; the same measurement `longseq calibrate`
+// records) times the hardware threads.
 //
 // The configuration (TrainConfig, presets) is train/config.hpp; train() is built from the units
 // of train/run.hpp (setup, one step, metrics, checkpointing, the loop).
