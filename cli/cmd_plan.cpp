@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,44 +11,12 @@
 #include "longseq/core/error.hpp"
 #include "longseq/plan/host_plan.hpp"
 #include "longseq/plan/planner.hpp"
+#include "longseq/plan/request.hpp"
 #include "table_flags.hpp"
 
 namespace longseq::cli {
 
 namespace {
-
-struct PlanArgs {
-  std::string model = "llama-7b";
-  std::string seq = "1M";
-  int gpus = 32;
-  int gpus_per_node = 8;
-  std::string hardware = "a800";
-  double memory_limit_gib = 0;
-  std::string mask = core::rows::mask.text;
-  std::string balance = core::rows::balance.text;
-  std::string algo;        // comma list
-  std::string checkpoint;  // comma list
-  std::string loss;        // comma list
-  double seq_selective_fraction = 0.5;
-  bool explain = false;
-  bool json = false;
-  int top = 20;
-  std::string timeline;
-  // --train: the host trainer's memory (plan_host.hpp)
-  std::string train;
-  int64_t ffn_chunk = -1, data_tokens = -1;
-  bool longest = false;
-  std::string device = core::rows::device.text;  // with --train: also the GPU run's memory
-};
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 std::string gib(double b) {
   char buf[32];
@@ -57,11 +24,11 @@ std::string gib(double b) {
   return buf;
 }
 
-void write_file(const std::string& path, const std::string& text) {
+void write_file(const char* flag, const std::string& path, const std::string& text) {
   std::ofstream out(path);
-  core::require(static_cast<bool>(out), "plan", "--timeline: cannot write ", path);
+  core::require(static_cast<bool>(out), "plan", flag, ": cannot write ", path);
   out << text;
-  core::require(static_cast<bool>(out), "plan", "--timeline: failed writing ", path);
+  core::require(static_cast<bool>(out), "plan", flag, ": failed writing ", path);
 }
 
 std::string safe_name(std::string s) {
@@ -74,7 +41,7 @@ double mib(double b) {
   return b / (1 << 20);
 }
 
-void print_host(const PlanArgs& a, const plan::HostPlan& r) {
+void print_host(const plan::PlanRequest& a, bool explain, const plan::HostPlan& r) {
   const train::TrainConfig& c = r.config;
   std::printf(
       "plan --train %s: peak RSS of `longseq train` on this host (%d ranks as threads of one "
@@ -116,7 +83,7 @@ void print_host(const PlanArgs& a, const plan::HostPlan& r) {
     }
     std::printf("\n");
   }
-  if (a.explain)
+  if (explain)
     for (size_t i = 0; i < r.policies.size(); ++i) {
       const plan::HostTrainerMemory& m = r.memory[i];
       std::printf("\n%s: peak in the %s phase\n", r.policies[i].c_str(), m.phase.c_str());
@@ -144,177 +111,126 @@ void print_host(const PlanArgs& a, const plan::HostPlan& r) {
                 static_cast<long long>(l.seq), mib(l.predicted_bytes));
 }
 
-// `plan --train`: the host trainer's peak RSS (plan/host_plan.hpp), printed.
-int run_host(const PlanArgs& a, const CLI::App& app) {
-  plan::HostPlanRequest h;
-  h.preset = a.train;
-  auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
-  if (given("--seq")) h.seq = plan::parse_count(a.seq, "--seq");
-  if (given("--gpus")) h.world = a.gpus;
-  if (given("--mask")) h.mask = a.mask;
-  h.algo = a.algo;
-  if (given("--balance")) h.balance = a.balance;
-  h.loss = a.loss;
-  h.checkpoints = split_list(a.checkpoint);
-  h.ffn_chunk = a.ffn_chunk;
-  h.data_tokens = a.data_tokens;
-  h.memory_limit_gib = a.memory_limit_gib;
-  h.longest = a.longest;
-  h.device = a.device;
-  if (given("--hardware")) h.hardware = a.hardware;
-  const plan::HostPlan r = plan::host_plan(h);
-  if (a.json) {
-    std::printf("%s\n", r.to_json(a.train).dump(1).c_str());
-    return 0;
-  }
-  print_host(a, r);
-  return 0;
-}
+// The output flags: what to print of the answer, and which files to write.
+struct Output {
+  bool explain = false, json = false;
+  std::string timeline, svg;
+};
 
-plan::PlanOptions plan_options(const PlanArgs& a) {
+void print_ranking(const plan::PlanRequest& a, const plan::PlanReport& rep) {
   using namespace plan;
-  PlanOptions o;
-  o.model = load_model(a.model);
-  o.seq = parse_count(a.seq, "--seq");
-  o.gpus = a.gpus;
-  o.gpus_per_node = a.gpus_per_node;
-  o.hw = load_hardware(a.hardware);
-  if (o.hw.host_cores > 0)
-    if (const std::string m = host_profile_mismatch(a.hardware); !m.empty())
-      std::fprintf(stderr, "[plan] warning: %s\n", m.c_str());
-  core::require(a.memory_limit_gib >= 0, "plan", "--memory-limit ", a.memory_limit_gib,
-                " must be >= 0");
-  o.memory_limit_bytes = a.memory_limit_gib * (1 << 30);
-  o.mask = attention::MaskSpec::parse(a.mask, false, o.seq);
-  o.balance = attention::parse_balance(a.balance);
-  o.seq_selective_fraction = a.seq_selective_fraction;
-  o.algos = split_list(a.algo);
-  for (const auto& c : split_list(a.checkpoint))
-    o.checkpoints.push_back(model::parse_checkpoint_policy(c));
-  for (const auto& l : split_list(a.loss)) o.losses.push_back(model::parse_loss_mode(l));
-  o.validate();
-  return o;
-}
-
-void print_ranking(const PlanArgs& a, const plan::PlanOptions& o,
-                   const std::vector<plan::Evaluation>& evals) {
-  using namespace plan;
-  if (a.json) {
-    std::fputs(plan_json(evals).c_str(), stdout);
-  } else {
-    std::printf("plan: %s, N = %lld, %d GPUs (%d per node), hardware %s, mask %s, %s balance\n",
-                o.model.name.c_str(), static_cast<long long>(o.seq), o.gpus, o.gpus_per_node,
-                o.hw.name.c_str(), o.mask.describe().c_str(), a.balance.c_str());
-    std::printf("%-4s %-22s %-14s %-8s %10s %9s %6s %9s %10s %10s  %s\n", "#", "algo", "checkpoint",
-                "loss", "step [s]", "TGS", "MFU", "mem GiB", "intra GiB", "inter GiB", "model");
-    int shown = 0, feasible = 0;
-    for (const Evaluation& e : evals) {
-      if (!e.feasible) continue;
-      ++feasible;
-      if (a.top > 0 && shown >= a.top) continue;
-      ++shown;
-      // Every algorithm is costed by replaying its schedule: the "model" column says so.
-      std::printf("%-4d %-22s %-14s %-8s %10.4g %9.2f %5.1f%% %9s %10s %10s  schedule\n", shown,
-                  e.config.algo.name().c_str(),
-                  std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
-                  std::string(model::loss_mode_name(e.config.loss)).c_str(), e.step_seconds,
-                  e.tokens_per_sec_per_gpu, 100 * e.mfu, gib(e.memory.total()).c_str(),
-                  gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str());
-    }
-    if (feasible > shown)
-      std::printf("     ... %d more feasible (--top 0 lists all)\n", feasible - shown);
-    std::printf("\ninfeasible:\n");
-    for (const Evaluation& e : evals)
-      if (!e.feasible)
-        std::printf("  %-22s %-14s %-8s %s\n", e.config.algo.name().c_str(),
-                    std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
-                    std::string(model::loss_mode_name(e.config.loss)).c_str(), e.reason.c_str());
+  const PlanOptions& o = *rep.options;
+  const std::vector<Evaluation>& evals = rep.result.configs;
+  std::printf(
+      "plan: %s, N = %lld, %d GPUs (%d per node), hardware %s, mask %s, %s balance, %s\n",
+      o.model.name.c_str(), static_cast<long long>(o.seq), o.gpus, o.gpus_per_node,
+      o.hw.name.c_str(), o.mask.describe().c_str(), a.balance.c_str(),
+      o.global_batch > 0
+          ? core::cat("global batch ", o.global_batch, " sequences (ranked by step time)").c_str()
+          : "one sequence per replica per step (ranked by throughput)");
+  std::printf("%-4s %6s %6s %4s %-22s %-14s %-8s %10s %9s %6s %9s %10s %10s\n", "#", "dp", "cp",
+              "K", "algo", "checkpoint", "loss", "step [s]", "TGS", "MFU", "mem GiB", "intra GiB",
+              "inter GiB");
+  int shown = 0, feasible = 0, pruned = 0;
+  for (const Evaluation& e : evals) {
+    pruned += e.pruned ? 1 : 0;
+    if (!e.feasible) continue;
+    ++feasible;
+    if (a.top > 0 && shown >= a.top) continue;
+    ++shown;
+    std::printf("%-4d %6d %6d %4lld %-22s %-14s %-8s %10.4g %9.2f %5.1f%% %9s %10s %10s\n", shown,
+                e.config.split.dp, e.config.split.cp,
+                static_cast<long long>(e.config.split.grad_accum), e.config.algo.name().c_str(),
+                std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
+                std::string(model::loss_mode_name(e.config.loss)).c_str(), e.step_seconds,
+                e.tokens_per_sec_per_gpu, 100 * e.mfu, gib(e.memory.total()).c_str(),
+                gib(e.comm_bytes_intra).c_str(), gib(e.comm_bytes_inter).c_str());
   }
-}
-
-// --explain: every term of the winner's step time, the profile's corrections, its memory.
-void print_explain(FILE* out, const plan::PlanOptions& o, const plan::Evaluation& b) {
-  using namespace plan;
-  std::fprintf(out, "\nwinner: %s, checkpoint %s, loss %s\n", b.config.algo.name().c_str(),
-               std::string(model::checkpoint_policy_name(b.config.checkpoint)).c_str(),
-               std::string(model::loss_mode_name(b.config.loss)).c_str());
-  std::fprintf(out,
-               "  hardware %s: peak %.4g FLOP/s; intra alpha %.3g s beta %.4g B/s; inter alpha "
-               "%.3g s beta %.4g B/s per GPU\n",
-               o.hw.name.c_str(), o.hw.peak_flops, o.hw.intra.latency_s, o.hw.intra.bandwidth_Bps,
-               o.hw.inter.latency_s, o.hw.inter.bandwidth_Bps);
-  std::fprintf(out,
-               "  empirical corrections (%s): GEMM %.2f, attention fwd %.2f, bwd %.2f, "
-               "collectives %.2f\n",
-               o.hw.corrections.source.c_str(), o.hw.corrections.gemm_efficiency,
-               o.hw.corrections.attention_fwd_efficiency, o.hw.corrections.attention_bwd_efficiency,
-               o.hw.corrections.collective_efficiency);
-  if (o.hw.attention_curve.enabled()) {
-    // The curve replaces the constant attention efficiencies per kernel call (hardware.hpp).
-    std::fprintf(out, "  measured attention efficiency by block length (%s):",
-                 o.hw.attention_curve.source.c_str());
-    for (const auto& pt : o.hw.attention_curve.points)
-      std::fprintf(out, " %.0f: %.3f/%.3f", pt.tokens, pt.fwd, pt.bwd);
-    std::fprintf(out, " (tokens: fwd/bwd); it replaces the constants above per kernel call\n");
+  if (feasible > shown)
+    std::printf("     ... %d more feasible, replayed (--top 0 replays and lists all)\n",
+                feasible - shown);
+  if (pruned > 0)
+    std::printf(
+        "     %d configurations not replayed: their lower bounds cannot reach the top %d "
+        "(--json lists them with the bound)\n",
+        pruned, a.top);
+  for (const SplitNote& n : rep.result.refused)
+    std::printf("     split dp %d x cp %d left out: %s\n", n.split.dp, n.split.cp,
+                n.reason.c_str());
+  // Every split adds its infeasible configurations: the first --top are printed.
+  std::printf("\ninfeasible:\n");
+  int listed = 0, infeasible = 0;
+  for (const Evaluation& e : evals) {
+    if (e.feasible || e.pruned) continue;
+    ++infeasible;
+    if (a.top > 0 && listed >= a.top) continue;
+    ++listed;
+    std::printf("  %4d x %-5d %-22s %-14s %-8s %s\n", e.config.split.dp, e.config.split.cp,
+                e.config.algo.name().c_str(),
+                std::string(model::checkpoint_policy_name(e.config.checkpoint)).c_str(),
+                std::string(model::loss_mode_name(e.config.loss)).c_str(), e.reason.c_str());
   }
-  if (o.hw.tiles.enabled())
-    std::fprintf(out,
-                 "  empirical corrections: partial kernel tiles cost %.2f (fwd) / %.2f (bwd) x "
-                 "a full tile's pair\n",
-                 o.hw.corrections.partial_tile_cost_fwd, o.hw.corrections.partial_tile_cost_bwd);
-  if (o.hw.host_cores > 0)
-    std::fprintf(out,
-                 "  one host of %d cores: each of %d ranks computes at %.2f of a core; local "
-                 "copy at the wait "
-                 "alpha %.3g s beta %.4g B/s\n",
-                 o.hw.host_cores, o.gpus, o.hw.compute_share(o.gpus), o.hw.wait_copy.latency_s,
-                 o.hw.wait_copy.bandwidth_Bps);
-  for (const Term& t : b.terms)
-    std::fprintf(out, "  %-44s %12.6g s   %s\n", t.name.c_str(), t.seconds, t.detail.c_str());
-  std::fprintf(out, "  memory (per GPU):\n");
-  for (const auto& [name, bytes] : b.memory.items())
-    std::fprintf(out, "    %-48s %10s GiB\n", name.c_str(), gib(bytes).c_str());
-  std::fprintf(out, "    %-48s %10s GiB\n", "total", gib(b.memory.total()).c_str());
+  if (infeasible > listed)
+    std::printf("  ... %d more infeasible (--top 0 or --json lists all)\n", infeasible - listed);
 }
 
 void write_timelines(const std::string& dir, const plan::PlanOptions& o,
                      const plan::Evaluation& best) {
   using namespace plan;
   std::filesystem::create_directories(dir);
-  const AttentionCost c = cost_attention(best.config.algo, attention_problem(o), o.hw, 0, true);
+  const AttentionCost c =
+      cost_attention(best.config.algo, attention_problem(o, best.config.split), o.hw, 0, true);
   for (const auto& [pass, pc] :
        {std::pair{"forward", &c.forward}, std::pair{"backward", &c.backward}}) {
     const std::string path = dir + "/" + safe_name(best.config.algo.name()) + "-" + pass + ".svg";
-    write_file(path,
+    write_file("--timeline", path,
                timeline_svg(*pc->timeline, best.config.algo.name() + " " + pass + " (one layer)"));
     std::fprintf(stderr, "wrote %s\n", path.c_str());
   }
 }
 
-int run_cluster(const PlanArgs& a) {
-  const plan::PlanOptions o = plan_options(a);
-  const std::vector<plan::Evaluation> evals = plan::plan(o);
-  print_ranking(a, o, evals);
-  const plan::Evaluation* best =
-      evals.empty() || !evals.front().feasible ? nullptr : &evals.front();
-  if (a.explain && best) print_explain(a.json ? stderr : stdout, o, *best);
-  if (!a.timeline.empty() && best) write_timelines(a.timeline, o, *best);
+int run(const plan::PlanRequest& a, const Output& out) {
+  const plan::PlanReport rep = plan::run_plan(a);
+  for (const std::string& w : rep.warnings) std::fprintf(stderr, "[plan] warning: %s\n", w.c_str());
+  if (rep.host) {
+    core::require(out.svg.empty() && out.timeline.empty(), "plan",
+                  "--svg and --timeline draw the cluster planner's answer, not --train's");
+    if (out.json)
+      std::printf("%s\n", rep.to_json().dump(1).c_str());
+    else
+      print_host(a, out.explain, *rep.host);
+    return 0;
+  }
+  if (out.json)
+    std::fputs((rep.to_json().dump(2) + "\n").c_str(), stdout);
+  else
+    print_ranking(a, rep);
+  const plan::Evaluation* best = rep.winner();
+  if (out.explain && best)
+    std::fputs(plan::explain_text(rep, true).c_str(), out.json ? stderr : stdout);
+  if (!out.svg.empty() && best) {
+    write_file("--svg", out.svg, plan::plan_svg(rep));
+    std::fprintf(stderr, "wrote %s\n", out.svg.c_str());
+  }
+  if (!out.timeline.empty() && best) write_timelines(out.timeline, *rep.options, *best);
   return best ? 0 : 3;
 }
 
 }  // namespace
 
 std::function<int()> add_plan(CLI::App& app) {
-  auto a = std::make_shared<PlanArgs>();
+  // The flags are the fields of plan::PlanRequest (request.hpp), its defaults theirs.
+  auto a = std::make_shared<plan::PlanRequest>();
+  auto out = std::make_shared<Output>();
   app.add_option("--model", a->model,
                  "llama-7b | llama-14b | FILE.json (layers, hidden, heads, kv_heads, head_dim, "
                  "intermediate, vocab, tied_embeddings; the trainer's shapes)");
   app.add_option("--seq", a->seq, "sequence length (suffixes K, M: 1M = 1048576)");
-  app.add_option("--gpus", a->gpus, "total GPUs (ranks)");
+  app.add_option("--gpus", a->gpus, "total GPUs: dp replicas x cp context ranks");
   app.add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node");
   app.add_option("--hardware", a->hardware,
                  "hardware profile name (data/hardware/*.json) or FILE.json");
-  app.add_option("--memory-limit", a->memory_limit_gib,
+  app.add_option("--memory-limit", a->memory_limit,
                  "per-GPU memory limit in GiB (0: the profile's memory)");
   add_row(app, core::rows::mask, a->mask);
   add_row(app, core::rows::balance, a->balance);
@@ -327,11 +243,30 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_option("--loss", a->loss, "restrict loss modes (comma list: fused, unfused)");
   app.add_option("--seq-selective-fraction", a->seq_selective_fraction,
                  "share of local tokens seq-selective recomputes");
-  app.add_flag("--explain", a->explain, "print every term of the winner's step time");
-  app.add_flag("--json", a->json, "print the ranking as JSON");
-  app.add_option("--top", a->top, "feasible configurations to print in the table (0: all)");
+  app.add_option("--dp", a->dp,
+                 "restrict the data-parallel degrees (comma list, each dividing --gpus; "
+                 "cp = gpus / dp; default: every divisor)");
+  app.add_option("--cp", a->cp,
+                 "restrict the context-parallel degrees (comma list, each dividing --gpus)");
+  app.add_option("--global-batch", a->global_batch,
+                 "sequences per optimizer step: tokens (64M: a whole number of --seq) or "
+                 "sequences (16seq); dp must divide it, K = batch / dp micro-batches (train "
+                 "--grad-accum); default: one sequence per replica, ranked by throughput");
+  app.add_option("--top", a->top,
+                 "the configurations ranked exactly and printed (0: replay and list all; beyond "
+                 "the top, configurations whose lower bound cannot reach it are not replayed)");
+  app.add_option("--prune-gap", a->prune_gap,
+                 "also skip configurations that could beat the top by at most this fraction "
+                 "(0: exact)");
+  app.add_flag("--exhaustive", a->exhaustive,
+               "replay every replica's group as one cluster and prune nothing (the reference)");
+  app.add_flag("--explain", out->explain,
+               "print the winner's split, step time by kind and term, memory by term");
+  app.add_flag("--json", out->json, "print the ranking as JSON");
+  app.add_option("--svg", out->svg,
+                 "FILE: draw the best configurations' seconds per sequence and memory by term");
   app.add_option(
-      "--timeline", a->timeline,
+      "--timeline", out->timeline,
       "directory: write the winner's attention timelines (SVG, schedule-based algorithms)");
   app.add_option("--train", a->train,
                  "PRESET | FILE.json: predict the peak RSS of `longseq train` on this host per "
@@ -345,12 +280,16 @@ std::function<int()> add_plan(CLI::App& app) {
   app.add_option("--data-tokens", a->data_tokens,
                  "with --train: tokens of the token file (default: read the preset's)");
   add_row(app, core::rows::device, a->device);
-  return [a, app = &app] {
-    // The cluster planner models GPUs already; --device names the trainer's device for --train.
-    core::require(a->train.empty() ? core::Device::parse(a->device, "plan").is_cpu() : true, "plan",
-                  "--device ", a->device,
-                  " applies to --train PRESET (the GPU memory of `longseq train --device cuda`)");
-    return a->train.empty() ? run_cluster(*a) : run_host(*a, *app);
+  return [a, out, app = &app] {
+    // The request's `given`: the flags typed (field names: --gpus-per-node is gpus_per_node).
+    for (const CLI::Option* opt : app->get_options())
+      if (opt->count() > 0 && !opt->get_lnames().empty()) {
+        std::string name = opt->get_lnames().front();
+        for (char& c : name)
+          if (c == '-') c = '_';
+        a->given.push_back(name);
+      }
+    return run(*a, *out);
   };
 }
 

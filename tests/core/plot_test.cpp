@@ -1,6 +1,7 @@
-// core/plot: SVG line plots, heat maps and lanes. The tests read the SVG text back: escaping,
-// tick choice, one polyline per unbroken run of finite points with one coordinate pair per point,
-// cells coloured by value, deterministic bytes, and refusals naming the sizes.
+// core/plot: SVG line plots, heat maps, lanes and stacked bars. The tests read the SVG text back:
+// escaping, tick choice, one polyline per unbroken run of finite points with one coordinate pair
+// per point, cells coloured by value, bars as long as their values, deterministic bytes, and
+// refusals naming the sizes.
 #include "longseq/core/plot.hpp"
 
 #include <gtest/gtest.h>
@@ -81,6 +82,39 @@ TEST(Plot, LanesPlaceSpansOnTheTimeAxis) {
   EXPECT_NE(svg.find("x=\"70.00\" y=\"40.0\" width=\"500.00\""), std::string::npos) << svg;
   EXPECT_NE(svg.find("x=\"570.00\" y=\"75.0\" width=\"500.00\""), std::string::npos) << svg;
   EXPECT_NE(svg.find("rank 1"), std::string::npos);
+}
+
+TEST(Plot, StackedBarsAreAsLongAsTheirParts) {
+  pl::StackedBars b;
+  b.title = "t";
+  b.rows = {"first", "second"};
+  b.panels = {{"time (s)", {"compute", "wait"}, {{1, 3}, {2, 0}}},
+              {"memory", {"weights"}, {{5}, {10}}}};
+  const std::string svg = pl::stacked_bars_svg(b);
+  // Panel 0: the longest bar (4) spans the panel (420 px): 105 px per second; a zero part has no
+  // rectangle.
+  EXPECT_EQ(count(svg, "width=\"105.00\""), 1) << svg;
+  EXPECT_EQ(count(svg, "width=\"315.00\""), 1) << svg;
+  EXPECT_EQ(count(svg, "width=\"210.00\""), 2) << svg;  // 2 s of compute, 5 of 10 GiB
+  EXPECT_EQ(count(svg, "<rect x="), 2 + 1 + 3 + 2);     // legends (3), bars (5)
+  EXPECT_EQ(count(svg, "<title>wait: 3</title>"), 1);
+  EXPECT_NE(svg.find(">second</text>"), std::string::npos);
+  EXPECT_EQ(svg, pl::stacked_bars_svg(b));  // deterministic
+  pl::StackedBars bad = b;
+  bad.panels[1].values.pop_back();
+  EXPECT_THROW(pl::stacked_bars_svg(bad), longseq::core::Error);
+  bad = b;
+  bad.panels[0].values[1] = {1};
+  EXPECT_THROW(pl::stacked_bars_svg(bad), longseq::core::Error);
+  bad = b;
+  bad.panels[0].values[0][1] = -1;
+  try {
+    pl::stacked_bars_svg(bad);
+    ADD_FAILURE() << "a negative part was drawn";
+  } catch (const longseq::core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bars 'time (s)': value -1"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -135,11 +135,14 @@ TEST(Planner, RanksFeasibleFirstWithReasons) {
   for (const auto& e : evals) {
     if (e.feasible) {
       EXPECT_FALSE(seen_infeasible);
-      EXPECT_GE(e.step_seconds, last);
-      last = e.step_seconds;
+      EXPECT_GE(e.key(), last);  // seconds per sequence: dp sequences per step, no global batch
+      last = e.key();
+      EXPECT_EQ(e.config.split.dp * e.config.split.cp, 32);
+      EXPECT_EQ(e.config.split.grad_accum, 1);
       EXPECT_GT(e.mfu, 0.05);
       EXPECT_LT(e.mfu, 1.0);
-      EXPECT_NEAR(e.tokens_per_sec_per_gpu, 262144.0 / (e.step_seconds * 32), 1e-9);
+      EXPECT_NEAR(e.tokens_per_sec_per_gpu, e.config.split.dp * 262144.0 / (e.step_seconds * 32),
+                  1e-9 * e.tokens_per_sec_per_gpu);
     } else {
       seen_infeasible = true;
       EXPECT_FALSE(e.reason.empty());
@@ -161,6 +164,7 @@ TEST(Planner, RanksFeasibleFirstWithReasons) {
 TEST(Planner, MemoryLimitAndCheckpointTradeOff) {
   PlanOptions o = options("llama-7b", "1M", 32, 8, "a800");
   o.algos = {"burst"};
+  o.dps = {1};
   const auto evals = plan(o);
   auto find = [&](model::CheckpointPolicy c, model::LossMode l) {
     for (const auto& e : evals)

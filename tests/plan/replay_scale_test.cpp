@@ -163,6 +163,7 @@ void expect_golden(const std::string& file) {
     o.balance = attention::parse_balance(c["balance"].get<std::string>());
     o.checkpoints = {model::CheckpointPolicy::none, model::CheckpointPolicy::seq_selective};
     o.losses = {model::LossMode::fused};
+    o.dps = {1};  // every GPU a context rank, as the files were written (--dp 1)
     const std::string what = "seq " + std::to_string(o.seq) + " gpus " + std::to_string(o.gpus) +
                              " mask " + c["mask"].get<std::string>() + " " +
                              c["balance"].get<std::string>() + " " +
@@ -392,6 +393,7 @@ TEST(ReplayScale, SharedForwardsEqualEachAlgorithmsOwn) {
       o.hw = load_hardware("a800");
       o.mask = MaskSpec::parse(mask, false, o.seq);
       o.algos = {};
+      o.dps = {1};
       for (const Algorithm& a : odd_algos(world, gpn)) o.algos.push_back(a.name());
       const std::vector<Evaluation> evals = plan(o);
       const AttnProblem prob = attention_problem(o);

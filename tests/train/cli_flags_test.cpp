@@ -130,7 +130,8 @@ TEST(CliFlags, AttentionScheduleAndPlanRefuseEveryBadNumericValueNamingTheFlag) 
   walk({"schedule", "", {"--world", "--nodes", "--seq"}, kBad});
   walk({"plan",
         "--model llama-7b --seq 64K --gpus 8",
-        {"--gpus", "--gpus-per-node", "--memory-limit", "--seq-selective-fraction", "--top"},
+        {"--gpus", "--gpus-per-node", "--memory-limit", "--seq-selective-fraction", "--top", "--dp",
+         "--cp", "--global-batch", "--prune-gap"},
         kBad});
   walk({"plan",
         "--train tiny --seq 1024 --gpus 2",

@@ -205,6 +205,55 @@ TEST(Trainer, DataParallelReplicasSplitSequencesAndShareZero) {
   EXPECT_NE(sa.steps[0].loss, baseline().s.steps[0].loss);
 }
 
+// --grad-accum K: K micro-batches per replica, gradients added into the ZeRO-3 shards, one
+// optimizer step. dp 1 x K 2 reads the sequences dp 2 x K 1 reads (step s: numbers 2s, 2s + 1), so
+// two steps of each give the same losses and the same second-step gradients (after one optimizer
+// step: a second step per micro-batch would show in both), up to the order of the sums (the
+// reduce-scatter adds the replicas' gradients, the accumulation adds the micro-batches' into the
+// shard): at world 1, at world 2 as context ranks (cp 2), and with dp 2 x K 2 against dp 4.
+TEST(Trainer, GradientAccumulationEqualsMoreReplicas) {
+  auto config = [](int world, int dp, int k) {
+    tr::TrainConfig c = tiny();
+    c.steps = 2;
+    c.world = world;
+    c.dp = dp;
+    c.grad_accum = k;
+    return c;
+  };
+  const auto replicas = tr::train(config(2, 2, 1));
+  const auto four = tr::train(config(4, 4, 1));
+  const struct {
+    tr::TrainConfig c;
+    const tr::TrainSummary& want;
+    const char* what;
+  } cases[] = {{config(1, 1, 2), replicas, "world 1, K 2 vs dp 2"},
+               {config(2, 1, 2), replicas, "cp 2, K 2 vs dp 2"},
+               {config(4, 2, 2), four, "dp 2 x cp 2, K 2 vs dp 4"}};
+  for (const auto& [c, want, what] : cases) {
+    const auto got = tr::train(c);
+    ASSERT_EQ(got.steps.size(), 2u) << what;
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_NEAR(got.steps[s].loss, want.steps[s].loss, 1e-5 * want.steps[s].loss) << what;
+      // dp x K sequences of seq tokens per step, over the world's ranks
+      EXPECT_NEAR(got.steps[s].tokens_per_sec * got.steps[s].seconds,
+                  64.0 * c.dp * c.grad_accum / c.world, 1e-9)
+          << what;
+    }
+    float gmax = 0;
+    for (float g : want.grads) gmax = std::max(gmax, std::fabs(g));
+    ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
+    for (size_t i = 0; i < want.grads.size(); ++i)
+      ASSERT_NEAR(got.grads[i], want.grads[i], 1e-5 * gmax + 1e-4 * std::fabs(want.grads[i]))
+          << what << " grad " << i;
+  }
+  // Not vacuous: one micro-batch alone (world 1, K 1) trains on other sequences.
+  EXPECT_GT(std::fabs(tr::train(config(1, 1, 1)).steps[1].loss - replicas.steps[1].loss), 1e-4);
+  tr::TrainConfig bad = tiny();
+  bad.grad_accum = 0;
+  EXPECT_NE(longseq::testing::refusal(bad).find("--grad-accum 0"), std::string::npos)
+      << longseq::testing::refusal(bad);
+}
+
 TEST(Trainer, ResumeIsBitIdenticalToUninterruptedTraining) {
   namespace fs = std::filesystem;
   const std::string root = testing::TempDir() + "/longseq_resume_" + std::to_string(::getpid());

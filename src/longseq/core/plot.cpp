@@ -12,7 +12,8 @@ namespace longseq::core::plot {
 
 namespace {
 
-const char* const kPalette[] = {"#3b7dd8", "#d8733b", "#37a651", "#b03bd8", "#d83b5a", "#6b6b6b"};
+const char* const kPalette[] = {"#3b7dd8", "#d8733b", "#37a651", "#b03bd8", "#d83b5a",
+                                "#6b6b6b", "#c9b12c", "#2cb9c9", "#8c5a2b", "#9fb83b"};
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -313,6 +314,86 @@ std::string lanes_svg(const Lanes& l) {
   o += cat("<text x=\"", left, "\" y=\"", height - 12, "\">0 ", escape(l.unit), "</text><text x=\"",
            left + width - 60, "\" y=\"", height - 12, "\">", fmt("%.6g", l.end), " ",
            escape(l.unit), "</text>\n");
+  return o + "</svg>\n";
+}
+
+std::string stacked_bars_svg(const StackedBars& b) {
+  const size_t rows = b.rows.size();
+  for (const BarPanel& p : b.panels) {
+    require(p.values.size() == rows, "plot", "bars '", p.title, "': ", p.values.size(),
+            " rows of values for ", rows, " row labels");
+    for (const auto& row : p.values) {
+      require(row.size() == p.parts.size(), "plot", "bars '", p.title, "': a row of ", row.size(),
+              " values for ", p.parts.size(), " parts");
+      for (double v : row)
+        require(std::isfinite(v) && v >= 0, "plot", "bars '", p.title, "': value ", v,
+                " is negative or not finite");
+    }
+  }
+  size_t label_chars = 8;
+  for (const std::string& r : b.rows) label_chars = std::max(label_chars, r.size());
+  const double left = 8 + 6.2 * static_cast<double>(label_chars), gap = 70, pw = b.panel_width;
+  size_t legend_rows = 0;
+  for (const BarPanel& p : b.panels) legend_rows = std::max(legend_rows, (p.parts.size() + 1) / 2);
+  const double top = 44 + 14 * static_cast<double>(legend_rows), rh = b.row_height;
+  const double width = left + static_cast<double>(b.panels.size()) * (pw + gap);
+  const double height = top + static_cast<double>(rows) * rh + 30;
+  std::string o =
+      cat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", fmt("%.0f", width), "\" height=\"",
+          fmt("%.0f", height), "\" font-family=\"monospace\" font-size=\"10\">\n");
+  o += cat("<text x=\"8\" y=\"16\" font-size=\"12\">", escape(b.title), "</text>\n");
+  for (size_t r = 0; r < rows; ++r)
+    o += cat("<text x=\"4\" y=\"", fmt("%.1f", top + static_cast<double>(r) * rh + rh * 0.65),
+             "\">", escape(b.rows[r]), "</text>\n");
+  for (size_t k = 0; k < b.panels.size(); ++k) {
+    const BarPanel& p = b.panels[k];
+    const double x0 = left + static_cast<double>(k) * (pw + gap);
+    double longest = 0;
+    for (const auto& row : p.values) {
+      double sum = 0;
+      for (double v : row) sum += v;
+      longest = std::max(longest, sum);
+    }
+    const std::vector<double> t = ticks(0, longest > 0 ? longest : 1, 4);
+    const double end = std::max(longest > 0 ? longest : 1, t.empty() ? 0.0 : t.back());
+    const double scale = pw / end;
+    o += cat("<text x=\"", fmt("%.1f", x0), "\" y=\"32\" font-size=\"11\">", escape(p.title),
+             "</text>\n");
+    for (size_t i = 0; i < p.parts.size(); ++i) {
+      const double lx = x0 + static_cast<double>(i % 2) * (pw / 2);
+      const double ly = 38 + 14 * static_cast<double>(i / 2);
+      o += cat("<rect x=\"", fmt("%.1f", lx), "\" y=\"", fmt("%.1f", ly),
+               "\" width=\"10\" "
+               "height=\"8\" fill=\"",
+               kPalette[i % std::size(kPalette)], "\"/><text x=\"", fmt("%.1f", lx + 14), "\" y=\"",
+               fmt("%.1f", ly + 8), "\">", escape(p.parts[i]), "</text>\n");
+    }
+    for (double v : t)
+      o += cat("<line x1=\"", fmt("%.1f", x0 + v * scale), "\" x2=\"", fmt("%.1f", x0 + v * scale),
+               "\" y1=\"", fmt("%.1f", top - 2), "\" y2=\"",
+               fmt("%.1f", top + static_cast<double>(rows) * rh),
+               "\" stroke=\"#dddddd\"/>"
+               "<text x=\"",
+               fmt("%.1f", x0 + v * scale - 6), "\" y=\"",
+               fmt("%.1f", top + static_cast<double>(rows) * rh + 12), "\">", tick_label(v),
+               "</text>\n");
+    for (size_t r = 0; r < rows; ++r) {
+      double x = x0, sum = 0;
+      const double y = top + static_cast<double>(r) * rh + 2;
+      for (size_t i = 0; i < p.parts.size(); ++i) {
+        const double w = p.values[r][i] * scale;
+        sum += p.values[r][i];
+        if (w > 0)
+          o += cat("<rect x=\"", fmt("%.2f", x), "\" y=\"", fmt("%.1f", y), "\" width=\"",
+                   fmt("%.2f", w), "\" height=\"", fmt("%.1f", rh - 4), "\" fill=\"",
+                   kPalette[i % std::size(kPalette)], "\"><title>", escape(p.parts[i]), ": ",
+                   fmt("%.4g", p.values[r][i]), "</title></rect>\n");
+        x += w;
+      }
+      o += cat("<text x=\"", fmt("%.1f", x + 3), "\" y=\"", fmt("%.1f", y + rh * 0.6), "\">",
+               fmt("%.4g", sum), "</text>\n");
+    }
+  }
   return o + "</svg>\n";
 }
 

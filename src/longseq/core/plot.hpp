@@ -1,7 +1,8 @@
 #pragma once
 // One small SVG plotting module for every picture longseq draws: line plots (training loss and
-// throughput, loss by position), heat maps (passkey retrieval: length x depth), and lanes of
-// spans (the planner's per-rank timelines). Plain SVG 1.1 text, no dependency, deterministic
+// throughput, loss by position), heat maps (passkey retrieval: length x depth), lanes of spans
+// (the planner's per-rank timelines), and stacked bars (the planner's best configurations: time
+// and memory by term). Plain SVG 1.1 text, no dependency, deterministic
 // output (the same data gives the same bytes), so a plot can be diffed and tested.
 //
 // Every function returns the whole document; write it with core::write_file_atomic. Text given by
@@ -73,5 +74,25 @@ struct Lanes {
 
 /// One lane per name, `rows_per_lane` rows each, spans as rectangles on a shared time axis.
 std::string lanes_svg(const Lanes& l);
+
+/// One quantity of a bar chart: per row, the parts stacked left to right.
+struct BarPanel {
+  std::string title;                        ///< above the panel, with its unit
+  std::vector<std::string> parts;           ///< legend names, one colour each (the palette's)
+  std::vector<std::vector<double>> values;  ///< [row][part], >= 0
+};
+
+struct StackedBars {
+  std::string title;
+  std::vector<std::string> rows;  ///< one label per bar, top to bottom
+  std::vector<BarPanel> panels;   ///< side by side, sharing the rows (e.g. time and memory)
+  int panel_width = 420, row_height = 20;
+};
+
+/// Horizontal stacked bars: a column of row labels, then each panel with its own scale (ticks
+/// from 0 to its longest bar), legend and total at the end of each bar. Throws
+/// core::Error("[plot] ...") when a panel's values are not rows x parts or one is negative or not
+/// finite.
+std::string stacked_bars_svg(const StackedBars& b);
 
 }  // namespace longseq::core::plot

@@ -285,6 +285,116 @@ ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass 
 
 namespace {
 
+// The timelines of a cluster of p.replicas groups: one per distinct placement of a group on the
+// nodes, and the one each replica runs (AttnProblem's placement note); or, whole_world, one
+// timeline of every rank (class_of = {0} over one "replica" of all ranks).
+struct ClusterTimelines {
+  std::vector<Timeline> timelines;
+  std::vector<int> class_of;
+};
+
+// Where node boundaries fall inside a group that starts at physical rank `start`: the first group
+// rank that begins a node, or -1 when the group lies inside one node. Equal keys, equal links.
+int placement_key(int64_t start, int world, int gpn) {
+  int64_t first = (gpn - start % gpn) % gpn;
+  if (first == 0) first = gpn;
+  return first < world ? static_cast<int>(first) : -1;
+}
+
+// The schedules of every replica as one world: replica d's ranks are d * world + r, their peers and
+// collective members moved with them.
+std::vector<RankSchedule> whole_world(const std::vector<RankSchedule>& group, int replicas) {
+  const int world = static_cast<int>(group.size());
+  std::vector<RankSchedule> all;
+  all.reserve(static_cast<size_t>(world) * replicas);
+  for (int d = 0; d < replicas; ++d)
+    for (const RankSchedule& rs : group) {
+      const int base = d * world;
+      RankSchedule x = rs;
+      x.rank += base;
+      for (attention::Xfer& t : x.xfers) t.peer += base;
+      for (int& r : x.ring) r += base;
+      for (auto* steps : {&x.pre, &x.post})
+        for (attention::Collective& col : *steps)
+          for (int& r : col.members) r += base;
+      all.push_back(std::move(x));
+    }
+  return all;
+}
+
+ClusterTimelines replay_cluster(const std::vector<RankSchedule>& group, const ReplayModel& m,
+                                const AttnProblem& p, bool keep) {
+  const int world = static_cast<int>(group.size()), gpn = p.gpus_per_node;
+  ClusterTimelines out;
+  if (p.whole_world && p.replicas > 1) {
+    // The model's functions read the group's schedules (pieces, head blocks): by group rank.
+    ReplayModel w = m;
+    w.bytes = [&m, world](int r, const attention::Xfer& x) { return m.bytes(r % world, x); };
+    w.flops = [&m, world](int r, const attention::Work& x) { return m.flops(r % world, x); };
+    if (m.cost_flops)
+      w.cost_flops = [&m, world](int r, const attention::Work& x) {
+        return m.cost_flops(r % world, x);
+      };
+    if (m.message_bytes)
+      w.message_bytes = [&m, world](int r, const attention::Collective& c, attention::Field f) {
+        return m.message_bytes(r % world, c, f);
+      };
+    w.same_node = [gpn](int x, int y) { return x / gpn == y / gpn; };
+    out.timelines.push_back(replay(whole_world(group, p.replicas), w));
+    out.class_of = {0};
+    return out;
+  }
+  std::vector<int> keys;
+  std::vector<int64_t> starts;  // a start of every class
+  for (int d = 0; d < std::max(1, p.replicas); ++d) {
+    const int64_t start = static_cast<int64_t>(d) * world;
+    const int key = placement_key(start, world, gpn);
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    out.class_of.push_back(static_cast<int>(it - keys.begin()));
+    if (it == keys.end()) {
+      keys.push_back(key);
+      starts.push_back(start);
+    }
+  }
+  for (size_t k = 0; k < keys.size(); ++k) {
+    ReplayModel mk = m;
+    const int64_t off = starts[k] % gpn;
+    mk.same_node = [gpn, off](int x, int y) { return (x + off) / gpn == (y + off) / gpn; };
+    mk.spans = keep && k == 0;
+    out.timelines.push_back(replay(group, mk));
+  }
+  return out;
+}
+
+// A pass's cost from its cluster timelines, every rank of every replica in rank order: the sums
+// and maxima a replay of the whole cluster gives, bit for bit.
+PassCost combine(const ClusterTimelines& t) {
+  PassCost c;
+  c.model = "schedule";
+  double ranks = 0, best = -1;
+  for (int k : t.class_of) ranks += static_cast<double>(t.timelines[k].ranks.size());
+  for (int k : t.class_of) {
+    const Timeline& tl = t.timelines[k];
+    c.seconds = std::max(c.seconds, tl.makespan);
+    for (const auto& r : tl.ranks) {
+      if (r.finish > best) {  // the critical rank: the longest finish, the first of equals
+        best = r.finish;
+        c.compute_s = r.compute_s;
+        c.collective_s = r.collective_s;
+      }
+      c.flops = std::max(c.flops, r.flops);
+      c.flops_total += r.flops;
+      c.messages_intra += static_cast<double>(r.messages_intra) / ranks;
+      c.messages_inter += static_cast<double>(r.messages_inter) / ranks;
+      c.bytes_intra += r.bytes_intra / ranks;
+      c.bytes_inter += r.bytes_inter / ranks;
+      c.bytes_inter_max = std::max(c.bytes_inter_max, r.bytes_inter);
+      c.collective_bytes += r.collective_bytes / ranks;
+    }
+  }
+  return c;
+}
+
 // One pass of any algorithm: all ranks' make_schedule plans replayed by the simulator. Bundle,
 // gradient and collective message sizes are the schedule's (pieces x L rows, the rank's head
 // slice), counted in hw.dtype_bytes per element.
@@ -485,10 +595,8 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     return static_cast<double>(elems) * e;
   };
   m.collective_efficiency = hw.corrections.collective_efficiency;
-  m.flops_per_s =
-      (fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) * hw.compute_share(p.world);
-  const int gpn = p.gpus_per_node;
-  m.same_node = [gpn](int x, int y) { return x / gpn == y / gpn; };
+  m.flops_per_s = (fwd ? hw.attention_fwd_flops() : hw.attention_bwd_flops()) *
+                  hw.compute_share(p.share_ranks());
   m.intra = hw.intra;
   m.inter = hw.inter;
   m.wait_copy = hw.wait_copy;
@@ -504,25 +612,8 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
     m.flops = per_group(m.flops);
     if (m.cost_flops) m.cost_flops = per_group(m.cost_flops);
   }
-  Timeline tl = replay(set.ranks, m);
-
-  PassCost c;
-  c.model = "schedule";
-  const int crit = tl.critical_rank();
-  c.seconds = tl.makespan;
-  c.compute_s = tl.ranks[crit].compute_s;
-  c.collective_s = tl.ranks[crit].collective_s;
-  const double ranks = static_cast<double>(tl.ranks.size());
-  for (const auto& r : tl.ranks) {
-    c.flops = std::max(c.flops, r.flops);
-    c.flops_total += r.flops;
-    c.messages_intra += static_cast<double>(r.messages_intra) / ranks;
-    c.messages_inter += static_cast<double>(r.messages_inter) / ranks;
-    c.bytes_intra += r.bytes_intra / ranks;
-    c.bytes_inter += r.bytes_inter / ranks;
-    c.bytes_inter_max = std::max(c.bytes_inter_max, r.bytes_inter);
-    c.collective_bytes += r.collective_bytes / ranks;
-  }
+  const ClusterTimelines cluster = replay_cluster(set.ranks, m, p, keep);
+  PassCost c = combine(cluster);
   if (buffer_bytes) {
     // Slots, plus the sides a schedule with collective steps holds beside the home tensors.
     const double sides =
@@ -537,7 +628,7 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
                           (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
     *buffer_bytes = b;
   }
-  if (keep) c.timeline = std::move(tl);
+  if (keep) c.timeline = cluster.timelines.front();
   return c;
 }
 
@@ -596,6 +687,225 @@ AttentionCost cost_attention(const Algorithm& a, const AttnProblem& p, const Har
   AttentionCost c = cost_forward(a, p, hw, frac, keep);
   cost_backward(a, p, hw, c, keep);
   return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lower bounds without schedules
+
+namespace {
+
+// The valid (< n) positions of a chunk's rows [0, rows): first, last and count (stride apart).
+struct Span {
+  int64_t first = 0, last = -1, count = 0;
+};
+
+Span valid_span(const Chunk& c, int64_t rows, int64_t n) {
+  Span s;
+  if (rows <= 0 || c.pos_begin >= n) return s;
+  s.count = std::min<int64_t>(rows, (n - 1 - c.pos_begin) / c.pos_stride + 1);
+  s.first = c.pos_begin;
+  s.last = c.pos_begin + (s.count - 1) * c.pos_stride;
+  return s;
+}
+
+// Sum over the positions p of a span of the keys a query at p sees: n (full), p + 1 (causal), or
+// min(p + 1, W) (window, causal).
+double span_keys(const Span& sp, int64_t stride, int64_t n, const MaskSpec& m) {
+  if (sp.count == 0) return 0;
+  const double count = static_cast<double>(sp.count), b = static_cast<double>(sp.first),
+               st = static_cast<double>(stride);
+  if (!m.causal && m.window <= 0) return count * static_cast<double>(n);
+  // Rows whose p + 1 stays within the window (all of them without one).
+  double below = count;
+  if (m.window > 0) {
+    const int64_t room = m.window - 1 - sp.first;  // p <= W - 1
+    below = room < 0 ? 0.0 : std::min(count, static_cast<double>(room / stride + 1));
+  }
+  return below * (b + 1) + st * below * (below - 1) / 2 +
+         (count - below) * static_cast<double>(m.window);
+}
+
+// Inbound inter-node bytes every node must take for one pass (see attention_lower_bound): by
+// node of group ranks (node = rank / gpn), the remote ranks whose bundle the node needs times
+// `block` bytes. `queries_move`: a rank's bundle is needed where its queries see a key of the
+// node, else where a query of the node sees one of its keys. Empty when the mask or layout is
+// outside what the visibility test below knows.
+std::vector<double> node_imports(const Layout& layout, const MaskSpec& m, int gpn, double block,
+                                 bool queries_move) {
+  const int world = layout.world();
+  const int64_t n = layout.global_len();
+  const int nodes = (world + gpn - 1) / gpn;
+  std::vector<double> out(static_cast<size_t>(nodes), 0.0);
+  if (nodes < 2) return out;
+  // Valid position range of every rank (the union of its chunks).
+  std::vector<int64_t> lo(world, INT64_MAX), hi(world, -1);
+  for (int r = 0; r < world; ++r)
+    for (const Chunk& c : layout.chunks(r)) {
+      const Span sp = valid_span(c, c.len, n);
+      if (sp.count == 0) continue;
+      lo[r] = std::min(lo[r], sp.first);
+      hi[r] = std::max(hi[r], sp.last);
+    }
+  auto node_of = [gpn](int r) { return r / gpn; };
+  if (m.window <= 0) {
+    // Full: every remote rank with tokens. Causal: rank j's keys are seen by node n's queries iff
+    // its first position is at most the node's last (queries_move: the roles swapped).
+    std::vector<int64_t> sorted;
+    for (int r = 0; r < world; ++r)
+      if (hi[r] >= 0) sorted.push_back(queries_move ? hi[r] : lo[r]);
+    std::sort(sorted.begin(), sorted.end());
+    for (int node = 0; node < nodes; ++node) {
+      int64_t node_lo = INT64_MAX, node_hi = -1;
+      for (int r = node * gpn; r < std::min(world, (node + 1) * gpn); ++r)
+        if (hi[r] >= 0) {
+          node_lo = std::min(node_lo, lo[r]);
+          node_hi = std::max(node_hi, hi[r]);
+        }
+      if (node_hi < 0) continue;
+      auto sees = [&](int64_t v) {  // v: a rank's lo (keys) or hi (queries_move)
+        if (!m.causal) return true;
+        return queries_move ? v >= node_lo : v <= node_hi;
+      };
+      int64_t count = 0;
+      if (!m.causal)
+        count = static_cast<int64_t>(sorted.size());
+      else if (queries_move)
+        count = sorted.end() - std::lower_bound(sorted.begin(), sorted.end(), node_lo);
+      else
+        count = std::upper_bound(sorted.begin(), sorted.end(), node_hi) - sorted.begin();
+      for (int r = node * gpn; r < std::min(world, (node + 1) * gpn); ++r)
+        if (hi[r] >= 0 && sees(queries_move ? hi[r] : lo[r])) --count;
+      out[node] = static_cast<double>(count) * block;
+    }
+    return out;
+  }
+  // Window W (causal): intervals of contiguous chunks only. A query chunk [qa, qb] sees a key
+  // chunk [ka, kb] iff ka <= qb and kb >= qa - W + 1.
+  struct Iv {
+    int64_t a, b;
+    int rank;
+  };
+  std::vector<Iv> all;
+  for (int r = 0; r < world; ++r)
+    for (const Chunk& c : layout.chunks(r)) {
+      const Span sp = valid_span(c, c.len, n);
+      if (sp.count == 0) continue;
+      if (sp.count > 1 && c.pos_stride != 1) return std::vector<double>(out.size(), 0.0);
+      all.push_back({sp.first, sp.last, r});
+    }
+  std::sort(all.begin(), all.end(), [](const Iv& x, const Iv& y) { return x.a < y.a; });
+  std::vector<int> stamp(world, -1);
+  const int64_t w = m.window;
+  for (int node = 0; node < nodes; ++node) {
+    int64_t count = 0;
+    for (const Iv& own : all) {
+      if (node_of(own.rank) != node) continue;
+      // The positions whose chunks meet this one: keys [qa - W + 1, qb] of its queries, or the
+      // queries [ka, kb + W - 1] that see its keys.
+      const int64_t from = queries_move ? own.a : own.a - w + 1;
+      const int64_t to = queries_move ? own.b + w - 1 : own.b;
+      // Chunks are disjoint: sorted by start, their ends increase too.
+      auto it = std::lower_bound(all.begin(), all.end(), from,
+                                 [](const Iv& x, int64_t v) { return x.b < v; });
+      for (; it != all.end() && it->a <= to; ++it)
+        if (node_of(it->rank) != node && stamp[it->rank] != node) {
+          stamp[it->rank] = node;
+          ++count;
+        }
+    }
+    out[node] = static_cast<double>(count) * block;
+  }
+  return out;
+}
+
+// Do the consecutive blocks of `size` group ranks each lie inside one node?
+bool blocks_inside_nodes(int world, int size, int gpn) {
+  for (int b = 0; b + size <= world; b += size)
+    if (b / gpn != (b + size - 1) / gpn) return false;
+  return true;
+}
+
+constexpr double kBoundShrink = 1.0 - 1e-9;
+
+}  // namespace
+
+double layout_visible_pairs(const Layout& layout, const MaskSpec& m, int64_t q_limit) {
+  double total = 0;
+  for (int r = 0; r < layout.world(); ++r)
+    for (const Chunk& c : layout.chunks(r))
+      total += span_keys(valid_span(c, limited_rows(c, q_limit), layout.global_len()), c.pos_stride,
+                         layout.global_len(), m);
+  return total;
+}
+
+AttentionCost attention_lower_bound(const Algorithm& a, const AttnProblem& p, const Hardware& hw,
+                                    double frac) {
+  validate_algo(a, p);
+  const Layout layout(p.balance, p.n, p.world, p.mask.block_size);
+  const int64_t l = layout.local_len();
+  const double share = hw.compute_share(p.share_ranks());
+  const BlockCurve& curve = hw.attention_curve;
+  // The fastest a visible pair can be computed: the curve's best point (it replaces the constant
+  // per kernel call), partial tiles at their relative cost where that is below 1.
+  auto rate = [&](bool fwd) {
+    double eff =
+        fwd ? hw.corrections.attention_fwd_efficiency : hw.corrections.attention_bwd_efficiency;
+    if (curve.enabled()) {
+      eff = 0;
+      for (const auto& pt : curve.points) eff = std::max(eff, fwd ? pt.fwd : pt.bwd);
+    }
+    double cheapest = 1;
+    if (hw.tiles.enabled())
+      cheapest = std::min(
+          1.0, fwd ? hw.corrections.partial_tile_cost_fwd : hw.corrections.partial_tile_cost_bwd);
+    return hw.peak_flops * eff * share / cheapest;
+  };
+  const double hqd = static_cast<double>(p.hq * p.d), world = p.world;
+  auto compute = [&](bool fwd, int64_t q_limit) {
+    PassCost c;
+    c.model = "lower bound";
+    c.flops_total = layout_visible_pairs(layout, p.mask, q_limit) * (fwd ? 4.0 : 10.0) * hqd;
+    c.compute_s = c.flops_total / world / rate(fwd) * kBoundShrink;
+    c.seconds = c.compute_s;
+    return c;
+  };
+  AttentionCost out;
+  out.forward = compute(true, -1);
+  out.backward = compute(false, -1);
+  if (frac > 0) {
+    out.partial_recompute = compute(true, static_cast<int64_t>(frac * static_cast<double>(l)));
+    out.recompute_fraction = frac;
+  }
+  // Transfers: which algorithms keep the queries of a node's ranks on that node (the bound's
+  // premise), and what their bundles carry per L rows.
+  using F = Algorithm::Family;
+  const int gpn = p.gpus_per_node;
+  bool premise = a.family == F::ring;
+  if (a.family == F::usp) premise = blocks_inside_nodes(p.world, a.degree, gpn);
+  const bool startrail_teams = a.family == F::startrail &&
+                               a.placement == attention::TeamPlacement::teams &&
+                               blocks_inside_nodes(p.world, a.team, gpn);
+  if (!premise && !startrail_teams) return out;
+  const bool simple_mask = p.mask.doc_ids.empty() && p.mask.block_mask.empty();
+  if (!simple_mask) return out;
+  const double e = hw.dtype_bytes, rows = static_cast<double>(l);
+  const double kv_block = 2 * rows * static_cast<double>(p.hkv * p.d) * e;
+  const double q_block = (2 * rows * hqd + 2 * rows * static_cast<double>(p.hq)) * e;
+  auto transfers = [&](PassCost& c, bool queries_move) {
+    const std::vector<double> imports =
+        node_imports(layout, p.mask, gpn, queries_move ? q_block : kv_block, queries_move);
+    double total = 0, slowest = 0;
+    for (size_t node = 0; node < imports.size(); ++node) {
+      const int ranks = std::min(gpn, p.world - static_cast<int>(node) * gpn);
+      total += imports[node];
+      slowest = std::max(slowest, imports[node] / (ranks * hw.inter.bandwidth_Bps));
+    }
+    c.bytes_inter_max = total / world * kBoundShrink;
+    c.seconds = std::max(c.seconds, slowest * kBoundShrink);
+  };
+  transfers(out.forward, false);
+  if (premise) transfers(out.backward, attention::bundle_is_query(a, Pass::backward));
+  return out;
 }
 
 }  // namespace longseq::plan

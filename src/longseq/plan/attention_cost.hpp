@@ -29,14 +29,33 @@
 
 namespace longseq::plan {
 
-/// The attention problem of one layer.
+/// The attention problem of one layer: one context-parallel group of `world` ranks, and the
+/// `replicas` data-parallel groups of the cluster it is one of.
+///
+/// Placement: replica d's group holds physical ranks [d * world, (d + 1) * world), nodes are
+/// blocks of `gpus_per_node` physical ranks, so a group whose start is not a multiple of
+/// gpus_per_node meets the node boundaries at other group ranks than replica 0's. Every replica
+/// runs the same schedules, and groups share no rank (so no port), so the cluster's replay is the
+/// group's replayed once per distinct placement (start modulo gpus_per_node, up to the boundaries
+/// it makes inside the group) and combined in rank order as a replay of all
+/// replicas x world ranks would: the same numbers, bit for bit (`whole_world` replays the cluster
+/// itself: the reference tests hold the placements against).
 struct AttnProblem {
   int64_t n = 0;  ///< global sequence length
   int64_t hq = 0, hkv = 0, d = 0;
-  int world = 1;
+  int world = 1;  ///< ranks of one context-parallel group
   int gpus_per_node = 1;
   attention::Balance balance = attention::Balance::zigzag;
   attention::MaskSpec mask;  ///< full, causal or causal+window (no files)
+  int replicas = 1;          ///< data-parallel groups of `world` ranks (>= 1)
+  /// Replay all replicas x world ranks as one set of schedules (peers renumbered) instead of one
+  /// group per placement: the reference, quadratic in the cluster.
+  bool whole_world = false;
+  /// Ranks that share one host's cores (Hardware::compute_share: a `local` profile's threads);
+  /// 0: replicas x world.
+  int host_ranks = 0;
+  int cluster_ranks() const { return replicas * world; }
+  int share_ranks() const { return host_ranks > 0 ? host_ranks : cluster_ranks(); }
 };
 
 struct PassCost {
@@ -104,6 +123,36 @@ struct ScheduleSet {
 };
 ScheduleSet make_schedules(const attention::Algorithm& algo, const AttnProblem& prob,
                            attention::Pass pass);
+
+/// Lower bounds of cost_attention(algo, prob, hw, recompute_fraction)'s passes, without
+/// schedules (linear in the ranks): each PassCost's seconds, compute_s, bytes_inter and
+/// bytes_inter_max (and partial_recompute's) are at most the replayed ones, all other fields 0.
+///   compute   the pass's visible pairs over all ranks (closed form per chunk) x FLOPs per pair,
+///             divided evenly over the group's ranks at the fastest rate the replay could give
+///             a work item (the attention curve's best point; partial tiles at their cost when
+///             below 1): the busiest rank computes at least the mean, and the pass lasts at least
+///             its compute.
+///   transfers where the schedules move whole bundles between ranks and the queries of the
+///             ranks of one node are computed by those ranks (the ring family, USP with its
+///             Ulysses groups inside nodes, StarTrail's teams placement with teams inside nodes,
+///             forward; their data bundles in the backward, StarTrail's excepted), every remote
+///             rank whose keys a query of the node sees (backward with circulating queries: whose
+///             queries see a key of the node) sends its bundle's L rows into the node at least
+///             once, through the node's inbound inter-node ports (one per rank, one transfer at a
+///             time, beta each): the pass lasts at least the node's import / (its ranks x beta),
+///             and the mean rank sends at least the cluster's import / ranks inter-node bytes.
+///             Full and causal masks on any layout, windows on layouts of contiguous chunks;
+///             elsewhere this term is 0.
+/// Every bound is scaled by (1 - 1e-9) so that rounding in another order of the same sums never
+/// lifts it above the replayed double.
+AttentionCost attention_lower_bound(const attention::Algorithm& algo, const AttnProblem& prob,
+                                    const Hardware& hw, double recompute_fraction = 0);
+
+/// Visible (q, k) pairs of queries [rows of every rank below q_local_limit] (-1: all) over the
+/// whole layout: sum over ranks and chunks of the keys each query sees, in closed form per chunk
+/// (full, causal, window masks). Double: an upper estimate of 2^53 is not needed for a bound.
+double layout_visible_pairs(const attention::Layout& layout, const attention::MaskSpec& mask,
+                            int64_t q_local_limit = -1);
 
 /// Visible (q, k) pairs of a query chunk and a key chunk under the mask, counting only query
 /// local indices below `q_local_limit` (-1: all). Exact for full, causal and window masks.

@@ -35,6 +35,8 @@ const std::vector<core::Field<Hardware>> kFields = {
     HW("memory_bytes", memory_bytes, core::above(0), true, "device memory per GPU"),
     HW("peak_flops", peak_flops, core::above(0), true, "dense peak of the training dtype"),
     HW("dtype_bytes", dtype_bytes, core::at_least(1), true, "bytes per activation element"),
+    HW("memory_bandwidth_Bps", memory_bandwidth_Bps, core::at_least(0), false,
+       "device memory bandwidth per GPU: the optimizer step (0: not modelled)"),
     // The links are required of every profile but a single GPU's (parse_hardware checks them).
     HW("intra.latency_s", intra.latency_s, core::at_least(0), false, "intra-node alpha"),
     HW("intra.bandwidth_Bps", intra.bandwidth_Bps, core::at_least(0), false,
@@ -90,7 +92,7 @@ const char* const kLinkKeys[] = {"intra.latency_s", "intra.bandwidth_Bps", "inte
 // Written by calibrate or kept for readers, never read back. attention_curve is an array, read
 // apart from the scalar table (read_curve).
 const std::vector<std::string> kIgnored = {"measurements", "intra.note", "inter.note",
-                                           "attention_curve"};
+                                           "memory_bandwidth_note", "attention_curve"};
 
 // "attention_curve": {"source": "...", "points": [{"tokens": 1024, "fwd": 0.08, "bwd": 0.06},
 // ...]}: tokens strictly increasing and >= 1, efficiencies in (0, 1.5].

@@ -81,8 +81,11 @@ struct Hardware {
   int gpus_per_node = 1;
   double memory_bytes = 0;  ///< device memory per GPU
   double peak_flops = 0;    ///< dense peak of the training dtype (bf16 on GPUs, f32 on CPU)
-  int dtype_bytes = 2;      ///< bytes per element of activations and messages
-  Link intra, inter;  ///< inter.bandwidth_Bps is the node's inter-node bandwidth / gpus_per_node
+  /// Device memory bandwidth per GPU (bytes/s, the vendor's figure): the optimizer step, which
+  /// streams every shard's parameters, gradients and moments, runs at it. 0: not modelled.
+  double memory_bandwidth_Bps = 0;
+  int dtype_bytes = 2;  ///< bytes per element of activations and messages
+  Link intra, inter;    ///< inter.bandwidth_Bps is the node's inter-node bandwidth / gpus_per_node
   double inter_node_bandwidth_Bps = 0;  ///< as given in the profile, for the record
   Corrections corrections;
   /// The block-length curve of the attention efficiency (GPU profiles measured by longseq's

@@ -29,6 +29,9 @@
 //    config.json), '{"rope_type":"default"}' removes it. TrainConfig::model_config() applies it.
 //  * stop_after: stop after this many steps (0: run all) while the schedule still spans
 //    `steps`: an interrupted run, to be continued with --resume.
+//  * grad_accum: micro-batches per replica per optimizer step (gradient accumulation): each is
+//    one sequence, forward and backward, its gradient added into the ZeRO-3 shards; the step
+//    trains dp * grad_accum sequences (trainer.hpp).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,6 +57,8 @@
   X(int64_t, seq, "--seq", 32768, cli_json, core::any(), "tokens per sequence (N)")                \
   X(int, world, R::world.flag, R::world.number, cli_json, R::world.range, R::world.help)           \
   X(int, dp, "--dp", 1, cli_json, core::any(), "data-parallel replicas (divides --world)")         \
+  X(int, grad_accum, "--grad-accum", 1, cli_json, core::at_least(1),                               \
+    "micro-batches per replica per step (gradient accumulation)")                                  \
   X(int, nodes, R::nodes.flag, R::nodes.number, cli_json, R::nodes.range, R::nodes.help)           \
   X(std::string, algo, R::algo.flag, R::algo.text, cli_json, core::parsed_by(check_algo),         \
     R::algo.help)                                                                                  \

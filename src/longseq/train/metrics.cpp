@@ -16,13 +16,19 @@ namespace longseq::train {
 
 using nlohmann::json;
 
-double step_flops(const RunSetup& s, const std::vector<int32_t>& docs) {
+double step_flops(const RunSetup& s, const std::vector<std::vector<int32_t>>& docs) {
   const TrainConfig& cfg = s.cfg;
   const auto& m = cfg.model;
-  const double tokens = static_cast<double>(cfg.seq) * cfg.dp;
+  const double micro = cfg.grad_accum;
+  const double tokens = static_cast<double>(cfg.seq) * cfg.dp * micro;
+  // Pairs of this replica's sequences (their documents), times the dp replicas.
+  double pairs = 0;
+  if (docs.empty())
+    pairs = micro * model::visible_pairs(*s.parsed.mask.with_documents({}), cfg.seq);
+  for (const std::vector<int32_t>& d : docs)
+    pairs += model::visible_pairs(*s.parsed.mask.with_documents(d), cfg.seq);
   return 6.0 * static_cast<double>(s.layout.matmul_parameters()) * tokens +
-         12.0 * m.layers * m.heads * m.head_dim *
-             model::visible_pairs(*s.parsed.mask.with_documents(docs), cfg.seq) * cfg.dp;
+         12.0 * m.layers * m.heads * m.head_dim * pairs * cfg.dp;
 }
 
 StepRecord measure(RankRun& run, const StepResult& res) {
@@ -40,7 +46,7 @@ StepRecord measure(RankRun& run, const StepResult& res) {
   r.lr = res.lr;
   r.grad_norm = res.grad_norm;
   r.seconds = slowest;
-  r.tokens_per_sec = static_cast<double>(cfg.seq) * cfg.dp / slowest / cfg.world;
+  r.tokens_per_sec = static_cast<double>(cfg.seq) * cfg.dp * cfg.grad_accum / slowest / cfg.world;
   r.mfu = step_flops(run.s, res.docs) / (slowest * run.s.peak_gflops * 1e9);
   r.peak_rss_mib = static_cast<double>(core::peak_rss_bytes()) / (1024.0 * 1024.0);
   r.device_peak_mib = device_peak_mib(run.s.parsed.device);

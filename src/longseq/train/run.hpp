@@ -90,7 +90,8 @@ struct StepResult {
   double wait_s = 0;   ///< of which waiting on communication (collectives, ZeRO-3, attention)
   core::OpTimes ops;   ///< this rank's per-op account of the step (wall seconds)
   int64_t saved_floats_peak = 0;  ///< activations kept between forward and backward
-  std::vector<int32_t> docs;      ///< --mask document: document ids of the sequence (else empty)
+  /// --mask document: document ids of each micro-batch's sequence (else empty).
+  std::vector<std::vector<int32_t>> docs;
 };
 
 /// Moves the run's training state onto `device`: a DeviceReplica and a DeviceOptimizer made from
@@ -122,8 +123,9 @@ void save_if_due(RankRun& run, int64_t step, bool stopping = false);
 /// All units' full parameters (or gradients), concatenated; every rank gets them.
 std::vector<float> gather_all(RankRun& run, bool grads);
 
-/// Model FLOPs of one step (the MFU numerator of trainer.hpp).
-double step_flops(const RunSetup& s, const std::vector<int32_t>& docs);
+/// Model FLOPs of one step (the MFU numerator of trainer.hpp): `docs` as StepResult::docs (empty:
+/// every micro-batch sees the base mask).
+double step_flops(const RunSetup& s, const std::vector<std::vector<int32_t>>& docs);
 /// metrics.json: {"config": config, "steps": [records]}, written atomically.
 void write_metrics(const std::string& out, const nlohmann::json& config,
                    const std::vector<StepRecord>& steps);

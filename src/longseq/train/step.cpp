@@ -1,7 +1,10 @@
 // One optimizer step (train/run.hpp): the step's tokens and mask, forward and backward, the loss
 // and gradient-norm reductions, clipping and AdamW.
 #include <algorithm>
+#include <vector>
 
+#include "longseq/core/checked.hpp"
+#include "longseq/core/error.hpp"
 #include "longseq/core/op_account.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/train/device.hpp"
@@ -79,13 +82,18 @@ class ProgressSource final : public model::ParamSource {
   core::Timer timer_;
 };
 
-// Forward and backward over this rank's tokens of the step's sequence; the loss is scaled by the
-// global count of non-ignored tokens (all-reduced first), so gradients are those of the mean.
-model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens& rt,
-                                   model::AttentionOp& attn) {
+// Forward and backward over this rank's tokens of the step's micro-batches (one sequence each,
+// --grad-accum of them); the loss is scaled by the global count of non-ignored tokens over every
+// micro-batch of every rank (all-reduced first), so the gradients the micro-batches add into the
+// ZeRO-3 shards (release_grad adds each reduce-scatter's sum) are those of the mean over the
+// step's tokens, as one batch of dp * grad_accum sequences would give.
+model::StepResult forward_backward(RankRun& run, StepResult& r,
+                                   const std::vector<RankTokens>& micro) {
   const RunSetup& s = run.s;
-  int64_t count = model::count_targets(rt.labels.data(), static_cast<int64_t>(rt.labels.size()),
-                                       s.cfg.model.vocab);
+  int64_t count = 0;
+  for (const RankTokens& rt : micro)
+    count += model::count_targets(rt.labels.data(), static_cast<int64_t>(rt.labels.size()),
+                                  s.cfg.model.vocab);
   {
     core::ScopedTimer t(&r.wait_s);
     core::OpScope op(core::Op::comm_wait);
@@ -94,25 +102,36 @@ model::StepResult forward_backward(RankRun& run, StepResult& r, const RankTokens
   // The host's gradient shards are the step's only with the state on the host: a GPU run's live
   // on the device (zeroing 4 bytes per parameter on the host each step would cost ~0.5 s at 1B).
   if (!run.mirror) run.state.zero_grads();
-  model::StepBatch b;
-  b.tokens = rt.tokens.data();
-  b.labels = rt.labels.data();
-  b.pos = rt.pos.data();
-  b.len = static_cast<int64_t>(rt.pos.size());
-  b.seq_len = s.cfg.seq;
   const double scale = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
   // With device state (--device cuda) the step computes on the device's replica.
   model::ParamSource& params = run.mirror ? static_cast<model::ParamSource&>(*run.mirror)
                                           : static_cast<model::ParamSource&>(run.state);
   if (run.mirror) run.mirror->zero_grads();
   model::StepResult res;
-  if (run.progress.enabled()) {
-    ProgressSource source(params, s.layout, run.progress, r.step);
-    res = model::forward_backward(s.layout, source, attn, b, scale, s.options, *run.kernels);
-  } else {
-    res = model::forward_backward(s.layout, params, attn, b, scale, s.options, *run.kernels);
+  double loss = 0;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    const RankTokens& rt = micro[k];
+    model::AttentionOp& attn =
+        step_attention(run, r.docs.empty() ? std::vector<int32_t>{} : r.docs[k]);
+    const model::AttentionTimes at0 = attn.times();
+    model::StepBatch b;
+    b.tokens = rt.tokens.data();
+    b.labels = rt.labels.data();
+    b.pos = rt.pos.data();
+    b.len = static_cast<int64_t>(rt.pos.size());
+    b.seq_len = s.cfg.seq;
+    model::StepResult one;
+    if (run.progress.enabled()) {
+      ProgressSource source(params, s.layout, run.progress, r.step);
+      one = model::forward_backward(s.layout, source, attn, b, scale, s.options, *run.kernels);
+    } else {
+      one = model::forward_backward(s.layout, params, attn, b, scale, s.options, *run.kernels);
+    }
+    r.wait_s += attn.times().wait_s - at0.wait_s;
+    loss += one.loss_sum;
+    one.saved_floats_peak = std::max(one.saved_floats_peak, res.saved_floats_peak);
+    res = one;
   }
-  double loss = res.loss_sum;
   if (run.mirror &&
       run.world.size() > 1) {  // every replica's gradient, summed (attach_device_state)
     core::ScopedTimer t(&r.wait_s);
@@ -174,16 +193,23 @@ StepResult run_step(RankRun& run, int64_t step) {
   core::Timer timer;
   r.step = step;
   const double zero0 = run.state.comm_seconds();
-  const int64_t index = s.loader.sequence_index(step, run.replica, s.cfg.dp);
-  const RankTokens rt =
-      s.loader.rank_tokens(index, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex);
-  if (s.parsed.mask.document) r.docs = s.loader.document_ids(index);
-  model::AttentionOp& attn = step_attention(run, r.docs);
-  const model::AttentionTimes at0 = attn.times();
-  const model::StepResult res = forward_backward(run, r, rt, attn);
+  // Micro-batch k of step `step` is sequence number step * grad_accum + k of the replica's round
+  // robin, so dp replicas x grad_accum micro-batches read the sequences dp * grad_accum replicas
+  // of one micro-batch would.
+  const int64_t micro_batches = s.cfg.grad_accum;
+  int64_t first = 0;
+  core::require(core::checked_mul(step, micro_batches, first), "train", "step ", step,
+                " times --grad-accum ", micro_batches, " overflows");
+  std::vector<RankTokens> micro;
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    const int64_t index = s.loader.sequence_index(first + k, run.replica, s.cfg.dp);
+    micro.push_back(s.loader.rank_tokens(index, s.seq_layout, run.ctx.rank(), model::kIgnoreIndex));
+    if (s.parsed.mask.document) r.docs.push_back(s.loader.document_ids(index));
+  }
+  const model::StepResult res = forward_backward(run, r, micro);
   update(run, r);
   r.seconds = timer.elapsed();
-  r.wait_s += (run.state.comm_seconds() - zero0) + (attn.times().wait_s - at0.wait_s);
+  r.wait_s += run.state.comm_seconds() - zero0;
   r.saved_floats_peak = res.saved_floats_peak;
   return r;
 }

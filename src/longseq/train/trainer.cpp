@@ -97,7 +97,8 @@ json config_block(const RunSetup& s) {
   config["peak_gflops_measured"] = s.peak_gflops;
   if (!s.parsed.device.is_cpu()) config["gpu"] = device_name(s.parsed.device);
   config["mfu_formula"] =
-      "(6 * matmul_parameters * dp * seq + 12 * layers * heads * head_dim * visible_pairs * dp) / "
+      "(6 * matmul_parameters * dp * grad_accum * seq + 12 * layers * heads * head_dim * "
+      "visible_pairs * dp * grad_accum) / "
       "(step_seconds * peak); peak = " +
       device_peak_formula(s.parsed.device) + "; recomputation not counted";
   return config;
@@ -277,7 +278,7 @@ void save_if_due(RankRun& run, int64_t step, bool stopping) {
         {"next_step", step + 1},
         {"sequences", run.s.loader.num_sequences()},
         {"identity", data_identity(run.s.data)},
-        {"order", "sequence (step * dp + replica) mod sequences"}}},
+        {"order", "sequence ((step * grad_accum + micro-batch) * dp + replica) mod sequences"}}},
       {"rng",
        {{"kind", "counter-based (core/rng.hpp); initialisation stream derive_seed(seed, unit)"},
         {"seed", cfg.seed}}},

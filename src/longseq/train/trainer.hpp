@@ -7,21 +7,24 @@
 //
 // Rank mapping: world rank w trains replica d = w / cp as context rank w % cp; replica d's context
 // group is world.split(d, w). Every rank of a replica reads the same sequence
-// (Loader::sequence_index(step, d, dp)) and takes its own tokens under the balance layout.
+// (Loader::sequence_index(step, d, dp)) and takes its own tokens under the balance layout. With
+// --grad-accum K a step is K micro-batches: micro-batch k reads sequence number step * K + k of
+// the same round robin, its gradient is added into the ZeRO-3 shards, and one optimizer step
+// follows the K-th (dp x K sequences per step, as dp x K replicas of one micro-batch would read).
 //
 // Loss: each rank's token losses are summed and divided by the *global* count of non-ignored
-// tokens over all ranks (all-reduced before the backward), so the gradient equals that of the
-// mean loss over every token of the step, whatever the world, dp or layout.
+// tokens over all ranks and micro-batches (all-reduced before the backward), so the gradient
+// equals that of the mean loss over every token of the step, whatever the world, dp, K or layout.
 //
 // MFU: model FLOPs per step / (step seconds * peak), where
 //   model FLOPs = 6 * N_matmul * tokens + 12 * layers * Hq * D * visible_pairs
-// (N_matmul: weights in matrix products, LM head included; tokens: dp * seq; visible_pairs: the
-// (query, key) pairs --mask allows per sequence (model::visible_pairs), N(N+1)/2 causal,
-// times dp; 12 = forward 4 + backward 8 FLOPs per pair and head dim; recomputation is not
-// counted, as in PaLM's MFU) and
-// peak = a start-up measurement of single-thread GEMM at the run's precision
-// (kernels::single_thread_gemm_flops: sgemm or bf16, 1024^3, thread CPU time, best of 3 after a
-// warm-up; the same measurement `longseq calibrate` records) times the hardware threads.
+// (N_matmul: weights in matrix products, LM head included; tokens: dp * K * seq; visible_pairs:
+// the (query, key) pairs --mask allows per sequence (model::visible_pairs), N(N+1)/2 causal,
+// summed over the step's dp * K sequences; 12 = forward 4 + backward 8 FLOPs per pair and head dim;
+// recomputation is not counted, as in PaLM's MFU) and peak = a start-up measurement of
+// single-thread GEMM at the run's precision (kernels::single_thread_gemm_flops: sgemm or bf16,
+// 1024^3, thread CPU time, best of 3 after a warm-up; the same measurement `longseq calibrate`
+// records) times the hardware threads.
 //
 // The configuration (TrainConfig, presets) is train/config.hpp; train() is built from the units
 // of train/run.hpp (setup, one step, metrics, checkpointing, the loop).
