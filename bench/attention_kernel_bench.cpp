@@ -38,6 +38,7 @@
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/error.hpp"
 #include "longseq/core/rng.hpp"
+#include "longseq/core/tensor.hpp"
 #include "longseq/core/timer.hpp"
 #include "longseq/kernels/cpu/attention.hpp"
 #include "longseq/kernels/gemm.hpp"
@@ -317,12 +318,14 @@ json run_case(const Case& c, const Options& opt) {
   const int64_t t = c.t, h = opt.heads, d = c.d;
   const kc::AttnDims dm{t, t, h, h, d};
   const size_t n = static_cast<size_t>(t * h * d);
-  std::vector<T> q(n), k(n), v(n), dout(n);
+  // 64-byte aligned, as every tensor of the engine (core::Buffer) and of PyTorch: a std::vector's
+  // 16-byte alignment cost the AVX-512 kernels ~9% (bench/python_attention.py, docs/python.md).
+  longseq::core::Buffer<T> q(n), k(n), v(n), dout(n);
   longseq::core::fill_normal(q.data(), n, 1);
   longseq::core::fill_normal(k.data(), n, 2);
   longseq::core::fill_normal(v.data(), n, 3);
   longseq::core::fill_normal(dout.data(), n, 4);
-  std::vector<float> o(n), lse(t * h), delta(t * h), dq(n), dk(n), dv(n);
+  longseq::core::Buffer<float> o(n), lse(t * h), delta(t * h), dq(n), dk(n), dv(n);
   std::vector<int64_t> pos(t);
   for (int64_t i = 0; i < t; ++i) pos[i] = i;
   const kn::Tokens tok{pos.data(), nullptr};
@@ -330,7 +333,7 @@ json run_case(const Case& c, const Options& opt) {
   mask.causal = c.causal;
   const size_t ws_floats = std::max(kc::attention_forward_workspace_floats(dm, opt.threads),
                                     kc::attention_backward_workspace_floats(dm, opt.threads));
-  std::vector<float> ws(ws_floats);
+  longseq::core::Buffer<float> ws(ws_floats);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto forward = [&] {
     kc::attention_block_forward(q.data(), k.data(), v.data(), tok, tok, mask, scale, dm,

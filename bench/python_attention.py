@@ -52,6 +52,13 @@ PY_CASE = textwrap.dedent("""
     o, lse = longseq.attention.forward(q, k, v, m, threads=threads)   # warm-up
     fwd_peak = hwm() - base
     longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads)
+    # The forward into outputs that already exist: the C++ bench's situation (its buffers are
+    # touched once); fresh outputs each call, as autograd has them, pay their pages' first touch.
+    fwd_reuse = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        longseq.attention.forward(q, k, v, m, threads=threads, out=o, lse=lse)
+        fwd_reuse = min(fwd_reuse, time.perf_counter() - t0)
     del o, lse
     fwd = fb = fwd_cpu = fb_cpu = float("inf")
     for _ in range(reps):
@@ -72,7 +79,7 @@ PY_CASE = textwrap.dedent("""
         t0 = time.perf_counter()
         longseq.attention.forward(q, k, v, m, threads=threads)
         per_call.append(time.perf_counter() - t0)
-    print(json.dumps({"fwd_s": fwd, "fwdbwd_s": fb, "fwd_cpu_s": fwd_cpu, "fwdbwd_cpu_s": fb_cpu,
+    print(json.dumps({"fwd_s": fwd, "fwdbwd_s": fb, "fwd_reuse_s": fwd_reuse, "fwd_cpu_s": fwd_cpu, "fwdbwd_cpu_s": fb_cpu,
                       "fwd_median_s": statistics.median(per_call) if per_call else None,
                       "fwd_peak_extra_bytes": fwd_peak,
                       "fwdbwd_peak_extra_bytes": hwm() - base}))
@@ -146,7 +153,8 @@ def main():
     py2 = py_case(a, a.t, a.reps, 0)
     cpp2 = cpp_case(a, a.t, a.reps)
     best = lambda k, *xs: min(x[k] for x in xs)  # noqa: E731
-    py = {k: best(k, py1, py2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")}
+    py = {k: best(k, py1, py2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s",
+                                         "fwd_reuse_s")}
     py["fwd_peak_extra_bytes"] = max(py1["fwd_peak_extra_bytes"], py2["fwd_peak_extra_bytes"])
     py["fwdbwd_peak_extra_bytes"] = max(py1["fwdbwd_peak_extra_bytes"],
                                         py2["fwdbwd_peak_extra_bytes"])
@@ -157,6 +165,7 @@ def main():
                             "--dtype", "f32", "--threads", str(a.threads), "--reps", "1"])
     res.update(python=py, cpp=cpp, torch_naive=torch_naive)
     res["python_over_cpp"] = {k: py[k] / cpp[k] for k in cpp if k.endswith("_s")}
+    res["python_over_cpp"]["fwd_reuse_s"] = py["fwd_reuse_s"] / cpp["fwd_s"]
     res["torch_over_python"] = {k: torch_naive[k] / py[k] for k in py if k.endswith("_s")}
 
     small_a = argparse.Namespace(**{**vars(a), "threads": a.small_threads})
@@ -179,8 +188,8 @@ def main():
         print(f"{name:8} {r['fwd_s']:9.3f} {r['fwdbwd_s']:10.3f} {r['fwd_cpu_s']:9.3f} "
               f"{r['fwdbwd_cpu_s']:9.3f} {peak / 2**20:15.1f}")
     r = res["python_over_cpp"]
-    print(f"python / cpp: fwd {r['fwd_s']:.3f}, fwd+bwd {r['fwdbwd_s']:.3f} (cpu "
-          f"{r['fwdbwd_cpu_s']:.3f}); target <= 1.05")
+    print(f"python / cpp: fwd {r['fwd_s']:.3f} (into existing outputs {r['fwd_reuse_s']:.3f}), "
+          f"fwd+bwd {r['fwdbwd_s']:.3f} (cpu {r['fwdbwd_cpu_s']:.3f}); target <= 1.05")
     o = res["overhead"]
     print(f"overhead at T={o['t']}: python {o['python_fwd_median_us']:.1f} us per forward, C++ "
           f"kernel {o['cpp_fwd_best_us']:.1f} us: {o['overhead_us']:.1f} us")

@@ -10,7 +10,8 @@ guide; the modules are
 * ``longseq.torch``: the same as autograd functions, and ``ContextParallel``: one Python process
   per rank under mpirun, the sequence sharded by a balanced layout;
 * ``longseq.comm``: this process's rank of an MPI world (``mpi()``) and its collectives;
-* here: ``Mask``, ``Tokenizer``, ``plan``, ``info``, safetensors and token files.
+* here: ``Mask``, ``Tokenizer``, ``plan`` (what ``longseq plan --json`` prints), ``info``,
+  safetensors and token files.
 """
 
 import json as _json
@@ -57,6 +58,7 @@ RankFailed = _core.RankFailed
 
 from ._mask import Mask  # noqa: E402
 from . import attention, comm  # noqa: E402
+from ._plan import plan  # noqa: E402
 from ._files import (  # noqa: E402
     Tokenizer,
     load_checkpoint,
@@ -88,6 +90,7 @@ __all__ = [
     "info",
     "load_checkpoint",
     "load_safetensors",
+    "plan",
     "read_tokens",
     "save_safetensors",
     "__version__",

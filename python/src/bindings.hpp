@@ -44,6 +44,7 @@ int rank_threads(int threads, int ranks_on_host);
 void bind_attention(py::module_& m);  // bind_attention.cpp: Mask, single-process, in-process P
 void bind_comm(py::module_& m);       // bind_comm.cpp: open worlds, Group and its collectives
 void bind_context_parallel(py::module_& m);  // bind_cp.cpp: ContextParallel's engine half
-void bind_misc(py::module_& m);  // bind_misc.cpp: info, tokenizer, token files, safetensors, plan
+void bind_misc(py::module_& m);  // bind_misc.cpp: info, tokenizer, token files, safetensors
+void bind_plan(py::module_& m);  // bind_plan.cpp: `longseq plan --json` as one call
 
 }  // namespace longseq::python

@@ -39,4 +39,5 @@ PYBIND11_MODULE(_core, m) {
   python::bind_comm(m);
   python::bind_context_parallel(m);
   python::bind_misc(m);
+  python::bind_plan(m);
 }
