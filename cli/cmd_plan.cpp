@@ -257,7 +257,7 @@ std::function<int()> add_plan(CLI::App& app) {
                  "the top, configurations whose lower bound cannot reach it are not replayed)");
   app.add_option("--prune-gap", a->prune_gap,
                  "also skip configurations that could beat the top by at most this fraction "
-                 "(0: exact)");
+                 "(0: exact; -1: exact up to 1024 GPUs, 0.01 above)");
   app.add_flag("--exhaustive", a->exhaustive,
                "replay every replica's group as one cluster and prune nothing (the reference)");
   app.add_flag("--explain", out->explain,

@@ -55,6 +55,12 @@ def test_the_answer_reads_as_the_docs_say():
     assert p["search"]["gpus"] == 16 and {"dp", "cp", "grad_accum"} <= set(p["search"]["splits"][0])
 
 
+def test_prune_gap_is_exact_up_to_1024_gpus_and_one_percent_above():
+    assert longseq.plan(gpus=1024, seq="64K", top=2)["search"]["prune_gap"] == 0
+    assert longseq.plan(gpus=2048, seq="64K", top=2)["search"]["prune_gap"] == 0.01
+    assert longseq.plan(gpus=2048, seq="64K", top=2, prune_gap=0)["search"]["prune_gap"] == 0
+
+
 def test_refusals():
     with pytest.raises(TypeError, match="no flag --gpu .keywords: .*gpus_per_node"):
         longseq.plan(gpu=8)

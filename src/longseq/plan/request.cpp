@@ -78,7 +78,7 @@ PlanOptions plan_options(const PlanRequest& r, std::vector<std::string>* warning
   o.cps = degrees(r.cp, "--cp");
   o.global_batch = parse_global_batch(r.global_batch, o.seq);
   o.top = r.top;
-  o.prune_gap = r.prune_gap;
+  o.prune_gap = r.prune_gap >= 0 ? r.prune_gap : r.gpus > kExactUpToGpus ? kAutoPruneGap : 0.0;
   o.exhaustive = r.exhaustive;
   o.validate();
   return o;

@@ -16,6 +16,15 @@
 
 namespace longseq::plan {
 
+/// --prune-gap's automatic value (docs/planner.md "Why the exact search does not reach 16K GPUs"):
+/// the exact search replays every compute-bound split, quadratic in cp, which at 1024 GPUs and 16M
+/// tokens takes a minute and 2 GB on 2 cores and past it does not fit; above that the default
+/// prunes what could beat the top by at most 1% (the winner is within 1% of the exact one), so
+/// `plan --gpus 16384` answers in seconds, while every cluster small enough for the exhaustive
+/// reference stays exact.
+inline constexpr int kExactUpToGpus = 1024;
+inline constexpr double kAutoPruneGap = 0.01;
+
 /// The flags of `longseq plan` that decide its answer, as the command line takes them: a field is
 /// its flag without the leading "--", '-' read as '_' (--gpus-per-node is gpus_per_node), holding
 /// the text or number the flag takes, with the flag's default. Output flags (--json, --explain,
@@ -39,7 +48,9 @@ struct PlanRequest {
   /// whole number of sequences) or sequences ("16seq").
   std::string global_batch;
   int top = 20;          ///< the exact part of the ranking (PlanOptions::top); 0: replay everything
-  double prune_gap = 0;  ///< PlanOptions::prune_gap
+  /// PlanOptions::prune_gap; negative: automatic, kAutoPruneGap above kExactUpToGpus GPUs and
+  /// exact (0) up to them.
+  double prune_gap = -1;
   bool exhaustive = false;  ///< PlanOptions::exhaustive: whole-cluster replays, nothing pruned
   // --train: the host trainer's memory instead (host_plan.hpp)
   std::string train;  ///< PRESET or FILE.json; non-empty: answer with host_plan()
