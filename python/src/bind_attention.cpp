@@ -20,7 +20,10 @@ namespace longseq::python {
 using core::DType;
 
 int rank_threads(int threads, int ranks_on_host) {
-  if (threads < 0) value_error("threads ", threads, " must be >= 0 (0: the host's cores)");
+  // Far past any host's cores, and where thread creation would start to fail inside OpenMP (an
+  // abort, not an error).
+  if (threads < 0 || threads > kMaxThreads)
+    value_error("threads ", threads, " must be in [0, ", kMaxThreads, "] (0: the host's cores)");
   return core::default_threads(threads, ranks_on_host);
 }
 
@@ -265,7 +268,9 @@ std::string attention_distributed(const py::object& q_, const py::object& k_, co
   }
   no_overlap(fn, outs);
   check_mask(fn, mask, d.dims.tokens, 1);
-  if (world < 1) value_error(fn, ": world ", world, " must be >= 1");
+  if (world < 1 || world > kMaxThreads)
+    value_error(fn, ": world ", world, " must be in [1, ", kMaxThreads,
+                "] (its ranks are threads of this process)");
   if (nodes < 0) value_error(fn, ": nodes ", nodes, " must be >= 0");
   if (!(timeout > 0)) value_error(fn, ": timeout ", timeout, " s must be positive");
   check_scale(fn, scale);

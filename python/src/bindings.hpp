@@ -37,6 +37,10 @@ void check_mask(const char* fn, const PyMask& m, int64_t tokens, int64_t batch);
 /// A softmax scale: finite and >= 0 (0: 1/sqrt(D)).
 void check_scale(const char* fn, double scale);
 
+/// The most threads a call may ask for (compute threads of a rank, or the ranks of
+/// attention.distributed, which are threads of this process).
+inline constexpr int kMaxThreads = 1024;
+
 /// The calling framework's threads for a rank: `threads` when > 0, else the host's hardware
 /// threads shared by `ranks_on_host` ranks (core::default_threads).
 int rank_threads(int threads, int ranks_on_host);

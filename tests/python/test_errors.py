@@ -53,7 +53,8 @@ def test_named_refusals():
            dtype=torch.bfloat16))
     raises(ValueError, "q and o share memory", f, q, k, v, out=q)
     raises(ValueError, "precision bf16 for f32 host tensors", f, q, k, v, precision="bf16")
-    raises(ValueError, "threads -1 must be >= 0", f, q, k, v, threads=-1)
+    raises(ValueError, r"threads -1 must be in \[0, 1024\]", f, q, k, v, threads=-1)
+    raises(ValueError, r"threads 100000 must be in \[0, 1024\]", f, q, k, v, threads=100000)
     # torch refuses a tensor that requires grad: the argument is named.
     raises(ValueError, "q: its __dlpack__ failed", f, q.requires_grad_(True), k, v)
     q.requires_grad_(False)
@@ -71,7 +72,8 @@ def test_distributed_refusals():
     raises(ValueError, "startrail:3 needs C\\*C=9 to divide world 4|startrail:3", d, q, k, v,
            world=4, algo="startrail:3")
     raises(ValueError, "unknown balance 'spiral'", d, q, k, v, world=2, balance="spiral")
-    raises(ValueError, "world 0 must be >= 1", d, q, k, v, world=0)
+    raises(ValueError, r"world 0 must be in \[1, 1024\]", d, q, k, v, world=0)
+    raises(ValueError, r"world 5000 must be in \[1, 1024\]", d, q, k, v, world=5000)
     raises(ValueError, "Ulysses over 3 ranks needs the query heads 4 to be divisible by 3", d, q,
            k, v, world=3, algo="ulysses")
     raises(ValueError, "nodes 3 must divide world 4", d, q, k, v, world=4, nodes=3)

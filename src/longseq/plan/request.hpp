@@ -47,7 +47,7 @@ struct PlanRequest {
   /// Sequences per optimizer step: "" (one per replica, ranked by throughput), tokens ("64M", a
   /// whole number of sequences) or sequences ("16seq").
   std::string global_batch;
-  int top = 20;          ///< the exact part of the ranking (PlanOptions::top); 0: replay everything
+  int top = 20;  ///< the exact part of the ranking (PlanOptions::top); 0: replay everything
   /// PlanOptions::prune_gap; negative: automatic, kAutoPruneGap above kExactUpToGpus GPUs and
   /// exact (0) up to them.
   double prune_gap = -1;
