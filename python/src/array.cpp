@@ -174,16 +174,28 @@ void same_dtype(const char* fn, const std::vector<const Array*>& arrays) {
                  arrays.front()->name, " has ", core::dtype_name(arrays.front()->dtype));
 }
 
-void no_overlap(const char* fn, const std::vector<const Array*>& arrays) {
-  for (size_t i = 0; i < arrays.size(); ++i)
-    for (size_t j = i + 1; j < arrays.size(); ++j) {
-      const Array& a = *arrays[i];
-      const Array& b = *arrays[j];
-      if (a.bytes() == 0 || b.bytes() == 0 || a.device != b.device) continue;
-      const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-      if (a0 < b0 + b.bytes() && b0 < a0 + a.bytes())
-        value_error(fn, ": ", a.name, " and ", b.name, " share memory; pass separate tensors");
-    }
+namespace {
+
+bool overlap(const Array& a, const Array& b) {
+  if (a.bytes() == 0 || b.bytes() == 0 || a.device != b.device) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+}  // namespace
+
+void no_overlap(const char* fn, const std::vector<const Array*>& outputs,
+                const std::vector<const Array*>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (overlap(*outputs[i], *outputs[j]))
+        value_error(fn, ": ", outputs[i]->name, " and ", outputs[j]->name,
+                    " share memory; pass separate tensors");
+    for (const Array* in : inputs)
+      if (overlap(*outputs[i], *in))
+        value_error(fn, ": ", outputs[i]->name, " and ", in->name,
+                    " share memory; pass separate tensors");
+  }
 }
 
 }  // namespace longseq::python

@@ -86,8 +86,10 @@ core::Device device_of(py::handle obj, const std::string& name);
 void same_device(const char* fn, const std::vector<const Array*>& arrays);
 /// TypeError unless every array has the dtype of the first.
 void same_dtype(const char* fn, const std::vector<const Array*>& arrays);
-/// ValueError when two of the arrays' byte ranges overlap (an output aliasing an input or
-/// another output would be read after being written).
-void no_overlap(const char* fn, const std::vector<const Array*>& arrays);
+/// ValueError when an output's bytes overlap another output's or an input's (it would be read
+/// after being written, or written twice). Inputs may share memory with each other (q, k and v
+/// can be one tensor).
+void no_overlap(const char* fn, const std::vector<const Array*>& outputs,
+                const std::vector<const Array*>& inputs);
 
 }  // namespace longseq::python

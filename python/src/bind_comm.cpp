@@ -106,7 +106,7 @@ void bind_comm(py::module_& m) {
               value_error(fn, ": out holds ", o.numel(), " ", core::dtype_name(o.dtype),
                           ", expected ", a.numel() * g.size(), " ", core::dtype_name(a.dtype), " (",
                           g.size(), " ranks of x ", a.shape_str(), ")");
-            no_overlap(fn, {&a, &o});
+            no_overlap(fn, {&o}, {&a});
             py::gil_scoped_release nogil;
             g.all_gather(a.data, o.data, static_cast<size_t>(a.numel()), a.dtype);
           },

@@ -128,7 +128,7 @@ class CpCore {
     const Array o = from_python(o_, "o"), lse = from_python(lse_, "lse");
     check_out(fn, o, d.q_shape, q.dtype, q);
     check_out(fn, lse, d.lse_shape, DType::f32, q);
-    no_overlap(fn, {&q, &k, &v, &o, &lse});
+    no_overlap(fn, {&o, &lse}, {&q, &k, &v});
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
@@ -161,8 +161,7 @@ class CpCore {
     check_out(fn, dq, d.q_shape, q.dtype, q);
     check_out(fn, dk, d.kv_shape, q.dtype, q);
     check_out(fn, dv, d.kv_shape, q.dtype, q);
-    for (const Array* out : {&dq, &dk, &dv}) no_overlap(fn, {out, &q, &k, &v, &dout, &o, &lse});
-    no_overlap(fn, {&dq, &dk, &dv});
+    no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
@@ -215,7 +214,7 @@ class CpCore {
       type_error(fn, ": out has dtype ", core::dtype_name(out.dtype), ", x has ",
                  core::dtype_name(x.dtype));
     same_device(fn, {&x, &out});
-    no_overlap(fn, {&x, &out});
+    no_overlap(fn, {&out}, {&x});
   }
 
   Qkv check(const char* fn, const Array& q, const Array& k, const Array& v, const PyMask& mask,

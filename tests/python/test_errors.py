@@ -51,7 +51,9 @@ def test_named_refusals():
     raises(ValueError, "lse has shape", f, q, k, v, lse=torch.empty(16, 3))
     raises(TypeError, "o has dtype bf16, expected f32", f, q, k, v, out=torch.empty(16, 4, 8,
            dtype=torch.bfloat16))
-    raises(ValueError, "q and o share memory", f, q, k, v, out=q)
+    raises(ValueError, "o and q share memory", f, q, k, v, out=q)
+    raises(ValueError, "dq and q share memory|dk and k share memory", longseq._core.attention_backward,
+           q, q, k, v, q.clone(), torch.zeros(16, 4), q, k, v, longseq.Mask().bind(16))
     raises(ValueError, "precision bf16 for f32 host tensors", f, q, k, v, precision="bf16")
     raises(ValueError, r"threads -1 must be in \[0, 1024\]", f, q, k, v, threads=-1)
     raises(ValueError, r"threads 100000 must be in \[0, 1024\]", f, q, k, v, threads=100000)
