@@ -152,7 +152,8 @@ using mpi_impl::Runtime;
 namespace {
 
 // One world of this process, from MPI_Comm_dup to retirement: run_mpi_world's and
-// open_mpi_world's. `rs` and `group` are set once the world is up.
+// open_mpi_world's: the constructor opens it and makes the world group, close() agrees on the
+// outcome with every rank and retires it.
 class MpiOpenWorld final : public OpenWorld {
  public:
   explicit MpiOpenWorld(const Options& options) : abort_on_failure_(options.abort_on_failure) {
