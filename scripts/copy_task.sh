@@ -11,6 +11,7 @@
 #
 #   bash scripts/copy_task.sh                 # everything
 #   STAGES="4" bash scripts/copy_task.sh      # some stages again (the others' checkpoints kept)
+#   STAGES=none bash scripts/copy_task.sh     # only the evaluations and generations
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LONGSEQ=${LONGSEQ:-./build/cli/longseq}
@@ -28,7 +29,8 @@ copydata() { [ -f "$1" ] || "$LONGSEQ" copy --out "$@" --vocab $V --distinct; }
 copydata data/copy-8-32.tok --length 8 --max-length 32 --pack 4096 --count 900 --seed 1
 copydata data/copy-32-256.tok --length 32 --max-length 256 --pack 4096 --count 400 --seed 2
 copydata data/copy-256-2k.tok --length 256 --max-length 2048 --pack 8192 --count 250 --seed 3
-copydata data/copy-8k-40k.tok --length 8192 --max-length 40959 --pack 40960 --count 40 --seed 4
+copydata data/copy-1k-40k.tok --length 1024 --max-length 40959 --log-lengths --pack 40960 --count 90 \
+  --seed 4
 copydata "$RUNS/eval-32k.tok" --length 32768 --count 2 --seed 100
 # Prompts: the first half and the first 8 (16) tokens of its repeat; the files without --prefix
 # hold the whole examples, whose rest the continuation must equal.
@@ -40,11 +42,11 @@ copydata "$RUNS/gen-32k-prompt.tok" --length 32768 --count 1 --seed 300 --prefix
 EVAL=(--data "$RUNS/eval-32k.tok" --seq 32768 --world 3 --algo ring --balance striped --buckets 16)
 
 # ---- before: the initial weights (one step at a negligible learning rate writes them) --------
-if [[ " $STAGES " == *" 1 "* ]]; then
+if [[ " $STAGES " == *" 1 "* || ! -d "$RUNS/init" ]]; then
   "$LONGSEQ" train --preset copy --steps 1 --lr 1e-12 --min-lr 1e-12 --warmup 0 --quiet \
     --out "$RUNS/init"
-  "$LONGSEQ" eval --checkpoint-dir "$RUNS/init" "${EVAL[@]}" --out "$OUT/eval_before"
 fi
+"$LONGSEQ" eval --checkpoint-dir "$RUNS/init" "${EVAL[@]}" --out "$OUT/eval_before"
 
 # ---- the curriculum: each stage starts from the previous one's weights -----------------------
 stage() {  # stage N PRESET FROM [flags]
@@ -78,6 +80,7 @@ gen() {  # gen NAME PROMPT NEW [flags]: greedy ids as JSON
 }
 gen gen-2k-w1 "$RUNS/gen-2k-prompt.tok" 1016 --world 1
 gen gen-2k-w3 "$RUNS/gen-2k-prompt.tok" 1016 --world 3 --algo ring --balance striped
+gen gen-32k-w1 "$RUNS/gen-32k-prompt.tok" 256 --world 1
 gen gen-32k-w4 "$RUNS/gen-32k-prompt.tok" 256 --world 4 --algo burst --balance zigzag
 
 # ---- copy_task.json: what was run and what came out -------------------------------------------
@@ -108,7 +111,7 @@ for name, path in [('before', f'{out}/eval_before'), ('after', f'{out}/eval_afte
                             'second_half_loss': mean(half),
                             'positions': [[b['start'], b['end'], b['loss']] for b in e['positions']]}
 for name, whole, prompt_len in [('gen-2k-w1', 'gen-2k', 1032), ('gen-2k-w3', 'gen-2k', 1032),
-                                ('gen-32k-w4', 'gen-32k', 16400)]:
+                                ('gen-32k-w1', 'gen-32k', 16400), ('gen-32k-w4', 'gen-32k', 16400)]:
     g = json.load(open(f'{runs}/{name}.json'))
     st = json.load(open(f'{runs}/{name}.stats.json'))
     want = tokens(f'{runs}/{whole}.tok')[prompt_len:prompt_len + len(g['ids'])]
@@ -117,6 +120,8 @@ for name, whole, prompt_len in [('gen-2k-w1', 'gen-2k', 1032), ('gen-2k-w3', 'ge
                                'new_tokens': len(g['ids']), 'world': st['world'],
                                'algo': st['algo'], 'balance': st['balance'],
                                'exact': g['ids'] == want, 'right': right,
+                               'first_wrong': next((i for i, (a, b) in enumerate(zip(g['ids'], want))
+                                                    if a != b), None),
                                'first_ids': g['ids'][:8]})
 json.dump(result, open(f'{out}/copy_task.json', 'w'), indent=1)
 for s in result['stages']:

@@ -10,13 +10,7 @@
 # (README "Two commands").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T_START=$(date +%s)
-phase() {
-  local t0
-  t0=$(date +%s)
-  "$@"
-  echo "[main.sh] $* : $(($(date +%s) - t0)) s (total $(($(date +%s) - T_START)) s)"
-}
+source scripts/phase.sh
 phase bash scripts/setup.sh
 BUILD_TARGETS=longseq phase bash scripts/build.sh
 echo "[main.sh] training from $(($(date +%s) - T_START)) s"
