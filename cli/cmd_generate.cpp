@@ -11,6 +11,7 @@
 #include "longseq/core/error.hpp"
 #include "longseq/core/io.hpp"
 #include "longseq/tokenizer/bpe.hpp"
+#include "longseq/train/checkpoint.hpp"
 #include "longseq/train/data.hpp"
 #include "longseq/train/eval.hpp"
 #include "longseq/train/generate.hpp"
@@ -52,7 +53,15 @@ Generated generate_text(const GenerateArgs& a, train::GenerateConfig& cfg) {
   if (a.stop_at_eot) cfg.stop_token = bpe ? static_cast<int32_t>(bpe->eos_id()) : train::kByteEot;
   Generated g{train::generate(cfg), ""};
   const std::vector<uint32_t> out(g.result.ids.begin(), g.result.ids.end());
-  g.text = bpe ? bpe->decode(out) : train::byte_detokenize(out);
+  if (bpe) {
+    g.text = bpe->decode(out);
+  } else if (train::read_hf_config(dir).vocab == train::kByteVocab) {
+    g.text = train::byte_detokenize(out);
+  } else {
+    // Neither a tokenizer nor the byte vocabulary (e.g. the copy task's ids): the ids themselves,
+    // not bytes they are not.
+    for (size_t i = 0; i < out.size(); ++i) g.text += (i ? " " : "") + std::to_string(out[i]);
+  }
   return g;
 }
 

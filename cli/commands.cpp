@@ -24,6 +24,9 @@ const std::vector<Command>& commands() {
        add_generate},
       {"passkey", "passkey retrieval over lengths x depths (heat map), or --make-data for training",
        add_passkey},
+      {"copy",
+       "the copy task's token files (a random half, then the same half): learning across ranks",
+       add_copy, Ranks::first},
       {"calibrate",
        "measure this machine (GEMM, attention kernels, copy bandwidth) into "
        "data/hardware/local.json",

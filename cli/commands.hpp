@@ -35,5 +35,6 @@ std::function<int()> add_attention(CLI::App& app);
 std::function<int()> add_eval(CLI::App& app);
 std::function<int()> add_generate(CLI::App& app);
 std::function<int()> add_passkey(CLI::App& app);
+std::function<int()> add_copy(CLI::App& app);
 
 }  // namespace longseq::cli

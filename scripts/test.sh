@@ -3,13 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints its wall time, so CI's 30-minute budget (README) can be read off any log.
-T_START=$(date +%s)
-phase() {
-  local t0
-  t0=$(date +%s)
-  "$@"
-  echo "[test.sh] $* : $(($(date +%s) - t0)) s (total $(($(date +%s) - T_START)) s)"
-}
+source scripts/phase.sh
 phase bash scripts/setup.sh
 phase bash scripts/build.sh
 # OpenMPI refuses to start as root without these; the MPI tests also set them per test.

@@ -51,6 +51,12 @@ TEST(Plot, LinePlotDrawsEveryFinitePointAndBreaksAtGaps) {
   } catch (const longseq::core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("'eval' has 5 x and 4 y"), std::string::npos) << e.what();
   }
+  // y_from_zero: a loss flat near 9.95 gets an axis from 0 (its "0" tick), not from 9.95.
+  pl::LinePlot flat;
+  flat.series.push_back({"loss", {1, 2, 3}, {9.951, 9.957, 9.953}, "", false, false});
+  EXPECT_EQ(pl::line_svg(flat).find("text-anchor=\"end\">0</text>"), std::string::npos);
+  flat.y_from_zero = true;
+  EXPECT_NE(pl::line_svg(flat).find("text-anchor=\"end\">0</text>"), std::string::npos);
   pl::LinePlot lg;
   lg.log_x = true;
   lg.series.push_back({"s", {0, 1}, {1, 2}, "", false, false});

@@ -190,6 +190,8 @@ TEST(Eval, CliWritesTheContract) {
   EXPECT_EQ(counted, 2 * 44);
   const std::string svg = longseq::core::read_file(out + "/loss_by_position.svg");
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  // The reference line of a uniform guess over the model's vocabulary (tiny: 257 ids).
+  EXPECT_NE(svg.find("chance: ln 257 = 5.55"), std::string::npos);
   fs::remove_all(out);
 }
 

@@ -113,6 +113,7 @@ std::string line_svg(const LinePlot& p) {
       (s.right_axis ? y2r : yr).add(s.y[i]);
     }
   }
+  if (p.y_from_zero) yr.add(0);
   xr.settle();
   yr.settle();
   y2r.settle();

@@ -32,6 +32,9 @@ struct LinePlot {
   std::string title, xlabel, ylabel, y2label;  ///< y2label: right axis (series with right_axis)
   std::vector<Series> series;
   bool log_x = false;  ///< log10 x axis (every x must be > 0)
+  /// The left y axis reaches down to 0 (a quantity whose zero means something, such as a loss: a
+  /// flat line at 9.95 then reads as high, not as noise between 9.95 and 9.96).
+  bool y_from_zero = false;
   int width = 720, height = 360;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "longseq/attention/layout.hpp"
@@ -102,9 +103,10 @@ json EvalResult::run_json() const {
           {"sequences", sequences}, {"seconds", seconds},       {"positions", pos}};
 }
 
-std::string loss_by_position_svg(const EvalResult& r, const std::string& title) {
+std::string loss_by_position_svg(const EvalResult& r, const std::string& title, int64_t vocab) {
   core::plot::LinePlot p;
   p.title = title;
+  p.y_from_zero = true;
   p.xlabel = "position (bucket midpoint)";
   p.ylabel = "loss (nats/token)";
   core::plot::Series s{"eval loss", {}, {}, "#3b7dd8", false, true};
@@ -118,6 +120,17 @@ std::string loss_by_position_svg(const EvalResult& r, const std::string& title) 
     mean.y = {r.loss, r.loss};
   }
   p.series = {s, mean};
+  if (vocab > 0 && !r.positions.empty()) {
+    const double c = std::log(static_cast<double>(vocab));
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%.2f", c);
+    p.series.push_back({core::cat("chance: ln ", vocab, " = ", shown),
+                        {mean.x.front(), mean.x.back()},
+                        {c, c},
+                        "#d95f02",
+                        false,
+                        false});
+  }
   return core::plot::line_svg(p);
 }
 
@@ -221,7 +234,8 @@ void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig
       cfg.out + "/loss_by_position.svg",
       loss_by_position_svg(
           r, core::cat("loss by position: ", fs::path(e.dir).lexically_normal().string(), ", ",
-                       e.sequences, " x ", cfg.seq, " tokens")));
+                       e.sequences, " x ", cfg.seq, " tokens"),
+          mc.vocab));
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ struct EvalResult {
 /// 0's, so it is meaningful in the launcher's rank-0 process only, and only that process writes.
 EvalResult evaluate(const EvalConfig& cfg);
 
-/// The loss-by-position line plot (core/plot).
-std::string loss_by_position_svg(const EvalResult& r, const std::string& title);
+/// The loss-by-position line plot (core/plot), its y axis from 0; with `vocab` > 0 also the loss
+/// of a uniform guess, ln(vocab) ("chance"), as a reference line.
+std::string loss_by_position_svg(const EvalResult& r, const std::string& title, int64_t vocab = 0);
 
 }  // namespace longseq::train
