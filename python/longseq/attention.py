@@ -51,12 +51,18 @@ def forward(q, k, v, mask=None, softmax_scale=None, *, threads=0, precision="aut
     return out, lse
 
 
-def backward(do, q, k, v, o, lse, mask=None, softmax_scale=None, *, threads=0, precision="auto"):
-    """(dq, dk, dv) of the forward that gave (o, lse), for the output gradient ``do``."""
+def backward(do, q, k, v, o, lse, mask=None, softmax_scale=None, *, threads=0, precision="auto",
+             dq=None, dk=None, dv=None):
+    """(dq, dk, dv) of the forward that gave (o, lse), for the output gradient ``do``. ``dq``,
+    ``dk`` and ``dv``, when given, are written in place (contiguous, like q, k and v): they are
+    overwritten, not added to."""
     m = as_mask(mask).bind(_tokens(q, "longseq.attention.backward"))
-    dq = empty_like_framework(q, q.shape)
-    dk = empty_like_framework(k, k.shape)
-    dv = empty_like_framework(v, v.shape)
+    if dq is None:
+        dq = empty_like_framework(q, q.shape)
+    if dk is None:
+        dk = empty_like_framework(k, k.shape)
+    if dv is None:
+        dv = empty_like_framework(v, v.shape)
     _core.attention_backward(do, q, k, v, o, lse, dq, dk, dv, m, _scale(softmax_scale), threads,
                              precision)
     return dq, dk, dv

@@ -55,6 +55,13 @@ def test_named_refusals():
     raises(ValueError, "dq and q share memory|dk and k share memory", longseq._core.attention_backward,
            q, q, k, v, q.clone(), torch.zeros(16, 4), q, k, v, longseq.Mask().bind(16))
     raises(ValueError, "precision bf16 for f32 host tensors", f, q, k, v, precision="bf16")
+    b = longseq.attention.backward
+    o, lse = f(q, k, v)
+    raises(ValueError, r"dk has shape \[16, 4, 8\], expected \[16, 2, 8\]", b, q, q, k, v, o,
+           lse, dk=torch.empty(16, 4, 8))
+    raises(TypeError, "dv has dtype bf16, expected f32", b, q, q, k, v, o, lse,
+           dv=torch.empty(16, 2, 8, dtype=torch.bfloat16))
+    raises(ValueError, "dq and q share memory", b, q, q, k, v, o, lse, dq=q)
     raises(ValueError, r"threads -1 must be in \[0, 1024\]", f, q, k, v, threads=-1)
     raises(ValueError, r"threads 100000 must be in \[0, 1024\]", f, q, k, v, threads=100000)
     # torch refuses a tensor that requires grad: the argument is named.

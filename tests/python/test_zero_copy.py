@@ -34,6 +34,17 @@ def test_outputs_are_the_callers_tensors_written_in_place():
     q[5] += 1.0
     o2, _ = longseq.attention.forward(q, k, v, "causal")
     assert not torch.equal(o2[5], o[5]) and torch.equal(o2[:5], o[:5])
+    # The backward into given gradients: overwritten in place (NaN before: not added to), equal to
+    # the gradients it allocates itself; k's gradient of the GQA shape [33, 1, 16].
+    do = torch.randn(33, 2, 16)
+    o, lse = longseq.attention.forward(q, k, v, "causal")
+    want = longseq.attention.backward(do, q, k, v, o, lse, "causal")
+    grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    ptrs = [g.data_ptr() for g in grads]
+    got = longseq.attention.backward(do, q, k, v, o, lse, "causal", dq=grads[0], dk=grads[1],
+                                     dv=grads[2])
+    for g, w, gg, p in zip(got, want, grads, ptrs):
+        assert g is gg and g.data_ptr() == p and torch.equal(g, w)
 
 
 # Peak RSS (VmHWM) in a fresh process: inputs and outputs are allocated and touched first, then
