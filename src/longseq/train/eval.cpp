@@ -233,8 +233,9 @@ void write_eval(const EvalPass& e, const EvalResult& r, const model::LlamaConfig
   core::write_file_atomic(
       cfg.out + "/loss_by_position.svg",
       loss_by_position_svg(
-          r, core::cat("loss by position: ", fs::path(e.dir).lexically_normal().string(), ", ",
-                       e.sequences, " x ", cfg.seq, " tokens"),
+          r,
+          core::cat("loss by position: ", fs::path(e.dir).lexically_normal().string(), ", ",
+                    e.sequences, " x ", cfg.seq, " tokens"),
           mc.vocab));
 }
 
