@@ -2,8 +2,8 @@
 # The whole test suite on a fresh machine: install dependencies, build, run every CTest test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each phase prints its wall time, so CI's budget (under 50 minutes on a fresh 2-core machine) can be
-# read off any log (docs/results/ci_fresh_clone.json: 2,108 s).
+# Each phase prints its wall time, so CI's budget (under 50 minutes on a fresh 2-core machine) can
+# be read off any log (docs/results/ci_fresh_clone.json: 2,108 s).
 source scripts/phase.sh
 phase bash scripts/setup.sh
 phase bash scripts/build.sh
