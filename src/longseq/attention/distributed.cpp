@@ -875,8 +875,7 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
                                              View<const float> v, const AttentionSpec& spec,
                                              const Layout& layout, comm::Group& group,
                                              AttentionStats* stats) {
-  check_shapes(q, k, v, layout, group.rank());
-  validate_precision(spec.precision);
+  check_shapes(q, k, v, layout, group.rank());  // before q.dim(1) below
   AttentionSaved saved;
   saved.q = q;
   saved.k = k;
@@ -891,8 +890,6 @@ AttentionSaved distributed_attention_forward(View<const float> q, View<const flo
 AttentionGrads distributed_attention_backward(View<const float> dout, const AttentionSaved& saved,
                                               const AttentionSpec& spec, const Layout& layout,
                                               comm::Group& group, AttentionStats* stats) {
-  check_shapes(saved.q, saved.k, saved.v, layout, group.rank());
-  validate_precision(spec.precision);
   AttentionGrads g;
   g.dq = output_tensor(saved.q.shape(), spec, "attention dq");
   g.dk = output_tensor(saved.k.shape(), spec, "attention dk");
