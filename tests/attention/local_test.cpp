@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -107,7 +108,10 @@ TEST(LocalAttention, RefusesWhatDoesNotFit) {
                core::Error);
 }
 
-TEST(LayoutBytes, ShardAndUnshardAnyDimensionAsTheTypedForms) {
+// The byte forms (which the typed ones call) against Layout::positions, row by row: every local
+// row holds its global position's row in each outer slice, padding rows are zero, and unsharding
+// every rank gives the global array back.
+TEST(LayoutBytes, ShardAndUnshardAnyDimensionByPosition) {
   for (const char* b : {"contiguous", "zigzag", "striped", "block-striped"}) {
     const attention::Layout lay(attention::parse_balance(b), 23, 3, 6);
     const int64_t outer = 2, row = 5, n = lay.global_len(), l = lay.local_len();
@@ -115,12 +119,19 @@ TEST(LayoutBytes, ShardAndUnshardAnyDimensionAsTheTypedForms) {
     std::iota(global.begin(), global.end(), 1.f);
     std::vector<float> back(global.size(), -1.f);
     for (int r = 0; r < 3; ++r) {
-      std::vector<float> bytes(outer * l * row, -7.f), typed(outer * l * row, -7.f);
-      lay.shard_bytes(global.data(), outer, row * 4, r, bytes.data());
+      std::vector<float> local(outer * l * row, -7.f);
+      lay.shard_bytes(global.data(), outer, row * 4, r, local.data());
+      const std::vector<int64_t> pos = lay.positions(r);
       for (int64_t o = 0; o < outer; ++o)
-        lay.shard(global.data() + o * n * row, row, r, typed.data() + o * l * row);
-      EXPECT_EQ(bytes, typed) << b << " rank " << r;
-      lay.unshard_bytes(bytes.data(), outer, row * 4, r, back.data());
+        for (int64_t i = 0; i < l; ++i)
+          for (int64_t e = 0; e < row; ++e) {
+            const float want = pos[i] < 0 || pos[i] >= n ? 0.f : global[(o * n + pos[i]) * row + e];
+            ASSERT_EQ(local[(o * l + i) * row + e], want) << b << " rank " << r << " row " << i;
+          }
+      std::vector<float> typed(l * row, -7.f);
+      lay.shard(global.data() + n * row, row, r, typed.data());  // the second slice, typed
+      EXPECT_TRUE(std::equal(typed.begin(), typed.end(), local.begin() + l * row)) << b;
+      lay.unshard_bytes(local.data(), outer, row * 4, r, back.data());
     }
     EXPECT_EQ(back, global) << b;
   }

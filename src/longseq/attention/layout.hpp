@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -82,31 +83,18 @@ class Layout {
   std::vector<std::vector<Chunk>> chunks_;
 };
 
+// The typed forms are the byte forms over one outer index: every T they move (float, bf16, ids)
+// is copied by its bytes, and a zero-byte row is T{}.
 template <class T>
 void Layout::shard(const T* global, int64_t row, int rank, T* local) const {
-  for (const Chunk& c : chunks(rank))
-    for (int64_t i = 0; i < c.len; ++i) {
-      const int64_t p = c.pos_begin + i * c.pos_stride;
-      T* dst = local + (c.local_begin + i) * row;
-      if (p < n_) {
-        const T* src = global + p * row;
-        for (int64_t e = 0; e < row; ++e) dst[e] = src[e];
-      } else {
-        for (int64_t e = 0; e < row; ++e) dst[e] = T{};
-      }
-    }
+  static_assert(std::is_trivially_copyable_v<T>);
+  shard_bytes(global, 1, row * static_cast<int64_t>(sizeof(T)), rank, local);
 }
 
 template <class T>
 void Layout::unshard(const T* local, int64_t row, int rank, T* global) const {
-  for (const Chunk& c : chunks(rank))
-    for (int64_t i = 0; i < c.len; ++i) {
-      const int64_t p = c.pos_begin + i * c.pos_stride;
-      if (p >= n_) continue;
-      const T* src = local + (c.local_begin + i) * row;
-      T* dst = global + p * row;
-      for (int64_t e = 0; e < row; ++e) dst[e] = src[e];
-    }
+  static_assert(std::is_trivially_copyable_v<T>);
+  unshard_bytes(local, 1, row * static_cast<int64_t>(sizeof(T)), rank, global);
 }
 
 }  // namespace longseq::attention
