@@ -48,6 +48,12 @@ void run_world1(const std::function<void(comm::Group&)>& fn) {
   py::gil_scoped_release nogil;
   comm::run_local(opt, fn);
 }
+#else
+// Both passes' answer to a CUDA tensor in a build without CUDA.
+[[noreturn]] void no_cuda(const Array& q) {
+  value_error("longseq.attention: ", q.name, " is on ", q.device.str(),
+              ", but this build of longseq has no CUDA (configure with a CUDA toolkit)");
+}
 #endif
 
 }  // namespace
@@ -68,8 +74,7 @@ void device_attention_forward(const Array& q, const Array& k, const Array& v, co
   });
 #else
   (void)k, (void)v, (void)o, (void)lse, (void)dims, (void)mask, (void)scale, (void)precision;
-  value_error("longseq.attention: ", q.name, " is on ", q.device.str(),
-              ", but this build of longseq has no CUDA (configure with a CUDA toolkit)");
+  no_cuda(q);
 #endif
 }
 
@@ -93,8 +98,7 @@ void device_attention_backward(const Array& dout, const Array& q, const Array& k
 #else
   (void)dout, (void)k, (void)v, (void)o, (void)lse, (void)dq, (void)dk, (void)dv, (void)dims,
       (void)mask, (void)scale, (void)precision;
-  value_error("longseq.attention: ", q.name, " is on ", q.device.str(),
-              ", but this build of longseq has no CUDA (configure with a CUDA toolkit)");
+  no_cuda(q);
 #endif
 }
 
