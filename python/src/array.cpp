@@ -71,6 +71,12 @@ core::Shape Array::core_shape() const {
   return core::Shape(shape.begin(), shape.end());
 }
 
+const Array& Array::need_host(const char* fn) const {
+  if (!device.is_cpu())
+    value_error(fn, ": ", name, " must be in host memory, not on ", device.str());
+  return *this;
+}
+
 const Array& Array::need_contiguous(const char* fn) const {
   if (!contiguous()) {
     std::ostringstream st;

@@ -68,6 +68,8 @@ struct Array {
   const Array& need_rank(const char* fn, int r) const;
   /// ValueError unless the shape is `s`.
   const Array& need_shape(const char* fn, const std::vector<int64_t>& s) const;
+  /// ValueError unless in host memory (what the host-only entry points read or write).
+  const Array& need_host(const char* fn) const;
 };
 
 /// The stream a consumer names to __dlpack__ on a GPU (the DLPack stream rule): the producer

@@ -91,9 +91,7 @@ constexpr const char* kMask = "longseq.Mask";
 
 // Integer ids of `a` (int32 or int64, host memory, contiguous) as int64.
 std::vector<int64_t> host_ints(const Array& a, const char* fn) {
-  a.need_dtype(fn, {DType::i32, DType::i64}).need_contiguous(fn);
-  if (!a.device.is_cpu())
-    value_error(fn, ": ", a.name, " must be in host memory, not on ", a.device.str());
+  a.need_dtype(fn, {DType::i32, DType::i64}).need_contiguous(fn).need_host(fn);
   std::vector<int64_t> out(static_cast<size_t>(a.numel()));
   if (a.dtype == DType::i32)
     std::copy(a.ptr<int32_t>(), a.ptr<int32_t>() + a.numel(), out.begin());
@@ -134,9 +132,7 @@ PyMask make_mask(const std::string& text, int64_t n, const py::object& doc_ids,
     if (!base.block_mask.empty()) value_error(kMask, ": '", text, "' has a block mask already");
     if (block_size < 1) value_error(kMask, ": block_mask needs block_size >= 1, got ", block_size);
     const Array a = from_python(block_mask, "block_mask");
-    a.need_dtype(kMask, {DType::u8, DType::boolean}).need_contiguous(kMask);
-    if (!a.device.is_cpu())
-      value_error(kMask, ": block_mask must be in host memory, not on ", a.device.str());
+    a.need_dtype(kMask, {DType::u8, DType::boolean}).need_contiguous(kMask).need_host(kMask);
     const int64_t nb = (n + block_size - 1) / block_size;
     a.need_shape(kMask, {nb, nb});
     base.block_size = block_size;

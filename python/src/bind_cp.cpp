@@ -89,7 +89,7 @@ class CpCore {
     constexpr const char* fn = "longseq.ContextParallel.positions";
     const Array out = from_python(out_, "out");
     out.need_dtype(fn, {DType::i64}).need_shape(fn, {layout_.local_len()}).need_contiguous(fn);
-    if (!out.device.is_cpu()) value_error(fn, ": out must be in host memory");
+    out.need_host(fn);
     const std::vector<int64_t> p = layout_.positions(group_.rank());
     std::copy(p.begin(), p.end(), out.ptr<int64_t>());
   }
@@ -198,7 +198,7 @@ class CpCore {
     if (x.shape[dim] != len)
       value_error(fn, ": x ", x.shape_str(), " has ", x.shape[dim], " tokens along dim ", dim,
                   ", expected ", len);
-    if (!x.device.is_cpu()) value_error(fn, ": x must be in host memory, not on ", x.device.str());
+    x.need_host(fn);
     int64_t outer = 1, row = static_cast<int64_t>(core::dtype_size(x.dtype));
     for (int i = 0; i < dim; ++i) outer *= x.shape[i];
     for (int i = dim + 1; i < x.rank(); ++i) row *= x.shape[i];

@@ -103,7 +103,7 @@ class PySafeTensors {
     if (got != want)
       type_error(fn, ": ", name, " is ", core::dtype_name(t.dtype), ", out is ",
                  core::dtype_name(out.dtype));
-    if (!out.device.is_cpu()) value_error(fn, ": out must be in host memory");
+    out.need_host(fn);
     std::copy(t.bytes.begin(), t.bytes.end(), static_cast<unsigned char*>(out.data));
   }
 
@@ -129,8 +129,7 @@ void save_safetensors(const std::string& path, const std::vector<std::string>& n
   for (size_t i = 0; i < names.size(); ++i) {
     arrays.push_back(from_python(tensors[i], names[i]));
     const Array& a = arrays.back();
-    a.need_contiguous(fn);
-    if (!a.device.is_cpu()) value_error(fn, ": ", names[i], " must be in host memory");
+    a.need_contiguous(fn).need_host(fn);
     refs.push_back({names[i], a.dtype, a.shape, a.data});
   }
   py::gil_scoped_release nogil;
@@ -151,7 +150,7 @@ class PyTokenFile {
     constexpr const char* fn = "longseq.read_tokens";
     const Array out = from_python(out_, "out");
     out.need_dtype(fn, {core::DType::i64}).need_shape(fn, {size()}).need_contiguous(fn);
-    if (!out.device.is_cpu()) value_error(fn, ": out must be in host memory");
+    out.need_host(fn);
     std::copy(f_.tokens.begin(), f_.tokens.end(), out.ptr<int64_t>());
   }
 
