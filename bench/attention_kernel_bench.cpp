@@ -4,6 +4,11 @@
 // naive attention (bench/attention_torch_naive.py, one process per case) at the same shapes:
 // time and peak memory. Writes JSON (--out) and prints a table plus the targets.
 //
+// --entry local times attention::local_attention_forward/backward instead: the same kernels as
+// the Python package runs them (outputs in the inputs' dtype, the backward over chunks of query
+// rows so that no scratch grows with T). bench/python_attention.py reads both entries, so that
+// Python's distance from C++ splits into the binding's part and the row chunks' part.
+//
 // Legend: T tokens (Tq = Tk = T, one block holding the whole sequence), H heads (Hq = Hkv), D head
 // dim. FLOPs: forward 4 T^2 H D (two GEMMs), forward+backward 3.5x that (seven GEMMs); causal
 // counts only the visible pairs, T (T + 1) / 2 instead of T^2 (the FlashAttention convention).
@@ -34,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "longseq/attention/local.hpp"
+#include "longseq/attention/mask_spec.hpp"
 #include "longseq/core/cpu.hpp"
 #include "longseq/core/dtype.hpp"
 #include "longseq/core/error.hpp"
@@ -58,6 +65,15 @@ double cpu_seconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The process's peak resident memory (VmHWM), bytes.
+size_t peak_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
 }
 
 double load_average() {
@@ -97,6 +113,7 @@ struct Options {
   int64_t torch_max_t = 8192;
   std::string python = "/usr/bin/python3";
   std::string torch_script = LONGSEQ_SOURCE_DIR "/bench/attention_torch_naive.py";
+  bool local = false;  ///< --entry local
 };
 
 void usage() {
@@ -116,7 +133,9 @@ void usage() {
       "  --torch-max-t T     largest T given to PyTorch (default 8192: its T^2 scores need\n"
       "                      ~9 GB at 8192, ~35 GB at 16384)\n"
       "  --python PATH       interpreter with torch (default /usr/bin/python3)\n"
-      "  --torch-script PATH (default <source>/bench/attention_torch_naive.py)\n");
+      "  --torch-script PATH (default <source>/bench/attention_torch_naive.py)\n"
+      "  --entry E           block: the block kernels on the whole sequence (default); local:\n"
+      "                      attention::local_attention_* (what the Python package calls)\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -171,7 +190,12 @@ Options parse(int argc, char** argv) {
       o.python = next();
     else if (a == "--torch-script")
       o.torch_script = next();
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--entry") {
+      const std::string e = next();
+      longseq::core::require(e == "block" || e == "local", "bench", "--entry ", e,
+                             ": expected block or local");
+      o.local = e == "local";
+    } else if (a == "-h" || a == "--help") {
       usage();
       std::exit(0);
     } else {
@@ -325,7 +349,9 @@ json run_case(const Case& c, const Options& opt) {
   longseq::core::fill_normal(k.data(), n, 2);
   longseq::core::fill_normal(v.data(), n, 3);
   longseq::core::fill_normal(dout.data(), n, 4);
-  longseq::core::Buffer<float> o(n), lse(t * h), delta(t * h), dq(n), dk(n), dv(n);
+  // The block entry's outputs and workspace (none under --entry local).
+  const size_t nb = opt.local ? 0 : n;
+  longseq::core::Buffer<float> o(nb), lse(t * h), delta(t * h), dq(nb), dk(nb), dv(nb);
   std::vector<int64_t> pos(t);
   for (int64_t i = 0; i < t; ++i) pos[i] = i;
   const kn::Tokens tok{pos.data(), nullptr};
@@ -333,21 +359,48 @@ json run_case(const Case& c, const Options& opt) {
   mask.causal = c.causal;
   const size_t ws_floats = std::max(kc::attention_forward_workspace_floats(dm, opt.threads),
                                     kc::attention_backward_workspace_floats(dm, opt.threads));
-  longseq::core::Buffer<float> ws(ws_floats);
+  longseq::core::Buffer<float> ws(opt.local ? 0 : ws_floats);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  auto forward = [&] {
+  std::function<void()> forward = [&] {
     kc::attention_block_forward(q.data(), k.data(), v.data(), tok, tok, mask, scale, dm,
                                 opt.threads, ws, o.data(), lse.data());
   };
-  auto backward = [&] {
+  std::function<void()> backward = [&] {
     kc::attention_delta(dout.data(), o.data(), t, h, d, opt.threads, delta.data());
     kc::attention_block_backward(q.data(), k.data(), v.data(), dout.data(), lse.data(),
                                  delta.data(), tok, tok, mask, scale, dm, opt.threads, ws,
                                  dq.data(), dk.data(), dv.data());
   };
-  auto zero_grads = [&] {
+  std::function<void()> zero_grads = [&] {
     for (auto* g : {&dq, &dk, &dv}) std::fill(g->begin(), g->end(), 0.0f);
   };
+  // --entry local: outputs in T and the local path's own scratch, measured: the peak resident
+  // memory (VmHWM) is reset to the current level here (clear_refs 5; the GEMM rates before the
+  // cases peaked higher), so what it reaches after the calls is this case's. Only a process's
+  // first case reads true: later ones reuse pages the earlier freed (bench/python_attention.py
+  // runs one case per process).
+  if (opt.local) std::ofstream("/proc/self/clear_refs") << "5";
+  const size_t rss_inputs = peak_rss();
+  const size_t nl = opt.local ? n : 0;
+  longseq::core::Buffer<T> ol(nl), dql(nl), dkl(nl), dvl(nl);
+  const auto spec = longseq::attention::MaskSpec::parse(c.causal ? "causal" : "full", false, t);
+  const longseq::attention::MaskSpec* specs[] = {&spec};
+  const longseq::attention::LocalDims ldims{1, t, h, h, d};
+  constexpr auto dtype = std::is_same_v<T, bf16> ? longseq::core::DType::bf16
+                                                 : longseq::core::DType::f32;
+  if (opt.local) {
+    forward = [&] {
+      longseq::attention::local_attention_forward(q.data(), k.data(), v.data(), dtype, ldims,
+                                                  specs, 0.0, opt.threads, ol.data(), lse.data());
+    };
+    backward = [&] {
+      longseq::attention::local_attention_backward(dout.data(), q.data(), k.data(), v.data(),
+                                                   ol.data(), lse.data(), dtype, ldims, specs,
+                                                   0.0, opt.threads, dql.data(), dkl.data(),
+                                                   dvl.data());
+    };
+    zero_grads = [] {};  // the local backward overwrites its gradients
+  }
   // Warm-up: first touch of every buffer and the GEMM library's per-shape setup.
   forward();
   zero_grads();
@@ -373,9 +426,16 @@ json run_case(const Case& c, const Options& opt) {
   j["fwd_cpu_gflops"] = fl / fwd.cpu / 1e9;
   j["fwdbwd_cpu_gflops"] = 3.5 * fl / fb.cpu / 1e9;
   j["workspace_bytes"] = ws_floats * sizeof(float);
-  // Everything a forward+backward allocates beyond the inputs: o, lse, delta, dq, dk, dv and the
-  // workspace; O(T) (the workspace is O(threads * tile^2) here: Hkv = H = 8 needs no dq buffers).
-  j["extra_bytes"] = (4 * n + 2 * static_cast<size_t>(t * h)) * sizeof(float) + ws_floats * 4;
+  j["entry"] = opt.local ? "local" : "block";
+  if (opt.local) {
+    // Measured: the process's peak above its level once the inputs existed (o, dq, dk, dv and
+    // the local path's scratch; lse is in both entries' baseline).
+    j["extra_bytes"] = peak_rss() - rss_inputs;
+  } else {
+    // Everything a forward+backward allocates beyond the inputs: o, lse, delta, dq, dk, dv and
+    // the workspace (thread slices plus C head-major dq buffers; C = 1 at Hkv = H = 8).
+    j["extra_bytes"] = (4 * n + 2 * static_cast<size_t>(t * h)) * sizeof(float) + ws_floats * 4;
+  }
   return j;
 }
 

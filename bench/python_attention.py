@@ -6,14 +6,19 @@ call overhead at T = 128 in microseconds). Writes JSON (--out) and prints a tabl
     PYTHONPATH=build/python /usr/bin/python3 bench/python_attention.py --build build \
         --out docs/results/bench_python_attention.json
 
-Three readings of one case, each in a process of its own so its peak memory is its own:
+Four readings of one case, each in a process of its own so its peak memory is its own:
   cpp     build/bench/attention_kernel_bench (kernels/cpu's block kernels on the whole sequence,
           fp32, the same threads): forward, and forward + D + backward;
+  cpp_local  the same bench with --entry local: attention::local_attention_forward/backward,
+          the C++ function the package calls (the backward over chunks of query rows, so no
+          scratch grows with T), from C++. python / cpp_local is what the binding costs,
+          cpp_local / cpp what the row chunks cost;
   python  longseq.attention.forward / backward from Python on torch tensors (what
           longseq.torch.attention's autograd calls), the same threads;
   torch   bench/attention_torch_naive.py: q k^T, masked_fill, softmax, p v and autograd (torch
           1.13 has no scaled_dot_product_attention), torch.set_num_threads(threads).
-Timings: best of --reps, wall seconds and process CPU seconds / threads (what idle cores would
+Rounds: --rounds times python, cpp, cpp_local in turn, so drifting load hits all alike; each
+reading is its best over every round. Timings: best of --reps, wall seconds and process CPU seconds / threads (what idle cores would
 take; the machine may be shared, and the 1-minute load average is recorded). Peak memory: the
 process's VmHWM above its level once the inputs exist (outputs and workspaces included; the
 C++ bench states its allocations instead of measuring them).
@@ -113,11 +118,11 @@ def run_json(cmd, env=None):
     return json.loads(out[out.find("{"):])
 
 
-def cpp_case(a, t, reps):
-    path = os.path.join(a.tmp, f"cpp_{t}.json")
+def cpp_case(a, t, reps, entry="block"):
+    path = os.path.join(a.tmp, f"cpp_{entry}_{t}.json")
     run([os.path.join(a.build, "bench", "attention_kernel_bench"), "--t", str(t), "--d",
-              str(a.d), "--heads", str(a.h), "--mask", a.mask, "--dtype", "f32", "--threads",
-              str(a.threads), "--reps", str(reps), "--no-torch", "--out", path])
+         str(a.d), "--heads", str(a.h), "--mask", a.mask, "--dtype", "f32", "--threads",
+         str(a.threads), "--reps", str(reps), "--no-torch", "--entry", entry, "--out", path])
     with open(path) as f:
         return json.load(f)["cases"][0]
 
@@ -138,6 +143,7 @@ def main():
     ap.add_argument("--mask", default="causal", choices=["full", "causal"])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--small-t", type=int, default=128)
     ap.add_argument("--small-threads", type=int, default=1)
     ap.add_argument("--calls", type=int, default=2000)
@@ -157,27 +163,34 @@ def main():
                                               PYTHONPATH=os.path.join(a.build, "python"))).stdout)
     res["kernel_variant"] = info["kernel_variant"]
     res["gemm"] = info["gemm"]
-    # Interleaved so drifting load hits both sides alike: python, cpp, python, cpp.
-    py1 = py_case(a, a.t, a.reps, 0)
-    cpp1 = cpp_case(a, a.t, a.reps)
-    py2 = py_case(a, a.t, a.reps, 0)
-    cpp2 = cpp_case(a, a.t, a.reps)
-    best = lambda k, *xs: min(x[k] for x in xs)  # noqa: E731
-    py = {k: best(k, py1, py2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s",
-                                         "fwd_reuse_s", "fwdbwd_reuse_s")}
-    py["fwd_peak_extra_bytes"] = max(py1["fwd_peak_extra_bytes"], py2["fwd_peak_extra_bytes"])
-    py["fwdbwd_peak_extra_bytes"] = max(py1["fwdbwd_peak_extra_bytes"],
-                                        py2["fwdbwd_peak_extra_bytes"])
-    cpp = {k: best(k, cpp1, cpp2) for k in ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")}
-    cpp["extra_bytes"] = cpp1["extra_bytes"]
+    # Interleaved so drifting load hits every reading alike: python, cpp, cpp_local, python, ...
+    pys, cpps, locals_ = [], [], []
+    for _ in range(a.rounds):
+        pys.append(py_case(a, a.t, a.reps, 0))
+        cpps.append(cpp_case(a, a.t, a.reps))
+        locals_.append(cpp_case(a, a.t, a.reps, "local"))
+    best = lambda k, xs: min(x[k] for x in xs)  # noqa: E731
+    timings = ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")
+    py = {k: best(k, pys) for k in timings + ("fwd_reuse_s", "fwdbwd_reuse_s")}
+    py["fwd_peak_extra_bytes"] = max(x["fwd_peak_extra_bytes"] for x in pys)
+    py["fwdbwd_peak_extra_bytes"] = max(x["fwdbwd_peak_extra_bytes"] for x in pys)
+    py["rounds_fwdbwd_s"] = [x["fwdbwd_s"] for x in pys]
+    cpp = {k: best(k, cpps) for k in timings}
+    cpp["extra_bytes"] = cpps[0]["extra_bytes"]
+    cpp["rounds_fwdbwd_s"] = [x["fwdbwd_s"] for x in cpps]
+    cpp_local = {k: best(k, locals_) for k in timings}
+    cpp_local["extra_bytes"] = max(x["extra_bytes"] for x in locals_)
+    cpp_local["rounds_fwdbwd_s"] = [x["fwdbwd_s"] for x in locals_]
     torch_naive = run_json([sys.executable, os.path.join(HERE, "attention_torch_naive.py"),
                             "--t", str(a.t), "--h", str(a.h), "--d", str(a.d), "--mask", a.mask,
                             "--dtype", "f32", "--threads", str(a.threads), "--reps", "1"])
-    res.update(python=py, cpp=cpp, torch_naive=torch_naive)
-    res["python_over_cpp"] = {k: py[k] / cpp[k] for k in cpp if k.endswith("_s")}
+    res.update(python=py, cpp=cpp, cpp_local=cpp_local, torch_naive=torch_naive)
+    res["python_over_cpp"] = {k: py[k] / cpp[k] for k in timings}
     res["python_over_cpp"]["fwd_reuse_s"] = py["fwd_reuse_s"] / cpp["fwd_s"]
     res["python_over_cpp"]["fwdbwd_reuse_s"] = py["fwdbwd_reuse_s"] / cpp["fwdbwd_s"]
-    res["torch_over_python"] = {k: torch_naive[k] / py[k] for k in cpp if k.endswith("_s")}
+    res["python_over_cpp_local"] = {k: py[k] / cpp_local[k] for k in timings}
+    res["cpp_local_over_cpp"] = {k: cpp_local[k] / cpp[k] for k in timings}
+    res["torch_over_python"] = {k: torch_naive[k] / py[k] for k in timings}
 
     small_a = argparse.Namespace(**{**vars(a), "threads": a.small_threads})
     small = py_case(small_a, a.small_t, 3, a.calls)
@@ -194,17 +207,21 @@ def main():
 
     print(f"attention {a.mask} T={a.t} H={a.h} D={a.d}, {a.threads} threads, {res['cpu']} "
           f"({res['kernel_variant']}), load {res['loadavg_start']:.2f} -> {res['loadavg_end']:.2f}")
-    print(f"{'':8} {'fwd s':>9} {'fwd+bwd s':>10} {'cpu fwd':>9} {'cpu f+b':>9} "
+    print(f"{'':9} {'fwd s':>9} {'fwd+bwd s':>10} {'cpu fwd':>9} {'cpu f+b':>9} "
           f"{'peak MiB (f+b)':>15}")
     for name, r, peak in (("cpp", cpp, cpp["extra_bytes"]),
+                          ("cpp_local", cpp_local, cpp_local["extra_bytes"]),
                           ("python", py, py["fwdbwd_peak_extra_bytes"]),
                           ("torch", torch_naive, torch_naive["fwdbwd_peak_extra_bytes"])):
-        print(f"{name:8} {r['fwd_s']:9.3f} {r['fwdbwd_s']:10.3f} {r['fwd_cpu_s']:9.3f} "
+        print(f"{name:9} {r['fwd_s']:9.3f} {r['fwdbwd_s']:10.3f} {r['fwd_cpu_s']:9.3f} "
               f"{r['fwdbwd_cpu_s']:9.3f} {peak / 2**20:15.1f}")
     r = res["python_over_cpp"]
     print(f"python / cpp: fwd {r['fwd_s']:.3f} (into existing outputs {r['fwd_reuse_s']:.3f}), "
           f"fwd+bwd {r['fwdbwd_s']:.3f} (cpu {r['fwdbwd_cpu_s']:.3f}; into existing outputs "
           f"{r['fwdbwd_reuse_s']:.3f}); target <= 1.05")
+    r, c = res["python_over_cpp_local"], res["cpp_local_over_cpp"]
+    print(f"python / cpp_local (the binding): fwd {r['fwd_s']:.3f}, fwd+bwd {r['fwdbwd_s']:.3f}; "
+          f"cpp_local / cpp (the row chunks): fwd {c['fwd_s']:.3f}, fwd+bwd {c['fwdbwd_s']:.3f}")
     o = res["overhead"]
     print(f"overhead at T={o['t']}, {o['threads']} thread: python {o['python_fwd_best_us']:.1f} us "
           f"per forward (best; median {o['python_fwd_median_us']:.1f}), C++ kernel "
