@@ -115,6 +115,16 @@ std::string Algorithm::name() const {
 }
 
 void Algorithm::validate(int world, int64_t hq, int64_t hkv) const {
+  validate_world(world);
+  validate_heads(world, hq, hkv);
+}
+
+void Algorithm::validate_heads(int world, int64_t hq, int64_t hkv) const {
+  if (family == Family::ulysses || family == Family::usp)
+    HeadSplit(hq, hkv, family == Family::ulysses ? world : degree);
+}
+
+void Algorithm::validate_world(int world) const {
   switch (family) {
     case Family::ring:
       if (route == Route::double_ring && inner > 0)
@@ -129,7 +139,6 @@ void Algorithm::validate(int world, int64_t hq, int64_t hkv) const {
       const int u = family == Family::ulysses ? world : degree;
       core::require(u >= 1 && world % u == 0, "attention", "--algo usp:", u,
                     " needs U to divide world ", world);
-      HeadSplit(hq, hkv, u);
       break;
     }
   }

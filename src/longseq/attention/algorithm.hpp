@@ -56,6 +56,11 @@ struct Algorithm {
   /// ranks with these heads ("--algo startrail:3 needs C to divide world 8", an inner ring size
   /// that does not divide the world, a Ulysses degree the heads do not split into).
   void validate(int world, int64_t hq, int64_t hkv) const;
+  /// validate() in two halves, for callers that know the group before the tensors: whether the
+  /// algorithm fits a group of `world` ranks at all, and whether its Ulysses degree (none for
+  /// the ring family and StarTrail) splits these heads.
+  void validate_world(int world) const;
+  void validate_heads(int world, int64_t hq, int64_t hkv) const;
   bool ring_family() const { return family == Family::ring; }
   bool operator==(const Algorithm& o) const = default;
 };

@@ -134,28 +134,18 @@ void validate_precision(core::DType precision) {
                 "precision ", core::dtype_name(precision), " is not supported (f32 or bf16)");
 }
 
-void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& group_topo,
-              int64_t hq, int64_t hkv, int64_t d) {
+void validate_group(const AttentionSpec& spec, const Layout& layout,
+                    const comm::Topology& group_topo) {
   using core::require;
   validate_precision(spec.precision);
   const int world = group_topo.size();
-  spec.algo.validate(world, hq, hkv);
-  require(spec.mask != nullptr, "attention", "no mask given");
-  require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq,
-          ", Hkv ", hkv, ", D ", d);
-  require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ",
-          hkv);
+  spec.algo.validate_world(world);
   require(world <= (1 << 16), "attention", "world ", world,
           " exceeds the 65536 ranks the "
           "message tags can address");
   require(layout.world() == world, "attention", "layout is for world ", layout.world(),
           ", the group has ", world, " ranks");
   require(spec.threads >= 1, "attention", "threads must be >= 1, got ", spec.threads);
-  spec.mask->validate(layout.global_len());
-  if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
-    require(spec.mask->block_size % layout.world() == 0, "attention",
-            "block-striped needs block size ", spec.mask->block_size, " to be a multiple of world ",
-            layout.world());
   if (spec.algo.ring_family() && spec.algo.route == Route::double_ring && world > 1) {
     const comm::Topology topo = schedule_topology(spec.algo, group_topo);
     require(topo.num_nodes() > 1 && topo.num_nodes() < world, "attention", "--algo ",
@@ -163,6 +153,23 @@ void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topol
             topo.num_nodes(), " inner ring(s) for world ", world,
             " (use ring or burst, set --nodes, or double-ring:I)");
   }
+}
+
+void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& group_topo,
+              int64_t hq, int64_t hkv, int64_t d) {
+  using core::require;
+  validate_group(spec, layout, group_topo);
+  spec.algo.validate_heads(group_topo.size(), hq, hkv);
+  require(spec.mask != nullptr, "attention", "no mask given");
+  require(hq >= 1 && hkv >= 1 && d >= 1, "attention", "heads and head dim must be >= 1: Hq ", hq,
+          ", Hkv ", hkv, ", D ", d);
+  require(hq % hkv == 0, "attention", "query heads ", hq, " must be a multiple of key/value heads ",
+          hkv);
+  spec.mask->validate(layout.global_len());
+  if (!spec.mask->block_mask.empty() && layout.balance() == Balance::block_striped)
+    require(spec.mask->block_size % layout.world() == 0, "attention",
+            "block-striped needs block size ", spec.mask->block_size, " to be a multiple of world ",
+            layout.world());
 }
 
 namespace {
@@ -399,6 +406,7 @@ struct PassIo {
   float* lse = nullptr;
   const float* saved_o = nullptr;
   const float* saved_lse = nullptr;
+  const float* dlse = nullptr;  ///< the backward's optional lse gradient (host memory)
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
@@ -466,6 +474,9 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     {
       core::ScopedTimer t(compute_s);
       dev.compute_d(home_shape, io.saved_o, dop, l, dvec);
+      // The lse's own gradient enters as D - dlse (local.hpp); CPU only, checked at entry.
+      if (io.dlse != nullptr)
+        for (int64_t i = 0; i < l * dm.hq; ++i) dvec[i] -= io.dlse[i];
     }
     set_home(Field::dvec, dvec);
     // The gradients accumulate into these.
@@ -853,7 +864,8 @@ void distributed_attention_backward_into(View<const float> dout, View<const floa
                                          View<const float> o, View<const float> lse,
                                          const AttentionSpec& spec, const Layout& layout,
                                          comm::Group& group, View<float> dq, View<float> dk,
-                                         View<float> dv, AttentionStats* stats) {
+                                         View<float> dv, AttentionStats* stats,
+                                         View<const float> dlse) {
   check_shapes(q, k, v, layout, group.rank());
   core::require(dout.shape() == q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
                 q.shape().str());
@@ -862,7 +874,16 @@ void distributed_attention_backward_into(View<const float> dout, View<const floa
                 o.shape().str(), " must be a contiguous ", q.shape().str());
   core::require(lse.shape() == lse_shape && lse.is_contiguous(), "attention", "the saved lse ",
                 lse.shape().str(), " must be a contiguous ", lse_shape.str());
+  if (dlse.data() != nullptr) {
+    core::require(dlse.shape() == lse_shape && dlse.is_contiguous(), "attention", "dlse ",
+                  dlse.shape().str(), " must be a contiguous ", lse_shape.str());
+    core::require(spec.device.is_cpu(), "attention",
+                  "a gradient with respect to lse is taken on "
+                  "the CPU only, not on ",
+                  spec.device.str(), " (the loss may use o, not lse)");
+  }
   PassIo io;
+  io.dlse = dlse.data();
   io.saved_o = o.data();
   io.saved_lse = lse.data();
   io.dq = output(dq, q.shape(), "dq");

@@ -93,6 +93,11 @@ void validate_precision(core::DType precision);
 /// match the layout).
 void validate(const AttentionSpec& spec, const Layout& layout, const comm::Topology& topo,
               int64_t hq, int64_t hkv, int64_t d);
+/// The part of validate() that needs neither tensors nor the mask: the precision, the threads,
+/// and whether the algorithm and the layout fit the group (its world and, for double rings, its
+/// nodes). For callers that know the group long before the first call (the Python package's
+/// ContextParallel refuses at construction what no tensor could make work).
+void validate_group(const AttentionSpec& spec, const Layout& layout, const comm::Topology& topo);
 
 /// Collective over `group`: builds (and caches) this rank's schedules of both passes and the
 /// sub-groups their collective steps use: what the first forward would do otherwise. Optional;
@@ -114,7 +119,9 @@ AttentionGrads distributed_attention_backward(core::View<const float> dout,
 /// the allocating forms above, which call these.
 ///   forward:  o [L, Hq, D] and lse [L, Hq] are overwritten whole.
 ///   backward: reads q, k, v and the forward's o, lse (unchanged since the forward); dq [L, Hq,
-///             D], dk and dv [L, Hkv, D] are overwritten whole.
+///             D], dk and dv [L, Hkv, D] are overwritten whole. `dlse` [L, Hq], when given, is the
+///             loss's gradient with respect to lse (for losses that use the lse as well as o):
+///             it enters as D - dlse (attention/local.hpp); host memory, CPU executor only.
 /// Every output view is fp32, contiguous, in spec.device's memory, and overlaps no input and no
 /// other output. Throws core::Error naming the tensor and the shapes for a wrong shape or a
 /// non-contiguous output (before any communication, so every rank throws alike when all hold the
@@ -130,6 +137,7 @@ void distributed_attention_backward_into(core::View<const float> dout, core::Vie
                                          const AttentionSpec& spec, const Layout& layout,
                                          comm::Group& group, core::View<float> dq,
                                          core::View<float> dk, core::View<float> dv,
-                                         AttentionStats* stats = nullptr);
+                                         AttentionStats* stats = nullptr,
+                                         core::View<const float> dlse = {});
 
 }  // namespace longseq::attention

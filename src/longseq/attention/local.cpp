@@ -105,7 +105,8 @@ void forward(const T* q, const T* k, const T* v, const LocalDims& d, const Seque
 
 template <class T>
 void backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
-              const LocalDims& d, const Sequences& s, int threads, T* dq, T* dk, T* dv) {
+              const float* dlse, const LocalDims& d, const Sequences& s, int threads, T* dq, T* dk,
+              T* dv) {
   const core::Exec exec(threads);
   constexpr bool f32 = std::is_same_v<T, float>;
   const int64_t chunk = std::min(d.tokens, query_chunk(s.dims));
@@ -133,6 +134,8 @@ void backward(const T* dout, const T* q, const T* k, const T* v, const T* o, con
     const float* lb = lse + b * d.tokens * d.hq;
     kernels::cpu::attention_delta(dout + b * qn, o + b * qn, d.tokens, d.hq, d.d, exec,
                                   delta.data());
+    if (dlse != nullptr)  // the lse's own gradient (local.hpp)
+      for (int64_t i = 0; i < d.tokens * d.hq; ++i) delta[i] -= dlse[b * d.tokens * d.hq + i];
     for (int64_t r0 = 0; r0 < d.tokens; r0 += chunk) {
       const int64_t rows = std::min(chunk, d.tokens - r0);
       const kernels::Tokens qt{t.pos + r0, t.doc ? t.doc + r0 : nullptr};
@@ -179,18 +182,18 @@ void local_attention_forward(const void* q, const void* k, const void* v, core::
 void local_attention_backward(const void* dout, const void* q, const void* k, const void* v,
                               const void* o, const float* lse, core::DType dtype,
                               const LocalDims& dims, LocalMasks masks, double scale, int threads,
-                              void* dq, void* dk, void* dv) {
+                              void* dq, void* dk, void* dv, const float* dlse) {
   check_dtype(dtype);
   const Sequences s(dims, masks, scale);
   if (dtype == core::DType::f32)
     backward(static_cast<const float*>(dout), static_cast<const float*>(q),
              static_cast<const float*>(k), static_cast<const float*>(v),
-             static_cast<const float*>(o), lse, dims, s, threads, static_cast<float*>(dq),
+             static_cast<const float*>(o), lse, dlse, dims, s, threads, static_cast<float*>(dq),
              static_cast<float*>(dk), static_cast<float*>(dv));
   else
     backward(static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), static_cast<const bf16*>(o),
-             lse, dims, s, threads, static_cast<bf16*>(dq), static_cast<bf16*>(dk),
+             lse, dlse, dims, s, threads, static_cast<bf16*>(dq), static_cast<bf16*>(dk),
              static_cast<bf16*>(dv));
 }
 

@@ -45,10 +45,12 @@ void local_attention_forward(const void* q, const void* k, const void* v, core::
                              const LocalDims& dims, LocalMasks masks, double scale, int threads,
                              void* o, float* lse);
 
-/// dq, dk, dv (overwritten) from dO and the forward's o and lse.
+/// dq, dk, dv (overwritten) from dO and the forward's o and lse. `dlse` [B, T, Hq] (f32, or
+/// null for none) is the loss's gradient with respect to lse, for losses that use the lse too:
+/// d lse_i / d s_ij = P_ij, so it enters as D_i - dlse_i in dS = P (dP - D), at no other cost.
 void local_attention_backward(const void* dout, const void* q, const void* k, const void* v,
                               const void* o, const float* lse, core::DType dtype,
                               const LocalDims& dims, LocalMasks masks, double scale, int threads,
-                              void* dq, void* dk, void* dv);
+                              void* dq, void* dk, void* dv, const float* dlse = nullptr);
 
 }  // namespace longseq::attention
