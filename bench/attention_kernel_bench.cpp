@@ -6,8 +6,9 @@
 //
 // --entry local times attention::local_attention_forward/backward instead: the same kernels as
 // the Python package runs them (outputs in the inputs' dtype, the backward over chunks of query
-// rows so that no scratch grows with T). bench/python_attention.py reads both entries, so that
-// Python's distance from C++ splits into the binding's part and the row chunks' part.
+// rows so that no scratch grows with T); --entry both times the two in turn within each
+// repetition. bench/python_attention.py reads them, so that Python's distance from C++ splits
+// into the binding's part and the row chunks' part.
 //
 // Legend: T tokens (Tq = Tk = T, one block holding the whole sequence), H heads (Hq = Hkv), D head
 // dim. FLOPs: forward 4 T^2 H D (two GEMMs), forward+backward 3.5x that (seven GEMMs); causal
@@ -113,8 +114,10 @@ struct Options {
   int64_t torch_max_t = 8192;
   std::string python = "/usr/bin/python3";
   std::string torch_script = LONGSEQ_SOURCE_DIR "/bench/attention_torch_naive.py";
-  bool local = false;  ///< --entry local
+  enum class Entry { block, local, both } entry = Entry::block;  ///< --entry
 };
+
+using Entry = Options::Entry;
 
 void usage() {
   std::printf(
@@ -135,7 +138,8 @@ void usage() {
       "  --python PATH       interpreter with torch (default /usr/bin/python3)\n"
       "  --torch-script PATH (default <source>/bench/attention_torch_naive.py)\n"
       "  --entry E           block: the block kernels on the whole sequence (default); local:\n"
-      "                      attention::local_attention_* (what the Python package calls)\n");
+      "                      attention::local_attention_* (what the Python package calls);\n"
+      "                      both: block, with local timed in turn in each repetition\n");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -192,9 +196,11 @@ Options parse(int argc, char** argv) {
       o.torch_script = next();
     else if (a == "--entry") {
       const std::string e = next();
-      longseq::core::require(e == "block" || e == "local", "bench", "--entry ", e,
-                             ": expected block or local");
-      o.local = e == "local";
+      longseq::core::require(e == "block" || e == "local" || e == "both", "bench", "--entry ", e,
+                             ": expected block, local or both");
+      o.entry = e == "block"   ? Options::Entry::block
+                : e == "local" ? Options::Entry::local
+                               : Options::Entry::both;
     } else if (a == "-h" || a == "--help") {
       usage();
       std::exit(0);
@@ -350,7 +356,8 @@ json run_case(const Case& c, const Options& opt) {
   longseq::core::fill_normal(v.data(), n, 3);
   longseq::core::fill_normal(dout.data(), n, 4);
   // The block entry's outputs and workspace (none under --entry local).
-  const size_t nb = opt.local ? 0 : n;
+  const bool block = opt.entry != Entry::local, local = opt.entry != Entry::block;
+  const size_t nb = block ? n : 0;
   longseq::core::Buffer<float> o(nb), lse(t * h), delta(t * h), dq(nb), dk(nb), dv(nb);
   std::vector<int64_t> pos(t);
   for (int64_t i = 0; i < t; ++i) pos[i] = i;
@@ -359,61 +366,79 @@ json run_case(const Case& c, const Options& opt) {
   mask.causal = c.causal;
   const size_t ws_floats = std::max(kc::attention_forward_workspace_floats(dm, opt.threads),
                                     kc::attention_backward_workspace_floats(dm, opt.threads));
-  longseq::core::Buffer<float> ws(opt.local ? 0 : ws_floats);
+  longseq::core::Buffer<float> ws(block ? ws_floats : 0);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::function<void()> forward = [&] {
+  auto block_forward = [&] {
     kc::attention_block_forward(q.data(), k.data(), v.data(), tok, tok, mask, scale, dm,
                                 opt.threads, ws, o.data(), lse.data());
   };
-  std::function<void()> backward = [&] {
+  auto block_backward = [&] {
     kc::attention_delta(dout.data(), o.data(), t, h, d, opt.threads, delta.data());
     kc::attention_block_backward(q.data(), k.data(), v.data(), dout.data(), lse.data(),
                                  delta.data(), tok, tok, mask, scale, dm, opt.threads, ws,
                                  dq.data(), dk.data(), dv.data());
   };
-  std::function<void()> zero_grads = [&] {
+  auto zero_grads = [&] {
     for (auto* g : {&dq, &dk, &dv}) std::fill(g->begin(), g->end(), 0.0f);
   };
-  // --entry local: outputs in T and the local path's own scratch, measured: the peak resident
+  // The local entry: outputs in T and the local path's own scratch, measured: the peak resident
   // memory (VmHWM) is reset to the current level here (clear_refs 5; the GEMM rates before the
   // cases peaked higher), so what it reaches after the calls is this case's. Only a process's
   // first case reads true: later ones reuse pages the earlier freed (bench/python_attention.py
   // runs one case per process).
-  if (opt.local) std::ofstream("/proc/self/clear_refs") << "5";
+  if (opt.entry == Entry::local) std::ofstream("/proc/self/clear_refs") << "5";
   const size_t rss_inputs = peak_rss();
-  const size_t nl = opt.local ? n : 0;
+  const size_t nl = local ? n : 0;
   longseq::core::Buffer<T> ol(nl), dql(nl), dkl(nl), dvl(nl);
+  longseq::core::Buffer<float> lsel(local ? t * h : 0);
   const auto spec = longseq::attention::MaskSpec::parse(c.causal ? "causal" : "full", false, t);
   const longseq::attention::MaskSpec* specs[] = {&spec};
   const longseq::attention::LocalDims ldims{1, t, h, h, d};
-  constexpr auto dtype = std::is_same_v<T, bf16> ? longseq::core::DType::bf16
-                                                 : longseq::core::DType::f32;
-  if (opt.local) {
-    forward = [&] {
-      longseq::attention::local_attention_forward(q.data(), k.data(), v.data(), dtype, ldims,
-                                                  specs, 0.0, opt.threads, ol.data(), lse.data());
-    };
-    backward = [&] {
-      longseq::attention::local_attention_backward(dout.data(), q.data(), k.data(), v.data(),
-                                                   ol.data(), lse.data(), dtype, ldims, specs,
-                                                   0.0, opt.threads, dql.data(), dkl.data(),
-                                                   dvl.data());
-    };
-    zero_grads = [] {};  // the local backward overwrites its gradients
-  }
+  constexpr auto dtype =
+      std::is_same_v<T, bf16> ? longseq::core::DType::bf16 : longseq::core::DType::f32;
+  auto local_forward = [&] {
+    longseq::attention::local_attention_forward(q.data(), k.data(), v.data(), dtype, ldims, specs,
+                                                0.0, opt.threads, ol.data(), lsel.data());
+  };
+  auto local_backward = [&] {  // overwrites its gradients: nothing to zero
+    longseq::attention::local_attention_backward(dout.data(), q.data(), k.data(), v.data(),
+                                                 ol.data(), lsel.data(), dtype, ldims, specs, 0.0,
+                                                 opt.threads, dql.data(), dkl.data(), dvl.data());
+  };
   // Warm-up: first touch of every buffer and the GEMM library's per-shape setup.
-  forward();
-  zero_grads();
-  backward();
-  Timing fwd, fb;
-  for (int r = 0; r < opt.reps; ++r) {
-    fwd.keep_best(timed(opt.threads, forward));
+  if (block) {
+    block_forward();
     zero_grads();
-    fb.keep_best(timed(opt.threads, [&] {
-      forward();
-      backward();
-    }));
-    if (fb.wall > opt.max_case_s) break;
+    block_backward();
+  }
+  if (local) {
+    local_forward();
+    local_backward();
+  }
+  // --entry both: the two in turn within each repetition, so that the ratio of their bests
+  // compares them under the same load (across processes this machine drifts by ~10%).
+  Timing fwd, fb, lfwd, lfb;
+  for (int r = 0; r < opt.reps; ++r) {
+    if (block) {
+      fwd.keep_best(timed(opt.threads, block_forward));
+      zero_grads();
+      fb.keep_best(timed(opt.threads, [&] {
+        block_forward();
+        block_backward();
+      }));
+    }
+    if (local) {
+      lfwd.keep_best(timed(opt.threads, local_forward));
+      lfb.keep_best(timed(opt.threads, [&] {
+        local_forward();
+        local_backward();
+      }));
+    }
+    if (std::max(block ? fb.wall : 0.0, local ? lfb.wall : 0.0) > opt.max_case_s) break;
+  }
+  if (opt.entry == Entry::local) {
+    fwd = lfwd;
+    fb = lfb;
   }
   const double fl = case_flops(c, h);
   json j;
@@ -426,16 +451,23 @@ json run_case(const Case& c, const Options& opt) {
   j["fwd_cpu_gflops"] = fl / fwd.cpu / 1e9;
   j["fwdbwd_cpu_gflops"] = 3.5 * fl / fb.cpu / 1e9;
   j["workspace_bytes"] = ws_floats * sizeof(float);
-  j["entry"] = opt.local ? "local" : "block";
-  if (opt.local) {
-    // Measured: the process's peak above its level once the inputs existed (o, dq, dk, dv and
-    // the local path's scratch; lse is in both entries' baseline).
+  j["entry"] = opt.entry == Entry::block ? "block" : opt.entry == Entry::local ? "local" : "both";
+  if (opt.entry == Entry::local) {
+    // Measured: the process's peak above its level once the inputs existed (o, lse, dq, dk, dv
+    // and the local path's scratch).
     j["extra_bytes"] = peak_rss() - rss_inputs;
   } else {
-    // Everything a forward+backward allocates beyond the inputs: o, lse, delta, dq, dk, dv and
-    // the workspace (thread slices plus C head-major dq buffers; C = 1 at Hkv = H = 8).
+    // Everything a block forward+backward allocates beyond the inputs: o, lse, delta, dq, dk,
+    // dv and the workspace (thread slices plus C head-major dq buffers; C = 1 at Hkv = H = 8).
     j["extra_bytes"] = (4 * n + 2 * static_cast<size_t>(t * h)) * sizeof(float) + ws_floats * 4;
   }
+  if (opt.entry == Entry::both)
+    j["local_in_turn"] = {{"fwd_s", lfwd.wall},
+                          {"fwdbwd_s", lfb.wall},
+                          {"fwd_cpu_s", lfwd.cpu},
+                          {"fwdbwd_cpu_s", lfb.cpu},
+                          {"over_block_fwd_s", lfwd.wall / fwd.wall},
+                          {"over_block_fwdbwd_s", lfb.wall / fb.wall}};
   return j;
 }
 

@@ -17,7 +17,7 @@ std::string type_name(py::handle obj) {
   return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
 }
 
-core::DType dtype_of(const DLDataType& t, const std::string& name) {
+core::DType dtype_of(const DLDataType& t, const char* fn, const std::string& name) {
   if (t.lanes == 1) {
     if (t.code == kDLFloat && t.bits == 32) return core::DType::f32;
     if (t.code == kDLFloat && t.bits == 64) return core::DType::f64;
@@ -28,16 +28,17 @@ core::DType dtype_of(const DLDataType& t, const std::string& name) {
     if (t.code == kDLBoolCode && t.bits == 8) return core::DType::boolean;
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  type_error(name, " has a dtype longseq does not take (DLPack ",
-             t.code < 7 ? codes[t.code] : "code?", static_cast<int>(t.bits),
-             t.lanes == 1 ? "" : core::cat(" x", t.lanes),
-             "): expected float32, bfloat16, float64, int32, int64, uint8 or bool");
+  // Which of longseq's dtypes `fn` takes is its own check's to say (Array::need_dtype); this
+  // one is none of them.
+  type_error(fn, ": ", name, " has dtype ", t.code < 7 ? codes[t.code] : "code?",
+             static_cast<int>(t.bits), t.lanes == 1 ? "" : core::cat(" x", t.lanes),
+             ", which longseq takes nowhere (attention takes float32 and bfloat16)");
 }
 
-core::Device device_from(int type, int id, const std::string& name) {
+core::Device device_from(int type, int id, const char* fn, const std::string& name) {
   if (type == kDLCPU || type == kDLCUDAHost) return core::Device::cpu();
   if (type == kDLCUDA || type == kDLCUDAManaged) return core::Device::cuda(id);
-  value_error(name, " lives on a DLPack device of type ", type,
+  value_error(fn, ": ", name, " lives on a DLPack device of type ", type,
               ": longseq takes CPU and CUDA tensors");
 }
 
@@ -110,19 +111,19 @@ const Array& Array::need_shape(const char* fn, const std::vector<int64_t>& s) co
   return *this;
 }
 
-core::Device device_of(py::handle obj, const std::string& name) {
+core::Device device_of(const char* fn, py::handle obj, const std::string& name) {
   if (!py::hasattr(obj, "__dlpack_device__"))
-    type_error(name, " is a ", type_name(obj),
+    type_error(fn, ": ", name, " is a ", type_name(obj),
                ", not a tensor (longseq takes objects with __dlpack__: torch tensors, numpy "
                "arrays)");
   const py::tuple dev = obj.attr("__dlpack_device__")();
-  return device_from(dev[0].cast<int>(), dev[1].cast<int>(), name);
+  return device_from(dev[0].cast<int>(), dev[1].cast<int>(), fn, name);
 }
 
-Array from_python(py::handle obj, const std::string& name, Stream stream) {
-  const core::Device dev = device_of(obj, name);
+Array from_python(const char* fn, py::handle obj, const std::string& name, Stream stream) {
+  const core::Device dev = device_of(fn, obj, name);
   if (!py::hasattr(obj, "__dlpack__"))
-    type_error(name, " is a ", type_name(obj), " without __dlpack__");
+    type_error(fn, ": ", name, " is a ", type_name(obj), " without __dlpack__");
   Array a;
   a.name = name;
   a.device = dev;
@@ -133,18 +134,19 @@ Array from_python(py::handle obj, const std::string& name, Stream stream) {
                                         : obj.attr("__dlpack__")(py::arg("stream") = *stream);
   } catch (py::error_already_set& e) {
     // torch refuses tensors that require grad, numpy read-only arrays: say which argument.
-    value_error(name, ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
+    value_error(fn, ": ", name,
+                ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
   }
   if (!PyCapsule_IsValid(a.capsule.ptr(), "dltensor"))
-    type_error(name, ": __dlpack__ returned no unused 'dltensor' capsule");
+    type_error(fn, ": ", name, ": __dlpack__ returned no unused 'dltensor' capsule");
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(a.capsule.ptr(), "dltensor"));
   const DLTensor& t = m->dl_tensor;
-  a.dtype = dtype_of(t.dtype, name);
+  a.dtype = dtype_of(t.dtype, fn, name);
   if (t.ndim < 0 || t.ndim > core::kMaxDims)
-    value_error(name, " has ", t.ndim, " dims; longseq takes at most ", core::kMaxDims);
+    value_error(fn, ": ", name, " has ", t.ndim, " dims; longseq takes at most ", core::kMaxDims);
   a.shape.assign(t.shape, t.shape + t.ndim);
   for (int64_t s : a.shape)
-    if (s < 0) value_error(name, " has a negative extent ", s);
+    if (s < 0) value_error(fn, ": ", name, " has a negative extent ", s);
   if (t.strides != nullptr) {
     a.strides.assign(t.strides, t.strides + t.ndim);
   } else {  // NULL strides: compact row-major (DLPack before 0.8)
@@ -154,13 +156,13 @@ Array from_python(py::handle obj, const std::string& name, Stream stream) {
   a.data = static_cast<char*>(t.data) + t.byte_offset;
   const size_t es = core::dtype_size(a.dtype);
   if (reinterpret_cast<uintptr_t>(a.data) % es != 0)
-    value_error(name, " starts at an address that is no multiple of its ", es,
+    value_error(fn, ": ", name, " starts at an address that is no multiple of its ", es,
                 "-byte elements: pass a copy");
   // Element counts beyond 2^62 would overflow the byte arithmetic below.
   int64_t n = 1;
   for (int64_t s : a.shape) {
     if (s != 0 && n > std::numeric_limits<int64_t>::max() / 8 / s)
-      value_error(name, " ", a.shape_str(), " has too many elements");
+      value_error(fn, ": ", name, " ", a.shape_str(), " has too many elements");
     n *= s;
   }
   return a;

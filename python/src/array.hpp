@@ -78,11 +78,13 @@ using Stream = std::optional<intptr_t>;
 
 /// Reads `obj` through __dlpack_device__ and __dlpack__(stream=...). Integer tensors come as i32
 /// or i64, bool and uint8 as u8/boolean; any other dtype than f32, bf16, f64, i32, i64, u8 and
-/// bool is a TypeError naming it. `name` is the argument's name in errors.
-Array from_python(py::handle obj, const std::string& name, Stream stream = std::nullopt);
+/// bool is a TypeError naming it. Errors name `fn` (the Python function) and `name` (the
+/// argument).
+Array from_python(const char* fn, py::handle obj, const std::string& name,
+                  Stream stream = std::nullopt);
 
 /// The device of `obj` from __dlpack_device__ without exporting it.
-core::Device device_of(py::handle obj, const std::string& name);
+core::Device device_of(const char* fn, py::handle obj, const std::string& name);
 
 /// ValueError unless every array is on `device`; names both arguments.
 void same_device(const char* fn, const std::vector<const Array*>& arrays);

@@ -110,7 +110,7 @@ PyMask make_mask(const std::string& text, int64_t n, const py::object& doc_ids,
     value_error(kMask, ": '", text, "' has document ids already; doc_ids/cu_seqlens add more");
   std::vector<std::vector<int32_t>> rows;
   if (has_docs) {
-    const Array a = from_python(doc_ids, "doc_ids");
+    const Array a = from_python(kMask, doc_ids, "doc_ids");
     if (!(a.rank() == 1 && a.shape[0] == n) &&
         !(a.rank() == 2 && a.shape[1] == n && a.shape[0] > 0))
       value_error(kMask, ": doc_ids has shape ", a.shape_str(), ", expected [", n, "] or [B, ", n,
@@ -124,14 +124,14 @@ PyMask make_mask(const std::string& text, int64_t n, const py::object& doc_ids,
       rows.emplace_back(ids.begin() + r * n, ids.begin() + (r + 1) * n);
   }
   if (has_cu) {
-    const Array a = from_python(cu_seqlens, "cu_seqlens");
+    const Array a = from_python(kMask, cu_seqlens, "cu_seqlens");
     a.need_rank(kMask, 1);
     rows.push_back(attention::MaskSpec::documents_from_offsets(host_ints(a, kMask), n));
   }
   if (!block_mask.is_none()) {
     if (!base.block_mask.empty()) value_error(kMask, ": '", text, "' has a block mask already");
     if (block_size < 1) value_error(kMask, ": block_mask needs block_size >= 1, got ", block_size);
-    const Array a = from_python(block_mask, "block_mask");
+    const Array a = from_python(kMask, block_mask, "block_mask");
     a.need_dtype(kMask, {DType::u8, DType::boolean}).need_contiguous(kMask).need_host(kMask);
     const int64_t nb = (n + block_size - 1) / block_size;
     a.need_shape(kMask, {nb, nb});
@@ -170,9 +170,10 @@ void attention_forward(const py::object& q_, const py::object& k_, const py::obj
                        double scale, int threads, const std::string& precision) {
   constexpr const char* fn = "longseq.attention.forward";
   const Stream s = kLegacyStream;
-  const Array q = from_python(q_, "q", s), k = from_python(k_, "k", s), v = from_python(v_, "v", s);
+  const Array q = from_python(fn, q_, "q", s), k = from_python(fn, k_, "k", s),
+              v = from_python(fn, v_, "v", s);
   const Qkv d = check_qkv(fn, q, k, v);
-  const Array o = from_python(o_, "o", s), lse = from_python(lse_, "lse", s);
+  const Array o = from_python(fn, o_, "o", s), lse = from_python(fn, lse_, "lse", s);
   check_out(fn, o, d.q_shape, q.dtype, q);
   check_out(fn, lse, d.lse_shape, DType::f32, q);
   no_overlap(fn, {&o, &lse}, {&q, &k, &v});
@@ -193,23 +194,34 @@ void attention_forward(const py::object& q_, const py::object& k_, const py::obj
 void attention_backward(const py::object& do_, const py::object& q_, const py::object& k_,
                         const py::object& v_, const py::object& o_, const py::object& lse_,
                         const py::object& dq_, const py::object& dk_, const py::object& dv_,
-                        const PyMask& mask, double scale, int threads,
-                        const std::string& precision) {
+                        const PyMask& mask, double scale, int threads, const std::string& precision,
+                        const py::object& dlse_) {
   constexpr const char* fn = "longseq.attention.backward";
   const Stream s = kLegacyStream;
-  const Array q = from_python(q_, "q", s), k = from_python(k_, "k", s), v = from_python(v_, "v", s);
+  const Array q = from_python(fn, q_, "q", s), k = from_python(fn, k_, "k", s),
+              v = from_python(fn, v_, "v", s);
   const Qkv d = check_qkv(fn, q, k, v);
-  const Array dout = from_python(do_, "do", s), o = from_python(o_, "o", s),
-              lse = from_python(lse_, "lse", s);
+  const Array dout = from_python(fn, do_, "do", s), o = from_python(fn, o_, "o", s),
+              lse = from_python(fn, lse_, "lse", s);
   check_out(fn, dout, d.q_shape, q.dtype, q);
   check_out(fn, o, d.q_shape, q.dtype, q);
   check_out(fn, lse, d.lse_shape, DType::f32, q);
-  const Array dq = from_python(dq_, "dq", s), dk = from_python(dk_, "dk", s),
-              dv = from_python(dv_, "dv", s);
+  const Array dq = from_python(fn, dq_, "dq", s), dk = from_python(fn, dk_, "dk", s),
+              dv = from_python(fn, dv_, "dv", s);
   check_out(fn, dq, d.q_shape, q.dtype, q);
   check_out(fn, dk, d.kv_shape, q.dtype, q);
   check_out(fn, dv, d.kv_shape, q.dtype, q);
+  std::optional<Array> dlse;
+  if (!dlse_.is_none()) {
+    dlse = from_python(fn, dlse_, "dlse", s);
+    check_out(fn, *dlse, d.lse_shape, DType::f32, q);
+    if (!q.device.is_cpu())
+      value_error(fn, ": dlse is on ", q.device.str(),
+                  ": a gradient with respect to lse is taken on the CPU only (a loss on GPU "
+                  "tensors may use o, not lse)");
+  }
   no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
+  if (dlse) no_overlap(fn, {&dq, &dk, &dv}, {&*dlse});
   check_mask(fn, mask, d.dims.tokens, d.dims.batch);
   check_scale(fn, scale);
   const DType p = kernel_precision(fn, precision, q);
@@ -221,7 +233,8 @@ void attention_backward(const py::object& do_, const py::object& q_, const py::o
   const std::vector<const attention::MaskSpec*> masks = raw(mask);
   py::gil_scoped_release nogil;
   attention::local_attention_backward(dout.data, q.data, k.data, v.data, o.data, lse.ptr<float>(),
-                                      q.dtype, d.dims, masks, scale, t, dq.data, dk.data, dv.data);
+                                      q.dtype, d.dims, masks, scale, t, dq.data, dk.data, dv.data,
+                                      dlse ? dlse->ptr<float>() : nullptr);
 }
 
 // `longseq attention` in this process: P ranks as threads, global tensors in and out.
@@ -233,23 +246,24 @@ std::string attention_distributed(const py::object& q_, const py::object& k_, co
                                   int nodes, const std::string& link, const std::string& precision,
                                   int threads, bool head_groups, double scale, double timeout) {
   constexpr const char* fn = "longseq.attention.distributed";
-  const Array q = from_python(q_, "q"), k = from_python(k_, "k"), v = from_python(v_, "v");
+  const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
+              v = from_python(fn, v_, "v");
   q.need_dtype(fn, {DType::f32});
   q.need_rank(fn, 3);
   const Qkv d = check_qkv(fn, q, k, v);
   if (!q.device.is_cpu()) value_error(fn, ": runs on host tensors; q is on ", q.device.str());
   const bool backward = !do_.is_none();
   std::optional<Array> dout, dq, dk, dv;
-  const Array o = from_python(o_, "o"), lse = from_python(lse_, "lse");
+  const Array o = from_python(fn, o_, "o"), lse = from_python(fn, lse_, "lse");
   check_out(fn, o, d.q_shape, DType::f32, q);
   check_out(fn, lse, d.lse_shape, DType::f32, q);
   std::vector<const Array*> outs = {&o, &lse};
   if (backward) {
-    dout = from_python(do_, "do");
+    dout = from_python(fn, do_, "do");
     check_out(fn, *dout, d.q_shape, DType::f32, q);
-    dq = from_python(dq_, "dq");
-    dk = from_python(dk_, "dk");
-    dv = from_python(dv_, "dv");
+    dq = from_python(fn, dq_, "dq");
+    dk = from_python(fn, dk_, "dk");
+    dv = from_python(fn, dv_, "dv");
     check_out(fn, *dq, d.q_shape, DType::f32, q);
     check_out(fn, *dk, d.kv_shape, DType::f32, q);
     check_out(fn, *dv, d.kv_shape, DType::f32, q);
@@ -336,7 +350,7 @@ void bind_attention(py::module_& m) {
   m.def("attention_backward", &attention_backward, py::arg("do"), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("scale") = 0.0, py::arg("threads") = 0,
-        py::arg("precision") = "auto");
+        py::arg("precision") = "auto", py::arg("dlse") = py::none());
   m.def("attention_distributed", &attention_distributed, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("do"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("world"), py::arg("algo"), py::arg("balance"),

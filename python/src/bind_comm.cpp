@@ -44,7 +44,7 @@ comm::ReduceOp reduce_op(const std::string& op) {
 // A tensor a collective moves: contiguous, in host memory unless the backend moves device
 // memory (comm refuses what it cannot move, naming the buffer).
 Array comm_array(const py::object& obj, const char* name, const char* fn) {
-  Array a = from_python(obj, name);
+  Array a = from_python(fn, obj, name);
   a.need_contiguous(fn);
   if (a.dtype == core::DType::boolean) a.dtype = core::DType::u8;
   return a;

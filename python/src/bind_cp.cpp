@@ -78,6 +78,8 @@ class CpCore {
     spec_.precision = core::parse_precision(precision, "attention");
     spec_.threads = rank_threads(threads, group_.topology().local_size(group_.rank()));
     spec_.head_groups = head_groups;
+    // What no tensor could make work is refused now, not at the first attention call.
+    attention::validate_group(spec_, layout_, group_.topology());
   }
 
   int rank() const { return group_.rank(); }
@@ -87,7 +89,7 @@ class CpCore {
 
   void positions(const py::object& out_) const {
     constexpr const char* fn = "longseq.ContextParallel.positions";
-    const Array out = from_python(out_, "out");
+    const Array out = from_python(fn, out_, "out");
     out.need_dtype(fn, {DType::i64}).need_shape(fn, {layout_.local_len()}).need_contiguous(fn);
     out.need_host(fn);
     const std::vector<int64_t> p = layout_.positions(group_.rank());
@@ -97,7 +99,7 @@ class CpCore {
   // x [..., N, ...] (dim) -> out [..., L, ...]: this rank's rows, padding zero.
   void shard(const py::object& x_, int dim, const py::object& out_) const {
     constexpr const char* fn = "longseq.ContextParallel.shard";
-    const Array x = from_python(x_, "x"), out = from_python(out_, "out");
+    const Array x = from_python(fn, x_, "x"), out = from_python(fn, out_, "out");
     const auto [outer, row] = rows(fn, x, dim, layout_.global_len());
     out.need_shape(fn, with_dim(x, dim, layout_.local_len())).need_contiguous(fn);
     same(fn, x, out);
@@ -108,7 +110,7 @@ class CpCore {
   // Collective: every rank's x [..., L, ...] -> out [..., N, ...] on every rank.
   void unshard(const py::object& x_, int dim, const py::object& out_) const {
     constexpr const char* fn = "longseq.ContextParallel.unshard";
-    const Array x = from_python(x_, "x"), out = from_python(out_, "out");
+    const Array x = from_python(fn, x_, "x"), out = from_python(fn, out_, "out");
     const auto [outer, row] = rows(fn, x, dim, layout_.local_len());
     out.need_shape(fn, with_dim(x, dim, layout_.global_len())).need_contiguous(fn);
     same(fn, x, out);
@@ -123,9 +125,10 @@ class CpCore {
   void forward(const py::object& q_, const py::object& k_, const py::object& v_,
                const py::object& o_, const py::object& lse_, const PyMask& mask, double scale) {
     constexpr const char* fn = "longseq.ContextParallel.attention";
-    const Array q = from_python(q_, "q"), k = from_python(k_, "k"), v = from_python(v_, "v");
+    const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
+                v = from_python(fn, v_, "v");
     const Qkv d = check(fn, q, k, v, mask, scale);
-    const Array o = from_python(o_, "o"), lse = from_python(lse_, "lse");
+    const Array o = from_python(fn, o_, "o"), lse = from_python(fn, lse_, "lse");
     check_out(fn, o, d.q_shape, q.dtype, q);
     check_out(fn, lse, d.lse_shape, DType::f32, q);
     no_overlap(fn, {&o, &lse}, {&q, &k, &v});
@@ -147,21 +150,28 @@ class CpCore {
   void backward(const py::object& do_, const py::object& q_, const py::object& k_,
                 const py::object& v_, const py::object& o_, const py::object& lse_,
                 const py::object& dq_, const py::object& dk_, const py::object& dv_,
-                const PyMask& mask, double scale) {
+                const PyMask& mask, double scale, const py::object& dlse_) {
     constexpr const char* fn = "longseq.ContextParallel.attention (backward)";
-    const Array q = from_python(q_, "q"), k = from_python(k_, "k"), v = from_python(v_, "v");
+    const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
+                v = from_python(fn, v_, "v");
     const Qkv d = check(fn, q, k, v, mask, scale);
-    const Array dout = from_python(do_, "do"), o = from_python(o_, "o"),
-                lse = from_python(lse_, "lse");
+    const Array dout = from_python(fn, do_, "do"), o = from_python(fn, o_, "o"),
+                lse = from_python(fn, lse_, "lse");
     check_out(fn, dout, d.q_shape, q.dtype, q);
     check_out(fn, o, d.q_shape, q.dtype, q);
     check_out(fn, lse, d.lse_shape, DType::f32, q);
-    const Array dq = from_python(dq_, "dq"), dk = from_python(dk_, "dk"),
-                dv = from_python(dv_, "dv");
+    const Array dq = from_python(fn, dq_, "dq"), dk = from_python(fn, dk_, "dk"),
+                dv = from_python(fn, dv_, "dv");
     check_out(fn, dq, d.q_shape, q.dtype, q);
     check_out(fn, dk, d.kv_shape, q.dtype, q);
     check_out(fn, dv, d.kv_shape, q.dtype, q);
     no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
+    std::optional<Array> dlse;  // the lse's own gradient (distributed.hpp)
+    if (!dlse_.is_none()) {
+      dlse = from_python(fn, dlse_, "dlse");
+      check_out(fn, *dlse, d.lse_shape, DType::f32, q);
+      no_overlap(fn, {&dq, &dk, &dv}, {&*dlse});
+    }
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
@@ -170,10 +180,13 @@ class CpCore {
       const int64_t qo = b * l * hq * dd, ko = b * l * hkv * dd;
       const F32 qb(q, qo, qs), kb(k, ko, ks), vb(v, ko, ks), db(dout, qo, qs), ob(o, qo, qs);
       const core::View<const float> lb(lse.ptr<float>() + b * l * hq, core::Shape{l, hq});
+      const core::View<const float> dlb =
+          dlse ? core::View<const float>(dlse->ptr<float>() + b * l * hq, core::Shape{l, hq})
+               : core::View<const float>();
       const Out32 gq(dq, qo, qs), gk(dk, ko, ks), gv(dv, ko, ks);
       attention::distributed_attention_backward_into(
           db.view(), qb.view(), kb.view(), vb.view(), ob.view(), lb, spec, layout_, group_,
-          gq.view(), gk.view(), gv.view(), &backward_stats_);
+          gq.view(), gk.view(), gv.view(), &backward_stats_, dlb);
       gq.done();
       gk.done();
       gv.done();
@@ -285,7 +298,7 @@ void bind_context_parallel(py::module_& m) {
            py::arg("lse"), py::arg("mask"), py::arg("scale") = 0.0)
       .def("backward", &CpCore::backward, py::arg("do"), py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
-           py::arg("mask"), py::arg("scale") = 0.0)
+           py::arg("mask"), py::arg("scale") = 0.0, py::arg("dlse") = py::none())
       .def("stats", &CpCore::stats, py::arg("reset") = false);
 }
 

@@ -3,6 +3,7 @@
 // safetensors files (the trainer's checkpoints) read into and written from the caller's tensors.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -96,7 +97,7 @@ class PySafeTensors {
   void read_into(const std::string& name, const py::object& out_) const {
     constexpr const char* fn = "longseq.load_safetensors";
     const core::SafeTensor& t = get(name);
-    const Array out = from_python(out_, "out");
+    const Array out = from_python(fn, out_, "out");
     out.need_shape(fn, t.shape).need_contiguous(fn);
     const core::DType want = t.dtype == core::DType::boolean ? core::DType::u8 : t.dtype;
     const core::DType got = out.dtype == core::DType::boolean ? core::DType::u8 : out.dtype;
@@ -104,6 +105,15 @@ class PySafeTensors {
       type_error(fn, ": ", name, " is ", core::dtype_name(t.dtype), ", out is ",
                  core::dtype_name(out.dtype));
     out.need_host(fn);
+    if (t.dtype == core::DType::boolean) {
+      // torch and numpy read a bool byte other than 0 or 1 as undefined: refuse it here.
+      const auto bad = std::find_if(t.bytes.begin(), t.bytes.end(),
+                                    [](auto b) { return static_cast<unsigned char>(b) > 1; });
+      if (bad != t.bytes.end())
+        value_error(fn, ": ", f_.path, ": BOOL tensor '", name, "' holds the byte ",
+                    static_cast<int>(static_cast<unsigned char>(*bad)), " at element ",
+                    bad - t.bytes.begin(), " (BOOL bytes are 0 or 1)");
+    }
     std::copy(t.bytes.begin(), t.bytes.end(), static_cast<unsigned char*>(out.data));
   }
 
@@ -117,20 +127,26 @@ class PySafeTensors {
   core::SafeTensorsFile f_;
 };
 
+// `bools[i]`: tensor i is the uint8 view of a bool tensor (longseq/_files.py: DLPack in torch
+// 1.13 and numpy 1.24 has no bool), written as BOOL.
 void save_safetensors(const std::string& path, const std::vector<std::string>& names,
                       const std::vector<py::object>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata,
+                      const std::vector<bool>& bools) {
   constexpr const char* fn = "longseq.save_safetensors";
-  if (names.size() != tensors.size())
-    value_error(fn, ": ", names.size(), " names for ", tensors.size(), " tensors");
+  if (names.size() != tensors.size() || (!bools.empty() && bools.size() != names.size()))
+    value_error(fn, ": ", names.size(), " names for ", tensors.size(), " tensors and ",
+                bools.size(), " bool flags");
   std::vector<Array> arrays;
   arrays.reserve(tensors.size());
   std::vector<core::SafeTensorRef> refs;
   for (size_t i = 0; i < names.size(); ++i) {
-    arrays.push_back(from_python(tensors[i], names[i]));
+    arrays.push_back(from_python(fn, tensors[i], names[i]));
     const Array& a = arrays.back();
     a.need_contiguous(fn).need_host(fn);
-    refs.push_back({names[i], a.dtype, a.shape, a.data});
+    const bool as_bool = !bools.empty() && bools[i];
+    if (as_bool) a.need_dtype(fn, {core::DType::u8, core::DType::boolean});
+    refs.push_back({names[i], as_bool ? core::DType::boolean : a.dtype, a.shape, a.data});
   }
   py::gil_scoped_release nogil;
   core::write_safetensors(path, refs, metadata);
@@ -148,7 +164,7 @@ class PyTokenFile {
   int32_t eot() const { return f_.eot; }
   void read_into(const py::object& out_) const {
     constexpr const char* fn = "longseq.read_tokens";
-    const Array out = from_python(out_, "out");
+    const Array out = from_python(fn, out_, "out");
     out.need_dtype(fn, {core::DType::i64}).need_shape(fn, {size()}).need_contiguous(fn);
     out.need_host(fn);
     std::copy(f_.tokens.begin(), f_.tokens.end(), out.ptr<int64_t>());
@@ -168,7 +184,9 @@ void bind_misc(py::module_& m) {
   // (torch's data_ptr(), numpy's ctypes.data) to show that nothing was copied on the way in.
   m.def(
       "data_pointer",
-      [](const py::object& x) { return reinterpret_cast<uintptr_t>(from_python(x, "x").data); },
+      [](const py::object& x) {
+        return reinterpret_cast<uintptr_t>(from_python("longseq._core.data_pointer", x, "x").data);
+      },
       py::arg("x"));
 
   py::class_<PyTokenizer>(m, "Tokenizer")
@@ -188,7 +206,7 @@ void bind_misc(py::module_& m) {
       .def_property_readonly("metadata", &PySafeTensors::metadata)
       .def("read_into", &PySafeTensors::read_into, py::arg("name"), py::arg("out"));
   m.def("save_safetensors", &save_safetensors, py::arg("path"), py::arg("names"),
-        py::arg("tensors"), py::arg("metadata"));
+        py::arg("tensors"), py::arg("metadata"), py::arg("bools") = std::vector<bool>{});
 
   py::class_<PyTokenFile>(m, "TokenFile")
       .def(py::init<std::string>(), py::arg("path"))
