@@ -7,8 +7,10 @@ call overhead at T = 128 in microseconds). Writes JSON (--out) and prints a tabl
         --out docs/results/bench_python_attention.json
 
 Four readings of one case, each in a process of its own so its peak memory is its own:
-  cpp     build/bench/attention_kernel_bench (kernels/cpu's block kernels on the whole sequence,
-          fp32, the same threads): forward, and forward + D + backward;
+  cpp     build/bench/attention_kernel_bench --entry both (kernels/cpu's block kernels on the
+          whole sequence, fp32, the same threads): forward, and forward + D + backward; and, in
+          turn within each repetition of the same process, local_attention_* (below), whose
+          ratio to the block kernels is thus taken under the same load ("cpp_local_in_turn");
   cpp_local  the same bench with --entry local: attention::local_attention_forward/backward,
           the C++ function the package calls (the backward over chunks of query rows, so no
           scratch grows with T), from C++. python / cpp_local is what the binding costs,
@@ -167,7 +169,7 @@ def main():
     pys, cpps, locals_ = [], [], []
     for _ in range(a.rounds):
         pys.append(py_case(a, a.t, a.reps, 0))
-        cpps.append(cpp_case(a, a.t, a.reps))
+        cpps.append(cpp_case(a, a.t, a.reps, "both"))
         locals_.append(cpp_case(a, a.t, a.reps, "local"))
     best = lambda k, xs: min(x[k] for x in xs)  # noqa: E731
     timings = ("fwd_s", "fwdbwd_s", "fwd_cpu_s", "fwdbwd_cpu_s")
@@ -178,13 +180,20 @@ def main():
     cpp = {k: best(k, cpps) for k in timings}
     cpp["extra_bytes"] = cpps[0]["extra_bytes"]
     cpp["rounds_fwdbwd_s"] = [x["fwdbwd_s"] for x in cpps]
+    # local_attention_* timed in turn with the block kernels in the same process.
+    in_turn = {k: min(x["local_in_turn"][k] for x in cpps) for k in timings}
+    in_turn["over_block_fwd_s"] = in_turn["fwd_s"] / cpp["fwd_s"]
+    in_turn["over_block_fwdbwd_s"] = in_turn["fwdbwd_s"] / cpp["fwdbwd_s"]
+    in_turn["rounds_over_block_fwdbwd_s"] = [x["local_in_turn"]["over_block_fwdbwd_s"]
+                                             for x in cpps]
     cpp_local = {k: best(k, locals_) for k in timings}
     cpp_local["extra_bytes"] = max(x["extra_bytes"] for x in locals_)
     cpp_local["rounds_fwdbwd_s"] = [x["fwdbwd_s"] for x in locals_]
     torch_naive = run_json([sys.executable, os.path.join(HERE, "attention_torch_naive.py"),
                             "--t", str(a.t), "--h", str(a.h), "--d", str(a.d), "--mask", a.mask,
                             "--dtype", "f32", "--threads", str(a.threads), "--reps", "1"])
-    res.update(python=py, cpp=cpp, cpp_local=cpp_local, torch_naive=torch_naive)
+    res.update(python=py, cpp=cpp, cpp_local=cpp_local, cpp_local_in_turn=in_turn,
+               torch_naive=torch_naive)
     res["python_over_cpp"] = {k: py[k] / cpp[k] for k in timings}
     res["python_over_cpp"]["fwd_reuse_s"] = py["fwd_reuse_s"] / cpp["fwd_s"]
     res["python_over_cpp"]["fwdbwd_reuse_s"] = py["fwdbwd_reuse_s"] / cpp["fwdbwd_s"]
@@ -221,7 +230,9 @@ def main():
           f"{r['fwdbwd_reuse_s']:.3f}); target <= 1.05")
     r, c = res["python_over_cpp_local"], res["cpp_local_over_cpp"]
     print(f"python / cpp_local (the binding): fwd {r['fwd_s']:.3f}, fwd+bwd {r['fwdbwd_s']:.3f}; "
-          f"cpp_local / cpp (the row chunks): fwd {c['fwd_s']:.3f}, fwd+bwd {c['fwdbwd_s']:.3f}")
+          f"cpp_local / cpp (the row chunks): fwd {c['fwd_s']:.3f}, fwd+bwd {c['fwdbwd_s']:.3f} "
+          f"across processes, {in_turn['over_block_fwd_s']:.3f} / "
+          f"{in_turn['over_block_fwdbwd_s']:.3f} in turn in one process")
     o = res["overhead"]
     print(f"overhead at T={o['t']}, {o['threads']} thread: python {o['python_fwd_best_us']:.1f} us "
           f"per forward (best; median {o['python_fwd_median_us']:.1f}), C++ kernel "

@@ -70,8 +70,14 @@ from ._files import (  # noqa: E402
 
 def data_file(name):
     """The path of a file longseq ships (presets/, hardware/, kjv-genesis-exodus.txt), from the
-    data directory the engine uses (core/data_path.hpp; $LONGSEQ_DATA_DIR first)."""
-    return _os.path.join(_core.data_dir(), name)
+    data directory the engine uses (core/data_path.hpp; $LONGSEQ_DATA_DIR first).
+    FileNotFoundError naming the directory when it holds no such file."""
+    path = _os.path.join(_core.data_dir(), name)
+    if not _os.path.exists(path):
+        raise FileNotFoundError(f"longseq.data_file: no {name!r} in longseq's data directory "
+                                f"{_core.data_dir()} (presets/, hardware/, "
+                                f"kjv-genesis-exodus.txt; $LONGSEQ_DATA_DIR overrides it)")
+    return path
 
 
 def info():

@@ -52,10 +52,11 @@ def forward(q, k, v, mask=None, softmax_scale=None, *, threads=0, precision="aut
 
 
 def backward(do, q, k, v, o, lse, mask=None, softmax_scale=None, *, threads=0, precision="auto",
-             dq=None, dk=None, dv=None):
+             dq=None, dk=None, dv=None, dlse=None):
     """(dq, dk, dv) of the forward that gave (o, lse), for the output gradient ``do``. ``dq``,
     ``dk`` and ``dv``, when given, are written in place (contiguous, like q, k and v): they are
-    overwritten, not added to."""
+    overwritten, not added to. ``dlse`` (float32, like lse; host tensors only), when given, is
+    the loss's gradient with respect to lse, for losses that use lse as well as o."""
     m = as_mask(mask).bind(_tokens(q, "longseq.attention.backward"))
     if dq is None:
         dq = empty_like_framework(q, q.shape)
@@ -64,7 +65,7 @@ def backward(do, q, k, v, o, lse, mask=None, softmax_scale=None, *, threads=0, p
     if dv is None:
         dv = empty_like_framework(v, v.shape)
     _core.attention_backward(do, q, k, v, o, lse, dq, dk, dv, m, _scale(softmax_scale), threads,
-                             precision)
+                             precision, dlse)
     return dq, dk, dv
 
 

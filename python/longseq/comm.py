@@ -67,6 +67,8 @@ class Group:
 
 
 _world = None
+_group = None  # the one Group mpi() returns
+_world_args = None  # the timeout and nodes it was opened with
 _failed = False
 
 
@@ -97,14 +99,28 @@ def _fail_world(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
-def mpi(timeout=300.0, nodes=0):
-    """This process's rank of the MPI world (opened on the first call, the same Group after).
-    ``timeout``: seconds a blocked collective waits before the world fails; ``nodes`` > 0
-    declares that many nodes instead of the host names MPI reports."""
-    global _world, _previous_hook
+def mpi(timeout=None, nodes=None):
+    """This process's rank of the MPI world: opened on the first call, the same Group object
+    after. ``timeout``: seconds a blocked collective waits before the world fails (default 300);
+    ``nodes`` > 0 declares that many nodes instead of the host names MPI reports (default 0).
+    Both hold for the world's life: a later call that asks for other values raises ValueError
+    naming both, rather than ignoring them."""
+    global _world, _group, _world_args, _previous_hook
+    args = {"timeout": 300.0 if timeout is None else float(timeout),
+            "nodes": 0 if nodes is None else int(nodes)}
     if _world is None:
-        _world = _core.open_world("mpi", float(timeout), int(nodes))
+        _world = _core.open_world("mpi", args["timeout"], args["nodes"])
+        _group, _world_args = Group(_world.group), args
         atexit.register(_close)
         _previous_hook = sys.excepthook
         sys.excepthook = _fail_world
-    return Group(_world.group)
+        return _group
+    asked = {k: v for k, v in args.items()
+             if {"timeout": timeout, "nodes": nodes}[k] is not None and v != _world_args[k]}
+    if asked:
+        raise ValueError("longseq.comm.mpi: the world is open with "
+                         + ", ".join(f"{k} {_world_args[k]}" for k in asked)
+                         + "; asked again for "
+                         + ", ".join(f"{k} {v}" for k, v in asked.items())
+                         + " (they hold for the world's life)")
+    return _group

@@ -42,17 +42,26 @@ class _Attention(_torch.autograd.Function):
         o, lse = _attn.forward(q_, k_, v_, mask, scale, threads=threads, precision=precision)
         ctx.save_for_backward(q_, k_, v_, o, lse)
         ctx.cfg = (mask, scale, threads, precision, q.dtype)
-        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # an unused lse (or o) brings None, not zeros
         return o.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse = _detached(*ctx.saved_tensors)
         mask, scale, threads, precision, dtype = ctx.cfg
-        do = do.to(o.dtype).contiguous()
+        do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _attn.backward(do, q, k, v, o, lse, mask, scale, threads=threads,
-                                    precision=precision)
+                                    precision=precision, dlse=dlse)
         return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
+
+
+def _output_grads(do, dlse, o):
+    """The engine's dO (zeros when the loss does not use o) and dlse (None when it does not use
+    lse), contiguous, in the dtypes the engine reads."""
+    do = _torch.zeros_like(o) if do is None else do.detach().to(o.dtype).contiguous()
+    if dlse is not None:
+        dlse = dlse.detach().to(_torch.float32).contiguous()
+    return do, dlse
 
 
 def attention(q, k, v, mask=None, softmax_scale=None, return_lse=False, *, threads=0):
@@ -61,7 +70,10 @@ def attention(q, k, v, mask=None, softmax_scale=None, return_lse=False, *, threa
     q ``[T, Hq, D]`` or ``[B, T, Hq, D]``, k and v ``[.., T, Hkv, D]`` (Hkv divides Hq), float32
     or bfloat16, contiguous; ``mask`` None (full), a string of the --mask grammar ("causal",
     "window:W", "causal,window:W", ...) or a ``longseq.Mask`` (document ids, cu_seqlens, block
-    masks). Returns o like q, and with ``return_lse`` also the float32 lse ``[.., T, Hq]``.
+    masks). Returns o like q, and with ``return_lse`` also the float32 lse ``[.., T, Hq]``,
+    differentiable as well (a loss may use it, e.g. to merge partial attentions) for CPU
+    tensors; on CUDA tensors a gradient reaching lse raises ValueError. ``softmax_scale`` None
+    (or 0) means 1/sqrt(D).
     """
     _check_tensors("longseq.torch.attention", q=q, k=k, v=v)
     o, lse = _Attention.apply(q, k, v, as_mask(mask), softmax_scale, threads)
@@ -79,16 +91,16 @@ class _CpAttention(_torch.autograd.Function):
         cp._core.forward(q_, k_, v_, o, lse, m, s)
         ctx.save_for_backward(q_, k_, v_, o, lse)
         ctx.cfg = (cp, m, s)
-        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # an unused lse (or o) brings None, not zeros
         return o, lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse = _detached(*ctx.saved_tensors)
         cp, m, s = ctx.cfg
-        do = do.to(q.dtype).contiguous()
+        do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
-        cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s)
+        cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s, dlse)
         return dq, dk, dv, None, None, None
 
 
@@ -137,6 +149,12 @@ class ContextParallel:
             mask = Mask(mask or "full", doc_ids=doc_ids, cu_seqlens=cu_seqlens,
                         block_mask=block_mask, block_size=block_size)
         self.mask = as_mask(mask, "causal")
+        ids = self.mask.doc_ids
+        if ids is not None and len(ids.shape) == 2 and ids.shape[0] > 1:
+            raise ValueError(f"longseq.torch.ContextParallel: doc_ids {list(ids.shape)} give each "
+                             f"sequence of a batch its own documents; under context parallelism "
+                             f"every sequence of the batch shares one mask (one ContextParallel "
+                             f"per packing, or doc_ids [seq])")
         self.softmax_scale = softmax_scale
         bound = self.mask.bind(int(seq))
         self._core = _core.ContextParallel(g, algo, balance, int(seq),
@@ -183,8 +201,9 @@ class ContextParallel:
 
     def attention(self, q, k, v, mask=None, softmax_scale=None, return_lse=False):
         """The distributed attention of this rank's shards q ``[L, Hq, D]`` or ``[B, L, Hq, D]``
-        (L = local_len), k and v ``[.., L, Hkv, D]``, differentiable; a collective over the group
-        (every rank calls it with the same shapes). ``mask`` None: the ContextParallel's."""
+        (L = local_len), k and v ``[.., L, Hkv, D]``, differentiable (o and, with
+        ``return_lse``, the float32 lse ``[.., L, Hq]``); a collective over the group (every rank
+        calls it with the same shapes). ``mask`` None: the ContextParallel's."""
         _check_tensors("longseq.torch.ContextParallel.attention", q=q, k=k, v=v)
         m = self.mask if mask is None else as_mask(mask)
         scale = self.softmax_scale if softmax_scale is None else softmax_scale

@@ -57,18 +57,28 @@ def algorithms(world, hq, hkv):
     return out
 
 
-def run_case(algo, balance, mask, n, hq, hkv, d, seed, batch=None, dtype=torch.float32, tol=1e-5):
+def run_case(algo, balance, mask, n, hq, hkv, d, seed, batch=None, dtype=torch.float32, tol=1e-5,
+             lse_grad=False):
+    """lse_grad: the loss uses the lse too, (lse * u).sum() over the real tokens."""
     cp = lt.ContextParallel(g, algo=algo, balance=balance, seq=n, mask=mask)
     q, k, v, do = (x.to(dtype) for x in inputs(n, hq, hkv, d, seed, batch))
+    u = torch.randn(do.shape[:-1], generator=torch.Generator().manual_seed(seed + 1000))
     dim = 0 if batch is None else 1
+    valid = cp.valid()
     ql, kl, vl, dol = (cp.shard(x, dim).requires_grad_(x is not do) for x in (q, k, v, do))
-    o = cp.attention(ql, kl, vl)
-    o.backward(dol)
+    o, lse = cp.attention(ql, kl, vl, return_lse=True)
+    loss = (o * dol).sum()
+    if lse_grad:  # padding rows hold lse = -inf: leave them out of the loss
+        loss = loss + (torch.where(valid.unsqueeze(-1), lse, torch.zeros_like(lse))
+                       * cp.shard(u, dim)).sum()
+    loss.backward()
     # The whole sequence in one process, on every rank.
     qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
-    ro = lt.attention(qs, ks, vs, mask=cp.mask)
-    ro.backward(do)
-    valid = cp.valid()
+    ro, rlse = lt.attention(qs, ks, vs, mask=cp.mask, return_lse=True)
+    rloss = (ro * do).sum()
+    if lse_grad:
+        rloss = rloss + (rlse * u).sum()
+    rloss.backward()
     sel = (slice(None), valid) if batch is not None else (valid,)
     for name, local, whole in (("o", o, ro), ("dq", ql.grad, qs.grad), ("dk", kl.grad, ks.grad),
                                ("dv", vl.grad, vs.grad)):
@@ -111,6 +121,12 @@ run_case("burst", "block-striped", longseq.Mask("causal", block_mask=blocks, blo
          hq, hkv, d, seed=106)
 say(f"[mpi_cp] P={P}: documents, cu_seqlens, window, tiny N, batch, block-striped equal one "
     f"process")
+# A loss that uses the lse as well as o: its gradient enters every algorithm's backward.
+for algo in [a for a in algorithms(P, hq, hkv) if a in ("ring", "burst", "startrail:1")
+             or a.startswith("usp:") or a == "double-ring"][:4]:
+    run_case(algo, "zigzag", "causal", n, hq, hkv, d, seed=110, lse_grad=True)
+run_case("burst", "striped", "window:9", 37, 2, 1, 8, seed=111, batch=2, lse_grad=True)
+say(f"[mpi_cp] P={P}: a loss on o and lse equals one process")
 # bf16 tensors: the bf16 kernels; both sides are longseq's, so compare within bf16 rounding of
 # the output (2^-8 relative, plus the accumulated rounding of the operands).
 run_case("burst", "zigzag", "causal", n, hq, hkv, d, seed=107, dtype=torch.bfloat16, tol=3e-2)

@@ -160,8 +160,7 @@ def test_autograd_function_gives_the_engines_gradients(case):
     mask, ok = build(t, b)
     qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
     o, lse = lt.attention(qs, ks, vs, mask=mask, return_lse=True)
-    assert not lse.requires_grad
-    (o * do).sum().backward()
+    (o * do).sum().backward()  # the lse unused: its gradient is None, not zeros
     ro, rlse, rdq, rdk, rdv = reference_of(q, k, v, do, ok)
     check_close("o", o.detach(), ro, 5e-6, 5e-6)
     for nm, g, r in (("dq", qs.grad, rdq), ("dk", ks.grad, rdk), ("dv", vs.grad, rdv)):
@@ -170,6 +169,53 @@ def test_autograd_function_gives_the_engines_gradients(case):
     qs2, ks2, vs2 = (x.clone().requires_grad_(True) for x in (q, k, v))
     (lt.attention(qs2, ks2, vs2, mask=mask) * do).sum().backward()
     assert torch.equal(qs.grad, qs2.grad) and torch.equal(ks.grad, ks2.grad)
+
+
+def reference_with_lse(q, k, v, do, u, ok, scale=None):
+    """float64 gradients of (o * do).sum() + (lse * u).sum(); u None: the lse unused."""
+    q, k, v = (x.double().requires_grad_(True) for x in (q, k, v))
+    o, lse = ref.attention(q, k, v, ok, scale)
+    loss = (o * do.double()).sum() if do is not None else 0
+    if u is not None:
+        loss = loss + (lse * u.double()).sum()
+    loss.backward()
+    # The lse does not depend on v: a loss on the lse alone leaves v without a gradient.
+    return [torch.zeros_like(x) if x.grad is None else x.grad for x in (q, k, v)]
+
+
+# Masks under which every row sees a key (an empty row's lse is -inf, and float64 autograd of
+# log(0) gives NaN where the engine gives zero gradients).
+@pytest.mark.parametrize("case", [CASES[2], CASES[3], CASES[4], CASES[9], CASES[13]],
+                         ids=[IDS[2], IDS[3], IDS[4], IDS[9], IDS[13]])
+@pytest.mark.parametrize("uses", ["o_and_lse", "lse_only"])
+def test_a_loss_on_the_lse_gets_its_gradient(case, uses):
+    name, b, t, hq, hkv, d, build = case
+    q, k, v, do = make(b, t, hq, hkv, d, seed=11)
+    u = torch.randn(do.shape[:-1], generator=torch.Generator().manual_seed(12))
+    mask, ok = build(t, b)
+    qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+    o, lse = lt.attention(qs, ks, vs, mask=mask, return_lse=True)
+    assert lse.requires_grad
+    loss = (lse * u).sum() if uses == "lse_only" else (o * do).sum() + (lse * u).sum()
+    loss.backward()
+    want = reference_with_lse(q, k, v, None if uses == "lse_only" else do, u, ok)
+    for nm, g, r in zip(("dq", "dk", "dv"), (qs.grad, ks.grad, vs.grad), want):
+        check_close(nm, g, r, 2e-5, 2e-5)
+    # The raw backward takes the same gradient as dlse=.
+    o2, lse2 = longseq.attention.forward(q, k, v, mask)
+    zero = torch.zeros_like(do) if uses == "lse_only" else do
+    dq, dk, dv = longseq.attention.backward(zero, q, k, v, o2, lse2, mask, dlse=u)
+    assert torch.equal(dq, qs.grad) and torch.equal(dk, ks.grad) and torch.equal(dv, vs.grad)
+
+
+def test_dlse_must_fit_the_lse():
+    q, k, v, do = make(0, 9, 2, 2, 8)
+    o, lse = longseq.attention.forward(q, k, v, "causal")
+    with pytest.raises(ValueError, match=r"dlse.*\[9, 2\]"):
+        longseq.attention.backward(do, q, k, v, o, lse, "causal", dlse=torch.zeros(9, 3))
+    with pytest.raises(TypeError, match="dlse"):
+        longseq.attention.backward(do, q, k, v, o, lse, "causal",
+                                   dlse=torch.zeros(9, 2, dtype=torch.float64))
 
 
 def test_autograd_bfloat16_and_softmax_scale():

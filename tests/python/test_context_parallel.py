@@ -52,6 +52,22 @@ def test_refusals_name_the_values():
         lt.ContextParallel(g, balance="block-striped", seq=50)
 
 
+def test_the_world_and_the_algorithm_are_checked_when_given():
+    # mpi(): one world, one Group object; other settings asked later are refused, not ignored.
+    assert longseq.comm.mpi() is g and longseq.comm.mpi(timeout=300, nodes=0) is g
+    with pytest.raises(ValueError, match=r"open with timeout 300.0; asked again for timeout 5.0"):
+        longseq.comm.mpi(timeout=5)
+    with pytest.raises(ValueError, match=r"open with nodes 0; asked again for nodes 3"):
+        longseq.comm.mpi(nodes=3)
+    # What no tensor could make work is refused by the constructor, not by the first attention.
+    with pytest.raises(ValueError, match=r"startrail:2 needs C\*C = 4 to divide world 1"):
+        lt.ContextParallel(g, algo="startrail:2", seq=8)
+    with pytest.raises(ValueError, match=r"usp:2 needs U to divide world 1"):
+        lt.ContextParallel(g, algo="usp:2", seq=8)
+    with pytest.raises(ValueError, match=r"doc_ids \[2, 8\] give each sequence"):
+        lt.ContextParallel(g, seq=8, doc_ids=torch.zeros(2, 8, dtype=torch.int32))
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(n=st.integers(min_value=-1, max_value=70), lq=st.integers(min_value=0, max_value=80),
        heads=st.sampled_from([(1, 1), (2, 1), (3, 2), (4, 4)]), d=st.integers(0, 9),

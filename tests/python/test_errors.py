@@ -65,14 +65,16 @@ def test_named_refusals():
     raises(ValueError, r"threads -1 must be in \[0, 1024\]", f, q, k, v, threads=-1)
     raises(ValueError, r"threads 100000 must be in \[0, 1024\]", f, q, k, v, threads=100000)
     # torch refuses a tensor that requires grad: the argument is named.
-    raises(ValueError, "q: its __dlpack__ failed", f, q.requires_grad_(True), k, v)
+    raises(ValueError, "longseq.attention.forward: q: its __dlpack__ failed", f,
+           q.requires_grad_(True), k, v)
     q.requires_grad_(False)
     # numpy read-only arrays cannot be exported as writable outputs.
     ro = np.zeros((16, 4, 8), np.float32)
     ro.setflags(write=False)
     raises(ValueError, "o: its __dlpack__ failed", f, q.numpy(), k.numpy(), v.numpy(), out=ro)
     raises(TypeError, "not a torch.Tensor", lt.attention, q.numpy(), k, v)
-    raises(TypeError, "has a dtype longseq does not take", f, q.to(torch.complex64), k, v)
+    raises(TypeError, "longseq.attention.forward: q has dtype complex64, which longseq takes "
+           "nowhere", f, q.to(torch.complex64), k, v)
 
 
 def test_distributed_refusals():

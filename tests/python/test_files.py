@@ -138,6 +138,30 @@ def test_safetensors_round_trip_and_checksums(tmp_path):
         longseq.load_safetensors(path)
 
 
+def test_bool_tensors_round_trip_and_bad_bool_bytes_are_refused(tmp_path):
+    # torch 1.13's and numpy 1.24's DLPack have no bool: the package moves them as bytes.
+    path = tmp_path / "b.safetensors"
+    m = torch.tensor([[True, False, True], [False, False, True]])
+    longseq.save_safetensors(path, {"m": m, "n": np.array([False, True])})
+    back, _ = longseq.load_safetensors(path)
+    assert back["m"].dtype == torch.bool and torch.equal(back["m"], m)
+    assert back["n"].tolist() == [False, True]
+    arrs, _ = longseq.load_safetensors(path, framework="numpy")
+    assert arrs["m"].dtype == np.bool_ and arrs["m"].tolist() == m.tolist()
+    # A hand-written BOOL tensor holding a byte that is neither 0 nor 1.
+    header = b'{"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}}'
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes([1, 0, 2]))
+    with pytest.raises(ValueError, match="BOOL tensor 'm' holds the byte 2 at element 2"):
+        longseq.load_safetensors(bad)
+
+
+def test_data_file_names_what_is_missing():
+    assert os.path.exists(longseq.data_file("kjv-genesis-exodus.txt"))
+    with pytest.raises(FileNotFoundError, match="no 'nope.txt' in longseq's data directory"):
+        longseq.data_file("nope.txt")
+
+
 def test_trainer_checkpoint_read_and_written_back(tmp_path):
     run = tmp_path / "run"
     cli("train", "--preset", "tiny", "--steps", "2", "--out", run)
