@@ -4,6 +4,7 @@ import json
 import os
 
 from . import _core
+from ._tensors import bool_bytes, is_bool
 
 __all__ = ["Tokenizer", "load_checkpoint", "load_safetensors", "read_tokens", "save_safetensors"]
 
@@ -65,16 +66,6 @@ def _empty(framework, shape, dtype):
     raise ValueError(f"framework {framework!r}: expected 'torch' or 'numpy'")
 
 
-def _is_bool(x):
-    return str(getattr(x, "dtype", "")) in ("torch.bool", "bool")
-
-
-def _bytes_of_bool(x):
-    """A bool tensor's uint8 view (the same memory): the DLPack of torch 1.13 and numpy 1.24 has
-    no bool, and safetensors' BOOL is one byte per element, 0 or 1, as both store it."""
-    return x.view(__import__("torch").uint8) if hasattr(x, "detach") else x.view("uint8")
-
-
 def load_safetensors(path, framework="torch"):
     """(tensors, metadata) of a safetensors file: {name: tensor} with the file's dtypes and
     shapes (F32, BF16, F64, I32, I64, U8, BOOL), and the __metadata__ strings. Checksums that
@@ -84,7 +75,7 @@ def load_safetensors(path, framework="torch"):
     for name in f.names():
         dtype, shape = f.info(name)
         t = _empty(framework, shape, _DTYPES[dtype])
-        f.read_into(name, _bytes_of_bool(t) if dtype == "bool" else t)
+        f.read_into(name, bool_bytes(t))
         tensors[name] = t
     return tensors, dict(f.metadata)
 
@@ -94,9 +85,9 @@ def save_safetensors(path, tensors, metadata=None):
     checksums in the metadata; ``transformers`` and ``longseq train --init-from`` read it."""
     names = list(tensors)
     values = [tensors[n].detach() if hasattr(tensors[n], "detach") else tensors[n] for n in names]
-    bools = [_is_bool(x) for x in values]
-    values = [_bytes_of_bool(x) if b else x for x, b in zip(values, bools)]
-    _core.save_safetensors(os.fspath(path), names, values, dict(metadata or {}), bools)
+    bools = [is_bool(x) for x in values]
+    _core.save_safetensors(os.fspath(path), names, [bool_bytes(x) for x in values],
+                           dict(metadata or {}), bools)
 
 
 def load_checkpoint(path, framework="torch"):

@@ -1,6 +1,7 @@
 """longseq.Mask: the project's mask grammar, with document ids and block masks as tensors."""
 
 from . import _core
+from ._tensors import bool_bytes
 
 __all__ = ["Mask", "as_mask"]
 
@@ -28,7 +29,7 @@ class Mask:
         self.text = text
         self.doc_ids = doc_ids
         self.cu_seqlens = cu_seqlens
-        self.block_mask = _bytes(block_mask)
+        self.block_mask = bool_bytes(block_mask)
         self.block_size = int(block_size)
         self._bound = {}
 
@@ -48,16 +49,6 @@ class Mask:
         if self.block_size:
             extra.append(f"block_size={self.block_size}")
         return f"longseq.Mask({self.text!r}{''.join(', ' + e for e in extra)})"
-
-
-def _bytes(block_mask):
-    # A bool block mask as uint8 (the same 0/1 bytes): torch 1.13 exports no bool through DLPack.
-    if block_mask is None or str(getattr(block_mask, "dtype", "")) not in ("torch.bool", "bool"):
-        return block_mask
-    if hasattr(block_mask, "view") and hasattr(block_mask, "ctypes"):  # numpy: a view
-        return block_mask.view("uint8")
-    import torch
-    return block_mask.to(torch.uint8)
 
 
 _by_text = {}

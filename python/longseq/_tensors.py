@@ -4,7 +4,7 @@ seen, so numpy users need no torch."""
 
 import sys
 
-__all__ = ["is_torch", "empty_like_framework", "dtype_name"]
+__all__ = ["is_torch", "empty_like_framework", "dtype_name", "is_bool", "bool_bytes"]
 
 
 def is_torch(x):
@@ -17,6 +17,21 @@ def dtype_name(x):
     if is_torch(x):
         return str(x.dtype).replace("torch.", "")
     return str(getattr(x, "dtype", type(x).__name__))
+
+
+def is_bool(x):
+    return dtype_name(x) == "bool"
+
+
+def bool_bytes(x):
+    """A bool tensor's uint8 view (the same memory), anything else as it is: DLPack in torch 1.13
+    and numpy 1.24 has no bool, and both store a bool as one byte, 0 or 1 (safetensors' BOOL)."""
+    if not is_bool(x):
+        return x
+    if is_torch(x):
+        import torch
+        return x.view(torch.uint8)
+    return x.view("uint8")
 
 
 def empty_like_framework(like, shape, dtype=None):

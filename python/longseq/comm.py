@@ -115,8 +115,8 @@ def mpi(timeout=None, nodes=None):
         _previous_hook = sys.excepthook
         sys.excepthook = _fail_world
         return _group
-    asked = {k: v for k, v in args.items()
-             if {"timeout": timeout, "nodes": nodes}[k] is not None and v != _world_args[k]}
+    given = {"timeout": timeout, "nodes": nodes}
+    asked = {k: args[k] for k, v in given.items() if v is not None and args[k] != _world_args[k]}
     if asked:
         raise ValueError("longseq.comm.mpi: the world is open with "
                          + ", ".join(f"{k} {_world_args[k]}" for k in asked)

@@ -60,6 +60,15 @@ void check_out(const char* fn, const Array& a, const std::vector<int64_t>& shape
   same_device(fn, {&like, &a});
 }
 
+std::optional<Array> lse_grad(const char* fn, const py::object& dlse, const Qkv& d, const Array& q,
+                              const std::vector<const Array*>& grads, Stream stream) {
+  if (dlse.is_none()) return std::nullopt;
+  Array a = from_python(fn, dlse, "dlse", stream);
+  check_out(fn, a, d.lse_shape, DType::f32, q);
+  no_overlap(fn, grads, {&a});
+  return a;
+}
+
 void check_mask(const char* fn, const PyMask& m, int64_t tokens, int64_t batch) {
   if (m.n != tokens)
     value_error(fn, ": the mask is over ", m.n, " tokens, the sequences have ", tokens);
@@ -211,17 +220,13 @@ void attention_backward(const py::object& do_, const py::object& q_, const py::o
   check_out(fn, dq, d.q_shape, q.dtype, q);
   check_out(fn, dk, d.kv_shape, q.dtype, q);
   check_out(fn, dv, d.kv_shape, q.dtype, q);
-  std::optional<Array> dlse;
-  if (!dlse_.is_none()) {
-    dlse = from_python(fn, dlse_, "dlse", s);
-    check_out(fn, *dlse, d.lse_shape, DType::f32, q);
-    if (!q.device.is_cpu())
-      value_error(fn, ": dlse is on ", q.device.str(),
-                  ": a gradient with respect to lse is taken on the CPU only (a loss on GPU "
-                  "tensors may use o, not lse)");
-  }
   no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
-  if (dlse) no_overlap(fn, {&dq, &dk, &dv}, {&*dlse});
+  const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv}, s);
+  // device_attention_backward takes no dlse (the GPU executor has no op for it): refuse here.
+  if (dlse && !q.device.is_cpu())
+    value_error(fn, ": dlse is on ", q.device.str(),
+                ": a gradient with respect to lse is taken on the CPU only (a loss on GPU "
+                "tensors may use o, not lse)");
   check_mask(fn, mask, d.dims.tokens, d.dims.batch);
   check_scale(fn, scale);
   const DType p = kernel_precision(fn, precision, q);

@@ -166,12 +166,7 @@ class CpCore {
     check_out(fn, dk, d.kv_shape, q.dtype, q);
     check_out(fn, dv, d.kv_shape, q.dtype, q);
     no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
-    std::optional<Array> dlse;  // the lse's own gradient (distributed.hpp)
-    if (!dlse_.is_none()) {
-      dlse = from_python(fn, dlse_, "dlse");
-      check_out(fn, *dlse, d.lse_shape, DType::f32, q);
-      no_overlap(fn, {&dq, &dk, &dv}, {&*dlse});
-    }
+    const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv});
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};

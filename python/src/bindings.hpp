@@ -32,6 +32,10 @@ Qkv check_qkv(const char* fn, const Array& q, const Array& k, const Array& v);
 /// An output: `shape`, `dtype`, contiguous, on `like`'s device.
 void check_out(const char* fn, const Array& a, const std::vector<int64_t>& shape, core::DType dtype,
                const Array& like);
+/// The backward's optional lse gradient (None: nullopt): float32, q's lse shape, contiguous, on
+/// q's device, sharing no memory with `grads`.
+std::optional<Array> lse_grad(const char* fn, const py::object& dlse, const Qkv& d, const Array& q,
+                              const std::vector<const Array*>& grads, Stream stream = std::nullopt);
 /// The mask is over `tokens` and has 1 or `batch` rows.
 void check_mask(const char* fn, const PyMask& m, int64_t tokens, int64_t batch);
 /// A softmax scale: finite and >= 0 (0: 1/sqrt(D)).
