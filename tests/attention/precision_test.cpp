@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention_case.hpp"
@@ -215,6 +217,153 @@ TEST(Bf16AttentionBytes, EveryAlgorithmShipsBf16) {
       EXPECT_LT(bf16.bwd_bytes[r].intra, f32.bwd_bytes[r].intra) << "rank " << r;
     }
   }
+}
+
+// The bf16 `_into` forms (distributed.hpp): q, k, v, dO and the saved o read where they lie give
+// the bits of the fp32 forms fed the same values widened, for every algorithm, both precisions,
+// with and without an lse gradient; a GPU spec is refused before anything runs.
+struct ViewRun {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+// Forward, then backward with the forward's o (rounded to bf16, as a bf16 caller keeps it) and an
+// lse gradient when `dlse`: through bf16 views when `bf16_views`, else through the fp32 views of
+// the same (bf16-representable) values.
+ViewRun run_views(const AttnCase& c, const AttentionSpec& spec, const Layout& layout, int nodes,
+                  bool bf16_views, bool dlse) {
+  ViewRun out;
+  out.o.assign(c.n * c.hq * c.d, 0.f);
+  out.lse.assign(c.n * c.hq, 0.f);
+  out.dq.assign(c.n * c.hq * c.d, 0.f);
+  out.dk.assign(c.n * c.hkv * c.d, 0.f);
+  out.dv.assign(c.n * c.hkv * c.d, 0.f);
+  longseq::comm::Options cfg;
+  cfg.backend = "local";
+  cfg.world = c.world;
+  cfg.nodes = nodes;
+  longseq::comm::run_local(cfg, [&](longseq::comm::Group& g) {
+    const int r = g.rank();
+    const int64_t l = layout.local_len(), d = c.d;
+    auto shard = [&](const std::vector<float>& global, int64_t heads) {
+      std::vector<float> local(static_cast<size_t>(l * heads * d));
+      layout.shard(global.data(), heads * d, r, local.data());
+      return local;
+    };
+    auto to_bf16 = [](const std::vector<float>& x) {
+      std::vector<core::bf16> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = core::to_bf16(x[i]);
+      return y;
+    };
+    const core::Shape qs{l, c.hq, d}, ks{l, c.hkv, d}, ls{l, c.hq};
+    const std::vector<float> q = shard(c.q, c.hq), k = shard(c.k, c.hkv), v = shard(c.v, c.hkv),
+                             dout = shard(c.dout, c.hq);
+    const std::vector<core::bf16> qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v),
+                                  db = to_bf16(dout);
+    std::vector<float> o(static_cast<size_t>(qs.numel())), lse(static_cast<size_t>(ls.numel()));
+    if (bf16_views)
+      distributed_attention_forward_into(
+          core::View<const core::bf16>(qb.data(), qs), core::View<const core::bf16>(kb.data(), ks),
+          core::View<const core::bf16>(vb.data(), ks), spec, layout, g,
+          core::View<float>(o.data(), qs), core::View<float>(lse.data(), ls));
+    else
+      distributed_attention_forward_into(
+          core::View<const float>(q.data(), qs), core::View<const float>(k.data(), ks),
+          core::View<const float>(v.data(), ks), spec, layout, g, core::View<float>(o.data(), qs),
+          core::View<float>(lse.data(), ls));
+    // The caller keeps o in bf16; the fp32 form gets those values widened.
+    const std::vector<core::bf16> ob = to_bf16(o);
+    std::vector<float> o_kept(o.size());
+    for (size_t i = 0; i < o.size(); ++i) o_kept[i] = core::to_f32(ob[i]);
+    std::vector<float> gl(lse.size());
+    for (size_t i = 0; i < gl.size(); ++i) gl[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    const core::View<const float> dl =
+        dlse ? core::View<const float>(gl.data(), ls) : core::View<const float>();
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    if (bf16_views)
+      distributed_attention_backward_into(
+          core::View<const core::bf16>(db.data(), qs), core::View<const core::bf16>(qb.data(), qs),
+          core::View<const core::bf16>(kb.data(), ks), core::View<const core::bf16>(vb.data(), ks),
+          core::View<const core::bf16>(ob.data(), qs), core::View<const float>(lse.data(), ls),
+          spec, layout, g, core::View<float>(dq.data(), qs), core::View<float>(dk.data(), ks),
+          core::View<float>(dv.data(), ks), nullptr, dl);
+    else
+      distributed_attention_backward_into(
+          core::View<const float>(dout.data(), qs), core::View<const float>(q.data(), qs),
+          core::View<const float>(k.data(), ks), core::View<const float>(v.data(), ks),
+          core::View<const float>(o_kept.data(), qs), core::View<const float>(lse.data(), ls), spec,
+          layout, g, core::View<float>(dq.data(), qs), core::View<float>(dk.data(), ks),
+          core::View<float>(dv.data(), ks), nullptr, dl);
+    layout.unshard(o.data(), c.hq * d, r, out.o.data());
+    layout.unshard(lse.data(), c.hq, r, out.lse.data());
+    layout.unshard(dq.data(), c.hq * d, r, out.dq.data());
+    layout.unshard(dk.data(), c.hkv * d, r, out.dk.data());
+    layout.unshard(dv.data(), c.hkv * d, r, out.dv.data());
+  });
+  return out;
+}
+
+TEST(Bf16Views, SameBitsAsFp32ViewsOfTheSameValues) {
+  struct Case {
+    const char* algo;
+    int world, nodes;
+    const char* mask;
+  };
+  const Case cases[] = {{"ring", 3, 1, "causal"},        {"burst", 4, 1, "document"},
+                        {"double-ring", 4, 2, "window"}, {"startrail:2", 4, 1, "causal"},
+                        {"ulysses", 2, 1, "full"},       {"usp:2", 4, 1, "causal"},
+                        {"burst", 1, 1, "blocks+causal"}};
+  for (const Case& k : cases)
+    for (const core::DType precision : {core::DType::bf16, core::DType::f32})
+      for (const bool dlse : {false, true}) {
+        SCOPED_TRACE(std::string(k.algo) + " world " + std::to_string(k.world) + " " + k.mask +
+                     " " + std::string(core::dtype_name(precision)) + (dlse ? " dlse" : ""));
+        // Odd length, GQA 6/2, D 10; the inputs rounded to bf16 so both forms see one set of
+        // values.
+        AttnCase c(k.world * 11 + 3, 6, 2, 10, k.mask, k.world, 17);
+        round_inputs(c);
+        const Layout layout(Balance::zigzag, c.n, k.world);
+        AttentionSpec spec = bf16_spec(k.algo, c);
+        spec.precision = precision;
+        const ViewRun a = run_views(c, spec, layout, k.nodes, true, dlse);
+        const ViewRun b = run_views(c, spec, layout, k.nodes, false, dlse);
+        for (const auto& [name, x, y] :
+             {std::tuple{"o", &a.o, &b.o}, std::tuple{"lse", &a.lse, &b.lse},
+              std::tuple{"dq", &a.dq, &b.dq}, std::tuple{"dk", &a.dk, &b.dk},
+              std::tuple{"dv", &a.dv, &b.dv}}) {
+          ASSERT_EQ(x->size(), y->size()) << name;
+          EXPECT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0)
+              << name << " differs between bf16 views and fp32 views of the same values";
+        }
+        // Not vacuous: the pass computed something.
+        EXPECT_TRUE(std::any_of(a.dk.begin(), a.dk.end(), [](float e) { return e != 0.f; }));
+      }
+}
+
+TEST(Bf16Views, RefusedOnAGpuSpec) {
+  AttnCase c(16, 2, 2, 8, "causal", 1, 3);
+  const Layout layout(Balance::contiguous, 16, 1);
+  AttentionSpec spec = bf16_spec("ring", c);
+  spec.device = core::Device::cuda(0);
+  std::vector<core::bf16> x(16 * 2 * 8);
+  std::vector<float> o(16 * 2 * 8), lse(16 * 2);
+  const core::Shape s{16, 2, 8};
+  longseq::comm::Options cfg;
+  cfg.backend = "local";
+  cfg.world = 1;
+  longseq::comm::run_local(cfg, [&](longseq::comm::Group& g) {
+    const core::View<const core::bf16> in(x.data(), s);
+    try {
+      distributed_attention_forward_into(in, in, in, spec, layout, g,
+                                         core::View<float>(o.data(), s),
+                                         core::View<float>(lse.data(), core::Shape{16, 2}));
+      ADD_FAILURE() << "bf16 views on cuda:0 accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16 q, k, v are taken on the CPU executor only"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    }
+  });
 }
 
 }  // namespace

@@ -224,6 +224,46 @@ TEST(Schedule, AllPairsOnceEverySendMatchedNoSlotHazard) {
   EXPECT_GT(cases, 300);
 }
 
+TEST(Schedule, UsedDataSlotsAreWhatTheExecutorTouches) {
+  // World 1: the own K,V bundle is never sent and its steps read the key side, so neither the
+  // forward nor the ring backward holds a data slot; the burst backward packs its query bundle.
+  const int64_t n = 37;
+  MaskSpec m;
+  m.causal = true;
+  const Layout one(Balance::zigzag, n, 1);
+  const PairTable pairs1(one, m);
+  const longseq::comm::Topology topo1 = longseq::comm::Topology::declared(1, 1);
+  for (const char* a : {"ring", "burst"})
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      const Algorithm algo = Algorithm::parse(a);
+      const RankSchedule s = make_schedule(0, topo1, one, pairs1, algo, pass);
+      const bool bq = bundle_is_query(algo, pass);
+      SCOPED_TRACE(std::string(a) + (pass == Pass::forward ? " fwd" : " bwd"));
+      EXPECT_GE(s.data_slots, 1);
+      EXPECT_EQ(used_data_slot_count(s, bq), bq ? 1 : 0);
+    }
+  // Several ranks: every slot a transfer or a step names is used, and with a full mask every
+  // slot of the ring is (the own bundle leaves at step 0).
+  const Layout four(Balance::zigzag, 4 * n, 4);
+  MaskSpec full;
+  const PairTable pairs4(four, full);
+  const longseq::comm::Topology topo4 = longseq::comm::Topology::declared(4, 1);
+  for (const char* a : {"ring", "burst", "startrail:2", "usp:2"})
+    for (Pass pass : {Pass::forward, Pass::backward})
+      for (int r = 0; r < 4; ++r) {
+        const Algorithm algo = Algorithm::parse(a);
+        const RankSchedule s = make_schedule(r, topo4, four, pairs4, algo, pass);
+        const std::vector<bool> used = used_data_slots(s, bundle_is_query(algo, pass));
+        ASSERT_EQ(used.size(), static_cast<size_t>(s.data_slots));
+        for (const Xfer& x : s.xfers)
+          if (x.part == Part::data) EXPECT_TRUE(used[static_cast<size_t>(x.slot)]) << a << r;
+        for (const Work& w : s.work)
+          if (w.slot >= 0 && w.origin != s.member) EXPECT_TRUE(used[static_cast<size_t>(w.slot)]);
+        if (std::string(a) == "ring")
+          EXPECT_EQ(used_data_slot_count(s, bundle_is_query(algo, pass)), s.data_slots);
+      }
+}
+
 TEST(Schedule, EmptyStepsPostNoTransfer) {
   // Sliding window over a contiguous layout: a rank needs only the previous rank's keys, so the
   // forward posts exactly one data send per rank (except the last) and nothing else.

@@ -4,7 +4,8 @@
 // lists) and attention_cost's replay_pass (FLOPs summed pair by pair, in each work item's pair
 // order, from a dense table of every (q rank, q chunk, k rank, k chunk)), copied unchanged but for
 // names (and for issue 31 item 4's Ulysses head groups: their transfers' bytes and their works'
-// FLOPs, 1/G of the pairs', as attention_cost costs them). tests/plan/replay_scale_test.cpp checks
+// FLOPs, 1/G of the pairs', as attention_cost costs them; and the buffers counted as the slots the
+// executor allocates, attention::used_data_slot_count). tests/plan/replay_scale_test.cpp checks
 // the fast path against it bit for bit; nothing else uses it.
 #include <algorithm>
 #include <array>
@@ -476,10 +477,12 @@ inline PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const
             : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
     double b = 0;
     for (const RankSchedule& rs : set.ranks)
-      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides +
-                          // Head groups: the packed K,V slices the blocks leave from, the size of
-                          // the one unsplit data slot the blocking schedule holds instead.
-                          (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
+      b = std::max(
+          b, attention::used_data_slot_count(rs, attention::bundle_is_query(algo, pass)) * data_b +
+                 rs.grad_slots * grad_b + sides +
+                 // Head groups: the packed K,V slices the blocks leave from, the size of
+                 // the one unsplit data slot the blocking schedule holds instead.
+                 (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
     *buffer_bytes = b;
   }
   if (keep) c.timeline = std::move(tl);

@@ -64,28 +64,34 @@ const T* contiguous_or_copy(View<const T> v, std::vector<T>& keep, const char* w
 }
 
 // q, k, v or dO as the kernels read them: contiguous, in the compute type T, on the executor's
-// device. f32: the caller's data itself when contiguous, else a copy in `keep` (CPU only). bf16:
-// rounded to nearest even into `keep`, once per pass (the only rounding the inputs ever see;
-// everything downstream is exact copies).
-template <class T>
-const T* compute_input(View<const float> x, ExecDevice& dev, core::Buffer<std::byte>& keep,
+// device. The caller's data itself when it is contiguous and already T (fp32 inputs of an fp32
+// pass, bf16 inputs of a bf16 pass), else a copy in `keep`: fp32 rounded to bf16 (nearest even,
+// once per pass: the only rounding the inputs ever see; everything downstream is exact copies),
+// bf16 widened to fp32 (exact; host memory only, checked at entry), or a non-contiguous view
+// gathered (CPU only).
+template <class T, class In>
+const T* compute_input(View<const In> x, ExecDevice& dev, core::Buffer<std::byte>& keep,
                        const char* what) {
-  std::vector<float> flat;
-  const float* p = x.data();
+  std::vector<In> flat;
+  const In* p = x.data();
   if (!x.is_contiguous()) {
     core::require(dev.device().is_cpu(), "attention", what, " on ", dev.device().str(),
                   " must be contiguous");
     p = contiguous_or_copy(x, flat, what);
   }
   const auto n = static_cast<size_t>(x.numel());
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, In>) {
     if (flat.empty()) return p;
-    keep = dev.alloc(n * sizeof(float), what);
-    std::memcpy(keep.data(), p, n * sizeof(float));
-  } else {
-    static_assert(std::is_same_v<T, core::bf16>);
+    keep = dev.alloc(n * sizeof(T), what);
+    std::memcpy(keep.data(), p, n * sizeof(T));
+  } else if constexpr (std::is_same_v<T, core::bf16>) {
     keep = dev.alloc(n * sizeof(core::bf16), what);
     dev.to_bf16(p, reinterpret_cast<core::bf16*>(keep.data()), x.numel());
+  } else {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<In, core::bf16>);
+    LONGSEQ_CHECK(dev.device().is_cpu());
+    keep = dev.alloc(n * sizeof(float), what);
+    core::bf16_to_f32(p, reinterpret_cast<float*>(keep.data()), n);
   }
   return reinterpret_cast<const T*>(keep.data());
 }
@@ -414,10 +420,10 @@ struct PassIo {
 
 // One pass of any algorithm, q, k, v and dO in the compute type T in the kernels, the bundles
 // and the collectives; D, LSE, outputs and every gradient (on the wire too) fp32.
-template <class T>
-void execute(Pass pass, View<const float> q, View<const float> k, View<const float> v,
-             View<const float> dout, const PassIo& io, const AttentionSpec& spec,
-             const Layout& layout, comm::Group& group, AttentionStats* stats) {
+template <class T, class In>
+void execute(Pass pass, View<const In> q, View<const In> k, View<const In> v, View<const In> dout,
+             const PassIo& io, const AttentionSpec& spec, const Layout& layout, comm::Group& group,
+             AttentionStats* stats) {
   const bool fwd = pass == Pass::forward;
   const Dims dm{layout.local_len(), q.dim(1), k.dim(1), q.dim(2), static_cast<int64_t>(sizeof(T))};
   validate(spec, layout, group.topology(), dm.hq, dm.hkv, dm.d);
@@ -435,8 +441,8 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   double scratch_s = 0;
   double* compute_s = stats ? &stats->compute_s : &scratch_s;
 
-  // Home tensors. The saved inputs are the caller's fp32 views; rounding them again in the
-  // backward gives the forward's values.
+  // Home tensors. The saved inputs are the caller's views; rounding them again in the backward
+  // gives the forward's values.
   core::Buffer<std::byte> qkeep, kkeep, vkeep, dkeep;
   Store st(dev);
   // Declared after every buffer of the pass, so destroyed before them: on a GPU, work queued on
@@ -454,9 +460,9 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     st.home[static_cast<size_t>(f)] = static_cast<std::byte*>(const_cast<void*>(p));
   };
   const BlockShape home_shape{dm.hq, dm.hkv, d, 0, scale};
-  set_home(Field::q, compute_input<T>(q, dev, qkeep, "q"));
-  set_home(Field::k, compute_input<T>(k, dev, kkeep, "k"));
-  set_home(Field::v, compute_input<T>(v, dev, vkeep, "v"));
+  set_home(Field::q, compute_input<T, In>(q, dev, qkeep, "q"));
+  set_home(Field::k, compute_input<T, In>(k, dev, kkeep, "k"));
+  set_home(Field::v, compute_input<T, In>(v, dev, vkeep, "v"));
   float* dvec = nullptr;
   if (fwd) {
     // Rows nothing reaches (padding, rows that see no key, rows after spec.query_rows) keep
@@ -466,7 +472,7 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
     set_home(Field::o, io.o);
     set_home(Field::lse, io.lse);
   } else {
-    const T* dop = compute_input<T>(dout, dev, dkeep, "do");
+    const T* dop = compute_input<T, In>(dout, dev, dkeep, "do");
     set_home(Field::dout, dop);
     set_home(Field::lse, io.saved_lse);
     // D = rowsum(dO * O) where O lives, so O itself never moves.
@@ -577,15 +583,20 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   // Bundles: forward and ring backward [K | V] in T; burst [Q | dO | D | LSE]; grad fp32.
   const BundleLayout bl = data_layout(rs, spec.algo, pass, dm);
   const int64_t gel = grad_elems(rs, spec.algo, pass, dm);
-  std::vector<std::byte*> dslots;
+  std::vector<std::byte*> dslots(static_cast<size_t>(rs.data_slots), nullptr);  // below
   std::vector<float*> gslots;
-  for (int i = 0; i < rs.data_slots; ++i) dslots.push_back(st.make(bl.bytes));
   for (int i = 0; i < rs.grad_slots; ++i)
     gslots.push_back(reinterpret_cast<float*>(st.make(gel * sizeof(float))));
   const SyncOnExit sync_on_exit{dev};
   // A typed part of data slot i at byte offset `at`.
-  auto at_t = [&](int i, size_t at) { return reinterpret_cast<T*>(dslots[i] + at); };
-  auto at_f = [&](int i, size_t at) { return reinterpret_cast<float*>(dslots[i] + at); };
+  auto at_t = [&](int i, size_t at) {
+    LONGSEQ_CHECK(dslots[i] != nullptr);
+    return reinterpret_cast<T*>(dslots[i] + at);
+  };
+  auto at_f = [&](int i, size_t at) {
+    LONGSEQ_CHECK(dslots[i] != nullptr);
+    return reinterpret_cast<float*>(dslots[i] + at);
+  };
 
   // Side transfers (StarTrail's staged initial transfer and its return, schedule.hpp): sends read
   // the sides as they are now (the gathered team K,V; the dK,dV the ring computes); receives land
@@ -631,6 +642,13 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
         int& at = pack_step[x.slot / dslots_g];
         at = at < 0 ? x.post_step : std::min(at, x.post_step);
       }
+  }
+  // A data slot gets memory only when something lands in it or reads it (used_data_slots,
+  // which the planner's memory model counts too): at world 1 no [K | V] bundle is allocated.
+  {
+    const std::vector<bool> used = used_data_slots(rs, bq);
+    for (size_t i = 0; i < dslots.size(); ++i)
+      if (used[i]) dslots[i] = st.make(bl.bytes);
   }
   // Where the fields of head group g live (-1: the sides, no head groups).
   auto sides = [&](int g) -> std::array<std::byte*, kFields>& {
@@ -797,8 +815,9 @@ void execute(Pass pass, View<const float> q, View<const float> k, View<const flo
   dev.sync();  // the outputs are complete when the call returns (design: "the call blocks")
 }
 
-void check_shapes(View<const float> q, View<const float> k, View<const float> v,
-                  const Layout& layout, int rank) {
+template <class In>
+void check_shapes(View<const In> q, View<const In> k, View<const In> v, const Layout& layout,
+                  int rank) {
   const int64_t l = layout.local_len();
   core::require(q.rank() == 3 && k.rank() == 3 && v.rank() == 3, "attention",
                 "q, k, v must be [L, H, D]");
@@ -836,37 +855,45 @@ Tensor<float> output_tensor(core::Shape shape, const AttentionSpec& spec, const 
                               : Tensor<float>(shape, spec.device, core::Uninit{}, name);
 }
 
-template <class... Args>
+template <class In, class... Args>
 void execute_in(core::DType precision, Args&&... args) {
   validate_precision(precision);
   if (precision == core::DType::bf16)
-    execute<core::bf16>(std::forward<Args>(args)...);
+    execute<core::bf16, In>(std::forward<Args>(args)...);
   else
-    execute<float>(std::forward<Args>(args)...);
+    execute<float, In>(std::forward<Args>(args)...);
 }
 
-}  // namespace
+// bf16 views are the caller's host memory: a pass that widens them (an fp32 pass, the backward's
+// saved o) does so on the CPU, and no device executor has been run on them.
+template <class In>
+void check_input_device(const AttentionSpec& spec) {
+  if constexpr (std::is_same_v<In, core::bf16>)
+    core::require(spec.device.is_cpu(), "attention",
+                  "bf16 q, k, v are taken on the CPU executor only, not on ", spec.device.str(),
+                  " (pass fp32 views with precision bf16)");
+}
 
-void distributed_attention_forward_into(View<const float> q, View<const float> k,
-                                        View<const float> v, const AttentionSpec& spec,
-                                        const Layout& layout, comm::Group& group, View<float> o,
-                                        View<float> lse, AttentionStats* stats) {
+template <class In>
+void forward_into(View<const In> q, View<const In> k, View<const In> v, const AttentionSpec& spec,
+                  const Layout& layout, comm::Group& group, View<float> o, View<float> lse,
+                  AttentionStats* stats) {
   check_shapes(q, k, v, layout, group.rank());
+  check_input_device<In>(spec);
   PassIo io;
   io.o = output(o, q.shape(), "o");
   io.lse = output(lse, core::Shape{q.dim(0), q.dim(1)}, "lse");
-  execute_in(spec.precision, Pass::forward, q, k, v, View<const float>{}, io, spec, layout, group,
-             stats);
+  execute_in<In>(spec.precision, Pass::forward, q, k, v, View<const In>{}, io, spec, layout, group,
+                 stats);
 }
 
-void distributed_attention_backward_into(View<const float> dout, View<const float> q,
-                                         View<const float> k, View<const float> v,
-                                         View<const float> o, View<const float> lse,
-                                         const AttentionSpec& spec, const Layout& layout,
-                                         comm::Group& group, View<float> dq, View<float> dk,
-                                         View<float> dv, AttentionStats* stats,
-                                         View<const float> dlse) {
+template <class In>
+void backward_into(View<const In> dout, View<const In> q, View<const In> k, View<const In> v,
+                   View<const In> o, View<const float> lse, const AttentionSpec& spec,
+                   const Layout& layout, comm::Group& group, View<float> dq, View<float> dk,
+                   View<float> dv, AttentionStats* stats, View<const float> dlse) {
   check_shapes(q, k, v, layout, group.rank());
+  check_input_device<In>(spec);
   core::require(dout.shape() == q.shape(), "attention", "do ", dout.shape().str(), " must match q ",
                 q.shape().str());
   const core::Shape lse_shape{q.dim(0), q.dim(1)};
@@ -884,12 +911,57 @@ void distributed_attention_backward_into(View<const float> dout, View<const floa
   }
   PassIo io;
   io.dlse = dlse.data();
-  io.saved_o = o.data();
+  // D = rowsum(dO * O) reads an fp32 O: a bf16 o (what the caller kept of the forward's) is
+  // widened, exactly, once.
+  core::Buffer<float> o32;
+  if constexpr (std::is_same_v<In, float>) {
+    io.saved_o = o.data();
+  } else {
+    o32 = core::Buffer<float>(static_cast<size_t>(o.numel()), core::Uninit{});
+    core::bf16_to_f32(o.data(), o32.data(), static_cast<size_t>(o.numel()));
+    io.saved_o = o32.data();
+  }
   io.saved_lse = lse.data();
   io.dq = output(dq, q.shape(), "dq");
   io.dk = output(dk, k.shape(), "dk");
   io.dv = output(dv, v.shape(), "dv");
-  execute_in(spec.precision, Pass::backward, q, k, v, dout, io, spec, layout, group, stats);
+  execute_in<In>(spec.precision, Pass::backward, q, k, v, dout, io, spec, layout, group, stats);
+}
+
+}  // namespace
+
+void distributed_attention_forward_into(View<const float> q, View<const float> k,
+                                        View<const float> v, const AttentionSpec& spec,
+                                        const Layout& layout, comm::Group& group, View<float> o,
+                                        View<float> lse, AttentionStats* stats) {
+  forward_into(q, k, v, spec, layout, group, o, lse, stats);
+}
+
+void distributed_attention_forward_into(View<const core::bf16> q, View<const core::bf16> k,
+                                        View<const core::bf16> v, const AttentionSpec& spec,
+                                        const Layout& layout, comm::Group& group, View<float> o,
+                                        View<float> lse, AttentionStats* stats) {
+  forward_into(q, k, v, spec, layout, group, o, lse, stats);
+}
+
+void distributed_attention_backward_into(View<const float> dout, View<const float> q,
+                                         View<const float> k, View<const float> v,
+                                         View<const float> o, View<const float> lse,
+                                         const AttentionSpec& spec, const Layout& layout,
+                                         comm::Group& group, View<float> dq, View<float> dk,
+                                         View<float> dv, AttentionStats* stats,
+                                         View<const float> dlse) {
+  backward_into(dout, q, k, v, o, lse, spec, layout, group, dq, dk, dv, stats, dlse);
+}
+
+void distributed_attention_backward_into(View<const core::bf16> dout, View<const core::bf16> q,
+                                         View<const core::bf16> k, View<const core::bf16> v,
+                                         View<const core::bf16> o, View<const float> lse,
+                                         const AttentionSpec& spec, const Layout& layout,
+                                         comm::Group& group, View<float> dq, View<float> dk,
+                                         View<float> dv, AttentionStats* stats,
+                                         View<const float> dlse) {
+  backward_into(dout, q, k, v, o, lse, spec, layout, group, dq, dk, dv, stats, dlse);
 }
 
 AttentionSaved distributed_attention_forward(View<const float> q, View<const float> k,

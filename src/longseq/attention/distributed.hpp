@@ -7,8 +7,9 @@
 // All ranks call with the same spec and layout; the call blocks until this rank's part is done
 // (it communicates with the other ranks of `group` through the schedule of spec.algo).
 // Rows of padding tokens, and rows that see no key, get o = 0, lse = -inf, zero gradients.
-// Every view in and every tensor out is fp32 whatever spec.precision is; the precision only
-// decides what the kernels read and what the transfers carry.
+// Every tensor out is fp32 whatever spec.precision is, and so is every view in, except that the
+// `_into` forms also take q, k, v, dO and the saved o in bf16; the precision decides what the
+// kernels read and what the transfers carry.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -139,5 +140,25 @@ void distributed_attention_backward_into(core::View<const float> dout, core::Vie
                                          core::View<float> dk, core::View<float> dv,
                                          AttentionStats* stats = nullptr,
                                          core::View<const float> dlse = {});
+
+/// The two passes on bf16 inputs (q, k, v, dO and the saved o; lse, dlse and every output stay
+/// fp32, as the accumulation does), for callers that hold bf16 activations (the Python package's
+/// bf16 tensors). With spec.precision bf16 the kernels and the transfers read q, k, v and dO where
+/// they lie: no widened copy and no rounded one, where the fp32 forms round their inputs once;
+/// the bits are those of the fp32 forms given the same values widened. The backward widens o once
+/// (D = rowsum(dO * O) is fp32). With precision f32 the inputs are widened (exact) and the pass is
+/// the fp32 one. Host memory, CPU executor only: a spec.device other than the CPU is refused.
+void distributed_attention_forward_into(core::View<const core::bf16> q,
+                                        core::View<const core::bf16> k,
+                                        core::View<const core::bf16> v, const AttentionSpec& spec,
+                                        const Layout& layout, comm::Group& group,
+                                        core::View<float> o, core::View<float> lse,
+                                        AttentionStats* stats = nullptr);
+void distributed_attention_backward_into(
+    core::View<const core::bf16> dout, core::View<const core::bf16> q,
+    core::View<const core::bf16> k, core::View<const core::bf16> v, core::View<const core::bf16> o,
+    core::View<const float> lse, const AttentionSpec& spec, const Layout& layout,
+    comm::Group& group, core::View<float> dq, core::View<float> dk, core::View<float> dv,
+    AttentionStats* stats = nullptr, core::View<const float> dlse = {});
 
 }  // namespace longseq::attention

@@ -950,6 +950,25 @@ int64_t bundle_hkv(const RankSchedule& rs, const Dims& dm) {
 }
 }  // namespace
 
+std::vector<bool> used_data_slots(const RankSchedule& rs, bool bq) {
+  std::vector<bool> used(static_cast<size_t>(rs.data_slots), false);
+  for (const Xfer& x : rs.xfers)
+    if (x.part == Part::data) used[static_cast<size_t>(x.slot)] = true;
+  if (bq && rs.own_slot >= 0) {
+    const int groups = std::max(rs.head_groups, 1);
+    for (int g = 0; g < groups; ++g)
+      used[static_cast<size_t>(rs.own_slot + g * (rs.data_slots / groups))] = true;
+  }
+  for (const Work& w : rs.work)
+    if (w.slot >= 0 && (bq || w.origin != rs.member)) used[static_cast<size_t>(w.slot)] = true;
+  return used;
+}
+
+int used_data_slot_count(const RankSchedule& rs, bool bq) {
+  const std::vector<bool> used = used_data_slots(rs, bq);
+  return static_cast<int>(std::count(used.begin(), used.end(), true));
+}
+
 BundleLayout data_layout(const RankSchedule& rs, const Algorithm& algo, Pass pass, const Dims& dm) {
   const bool bq = bundle_is_query(algo, pass);
   const int64_t rows = dm.l * static_cast<int64_t>(bq ? rs.q_pieces[rs.member].size()

@@ -404,6 +404,15 @@ inline bool bundle_is_query(Algorithm algo, Pass pass) {
          (algo.backward == Backward::q || algo.family == Algorithm::Family::startrail);
 }
 
+/// Which of rs's data slots hold memory when the executor runs it (`bq`: bundle_is_query of the
+/// pass): those a transfer lands in or leaves from, a query bundle's own slots (packed at their
+/// first step), and those a step computes from. The own K,V bundle of a rank that never sends it
+/// (world 1) has a slot and no memory: its origin's steps read the key side. The executor
+/// allocates these; the planner's memory model counts them.
+std::vector<bool> used_data_slots(const RankSchedule& rs, bool bq);
+/// How many of them.
+int used_data_slot_count(const RankSchedule& rs, bool bq);
+
 /// Per-rank shape of a pass: L tokens, heads, head dim, bytes of the compute type.
 struct Dims {
   int64_t l = 0, hq = 1, hkv = 1, d = 1;

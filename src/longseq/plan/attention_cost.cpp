@@ -622,10 +622,12 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
             : static_cast<double>(rows_q * hq_s * p.d + 2 * rows_k * hkv_s * p.d) * e;
     double b = 0;
     for (const RankSchedule& rs : set.ranks)
-      b = std::max(b, rs.data_slots * data_b + rs.grad_slots * grad_b + sides +
-                          // Head groups: the packed K,V slices the blocks leave from, the size of
-                          // the one unsplit data slot the blocking schedule holds instead.
-                          (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
+      b = std::max(
+          b, attention::used_data_slot_count(rs, attention::bundle_is_query(algo, pass)) * data_b +
+                 rs.grad_slots * grad_b + sides +
+                 // Head groups: the packed K,V slices the blocks leave from, the size of
+                 // the one unsplit data slot the blocking schedule holds instead.
+                 (rs.head_groups > 1 ? data_b * rs.head_groups : 0.0));
     *buffer_bytes = b;
   }
   if (keep) c.timeline = cluster.timelines.front();

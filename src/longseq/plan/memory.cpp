@@ -202,8 +202,10 @@ HostTrainerMemory host_trainer_memory(const HostTrainerInputs& in) {
           attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::forward);
       const auto bs =
           attention::make_schedule(rank, topo, layout, pairs, algo, attention::Pass::backward);
-      fd = std::max(fd, fs.data_slots);
-      bd = std::max(bd, bs.data_slots);
+      // The slots the executor allocates (world 1 sends no bundle and holds none).
+      fd = std::max(fd, attention::used_data_slot_count(fs, false));
+      bd = std::max(bd, attention::used_data_slot_count(
+                            bs, attention::bundle_is_query(algo, attention::Pass::backward)));
       bg = std::max(bg, bs.grad_slots);
     }
     const bool bq = algo.backward == attention::Backward::q;
