@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -242,6 +243,48 @@ void attention_backward(const py::object& do_, const py::object& q_, const py::o
                                       dlse ? dlse->ptr<float>() : nullptr);
 }
 
+// bench/python_attention.py's in-process reference: the C++ calls that longseq.attention.forward
+// and backward make (local_attention_*), timed in C++ around the calls alone, in the caller's
+// process and on its tensors, so a Python call and this one can alternate under one load. The
+// outputs are overwritten; seconds of the forward and of forward + backward.
+std::pair<double, double> time_local_attention(const py::object& q_, const py::object& k_,
+                                               const py::object& v_, const py::object& do_,
+                                               const py::object& o_, const py::object& lse_,
+                                               const py::object& dq_, const py::object& dk_,
+                                               const py::object& dv_, const PyMask& mask,
+                                               int threads) {
+  constexpr const char* fn = "longseq._core.time_local_attention";
+  const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
+              v = from_python(fn, v_, "v");
+  const Qkv d = check_qkv(fn, q, k, v);
+  q.need_host(fn);
+  const Array dout = from_python(fn, do_, "do"), o = from_python(fn, o_, "o"),
+              lse = from_python(fn, lse_, "lse"), dq = from_python(fn, dq_, "dq"),
+              dk = from_python(fn, dk_, "dk"), dv = from_python(fn, dv_, "dv");
+  check_out(fn, dout, d.q_shape, q.dtype, q);
+  check_out(fn, o, d.q_shape, q.dtype, q);
+  check_out(fn, lse, d.lse_shape, DType::f32, q);
+  check_out(fn, dq, d.q_shape, q.dtype, q);
+  check_out(fn, dk, d.kv_shape, q.dtype, q);
+  check_out(fn, dv, d.kv_shape, q.dtype, q);
+  no_overlap(fn, {&o, &lse, &dq, &dk, &dv}, {&q, &k, &v, &dout});
+  check_mask(fn, mask, d.dims.tokens, d.dims.batch);
+  const int t = rank_threads(threads, 1);
+  const std::vector<const attention::MaskSpec*> masks = raw(mask);
+  py::gil_scoped_release nogil;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  attention::local_attention_forward(q.data, k.data, v.data, q.dtype, d.dims, masks, 0.0, t, o.data,
+                                     lse.ptr<float>());
+  const auto t1 = clock::now();
+  attention::local_attention_backward(dout.data, q.data, k.data, v.data, o.data, lse.ptr<float>(),
+                                      q.dtype, d.dims, masks, 0.0, t, dq.data, dk.data, dv.data,
+                                      nullptr);
+  const auto t2 = clock::now();
+  return {std::chrono::duration<double>(t1 - t0).count(),
+          std::chrono::duration<double>(t2 - t0).count()};
+}
+
 // `longseq attention` in this process: P ranks as threads, global tensors in and out.
 std::string attention_distributed(const py::object& q_, const py::object& k_, const py::object& v_,
                                   const py::object& do_, const py::object& o_,
@@ -356,6 +399,9 @@ void bind_attention(py::module_& m) {
         py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("scale") = 0.0, py::arg("threads") = 0,
         py::arg("precision") = "auto", py::arg("dlse") = py::none());
+  m.def("time_local_attention", &time_local_attention, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("do"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
+        py::arg("mask"), py::arg("threads") = 0);
   m.def("attention_distributed", &attention_distributed, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("do"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("world"), py::arg("algo"), py::arg("balance"),

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "bindings.hpp"
 #include "longseq/attention/distributed.hpp"
@@ -16,26 +17,21 @@ namespace {
 
 using core::DType;
 
-// Widened (bf16 -> f32) copies of one sequence's inputs, or the caller's f32 memory itself.
-class F32 {
- public:
-  F32(const Array& a, int64_t offset, core::Shape shape) : shape_(shape) {
-    const int64_t n = shape.numel();
-    if (a.dtype == DType::f32) {
-      p_ = a.ptr<float>() + offset;
-    } else {
-      buf_ = core::Buffer<float>(static_cast<size_t>(n), core::Uninit{});
-      core::bf16_to_f32(a.ptr<core::bf16>() + offset, buf_.data(), static_cast<size_t>(n));
-      p_ = buf_.data();
-    }
-  }
-  core::View<const float> view() const { return core::View<const float>(p_, shape_); }
+// One sequence's part of an input, read where it lies: fp32, or bf16 (the engine's bf16 forms
+// take it directly, no widened copy).
+template <class In>
+core::View<const In> input(const Array& a, int64_t offset, core::Shape shape) {
+  return core::View<const In>(a.ptr<In>() + offset, shape);
+}
 
- private:
-  core::Shape shape_;
-  const float* p_ = nullptr;
-  core::Buffer<float> buf_;
-};
+// Calls f(std::type_identity<In>{}) with In the inputs' element type (f32 or bf16; checked).
+template <class F>
+void with_input_type(DType dt, F&& f) {
+  if (dt == DType::bf16)
+    f(std::type_identity<core::bf16>{});
+  else
+    f(std::type_identity<float>{});
+}
 
 // An fp32 output of one sequence: the caller's memory (f32), or scratch rounded into the caller's
 // bf16 tensor by done().
@@ -136,15 +132,18 @@ class CpCore {
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
     py::gil_scoped_release nogil;
-    for (int64_t b = 0; b < d.dims.batch; ++b) {
-      const F32 qb(q, b * l * hq * dd, qs), kb(k, b * l * hkv * dd, ks),
-          vb(v, b * l * hkv * dd, ks);
-      const Out32 ob(o, b * l * hq * dd, qs);
-      const core::View<float> lb(lse.ptr<float>() + b * l * hq, core::Shape{l, hq});
-      attention::distributed_attention_forward_into(qb.view(), kb.view(), vb.view(), spec, layout_,
-                                                    group_, ob.view(), lb, &forward_stats_);
-      ob.done();
-    }
+    with_input_type(q.dtype, [&](auto type) {
+      using In = typename decltype(type)::type;
+      for (int64_t b = 0; b < d.dims.batch; ++b) {
+        const int64_t qo = b * l * hq * dd, ko = b * l * hkv * dd;
+        const Out32 ob(o, qo, qs);
+        const core::View<float> lb(lse.ptr<float>() + b * l * hq, core::Shape{l, hq});
+        attention::distributed_attention_forward_into(input<In>(q, qo, qs), input<In>(k, ko, ks),
+                                                      input<In>(v, ko, ks), spec, layout_, group_,
+                                                      ob.view(), lb, &forward_stats_);
+        ob.done();
+      }
+    });
   }
 
   void backward(const py::object& do_, const py::object& q_, const py::object& k_,
@@ -171,21 +170,24 @@ class CpCore {
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
     py::gil_scoped_release nogil;
-    for (int64_t b = 0; b < d.dims.batch; ++b) {
-      const int64_t qo = b * l * hq * dd, ko = b * l * hkv * dd;
-      const F32 qb(q, qo, qs), kb(k, ko, ks), vb(v, ko, ks), db(dout, qo, qs), ob(o, qo, qs);
-      const core::View<const float> lb(lse.ptr<float>() + b * l * hq, core::Shape{l, hq});
-      const core::View<const float> dlb =
-          dlse ? core::View<const float>(dlse->ptr<float>() + b * l * hq, core::Shape{l, hq})
-               : core::View<const float>();
-      const Out32 gq(dq, qo, qs), gk(dk, ko, ks), gv(dv, ko, ks);
-      attention::distributed_attention_backward_into(
-          db.view(), qb.view(), kb.view(), vb.view(), ob.view(), lb, spec, layout_, group_,
-          gq.view(), gk.view(), gv.view(), &backward_stats_, dlb);
-      gq.done();
-      gk.done();
-      gv.done();
-    }
+    with_input_type(q.dtype, [&](auto type) {
+      using In = typename decltype(type)::type;
+      for (int64_t b = 0; b < d.dims.batch; ++b) {
+        const int64_t qo = b * l * hq * dd, ko = b * l * hkv * dd;
+        const core::View<const float> lb(lse.ptr<float>() + b * l * hq, core::Shape{l, hq});
+        const core::View<const float> dlb =
+            dlse ? core::View<const float>(dlse->ptr<float>() + b * l * hq, core::Shape{l, hq})
+                 : core::View<const float>();
+        const Out32 gq(dq, qo, qs), gk(dk, ko, ks), gv(dv, ko, ks);
+        attention::distributed_attention_backward_into(
+            input<In>(dout, qo, qs), input<In>(q, qo, qs), input<In>(k, ko, ks),
+            input<In>(v, ko, ks), input<In>(o, qo, qs), lb, spec, layout_, group_, gq.view(),
+            gk.view(), gv.view(), &backward_stats_, dlb);
+        gq.done();
+        gk.done();
+        gv.done();
+      }
+    });
   }
 
   // Sums over the passes since the last reset (or construction).
@@ -254,7 +256,7 @@ class CpCore {
     attention::AttentionSpec s = spec_;
     s.mask = mask.specs.front();
     s.scale = scale;
-    // bf16 tensors run the bf16 kernels (their widened values round back exactly).
+    // bf16 tensors run the bf16 kernels on the tensors themselves (the engine's bf16 forms).
     if (q.dtype == DType::bf16) s.precision = DType::bf16;
     attention::validate(s, layout_, group_.topology(), d.dims.hq, d.dims.hkv, d.dims.d);
     return s;

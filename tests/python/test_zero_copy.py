@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 
 import longseq
@@ -106,3 +107,52 @@ def test_the_gil_is_released_while_computing():
     # Holding the GIL, the call would leave this loop no time at all while it ran.
     assert took > 0.05, f"the call took {took:.3f} s: too short to tell"
     assert len(ticks) > 20, f"the loop ran {n} times in {took:.2f} s beside the call"
+
+
+# ContextParallel (an MPI world of 1): the engine reads q, k, v (and dO, o) where they lie, float32
+# or bfloat16. What a pass may add, counted in fp32 copies of one tensor (F): the block kernels'
+# partial of one chunk (half the rank's tokens under zigzag: the forward's O partial, the
+# backward's dQ partial, 0.5 F each) and what fp32 accumulation needs. float32: nothing else in
+# the forward (o and lse are the caller's), the backward's [dK | dV] side (2 F). bfloat16: the
+# forward's fp32 o (1 F); the backward's dq, dk, dv (3 F), its side (2 F) and the widened o that
+# D = rowsum(dO * O) reads (1 F). Widening the bf16 inputs as well (what the package did before)
+# added 4.5 F to the forward and 7 F to the backward (with the engine's bf16 roundings), and the
+# unsent K,V bundle of world 1 (no longer allocated) 2 F (float32) or 1 F to each forward.
+CP_SCRIPT = textwrap.dedent("""
+    import sys, torch, longseq, longseq.torch as lt
+    def hwm():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    t, h, d = 16384, 16, 64                      # in fp32 (F) 64 MiB a tensor
+    cp = lt.ContextParallel(longseq.comm.mpi(), algo="ring", seq=t, mask="window:16")
+    bf = getattr(torch, sys.argv[1])
+    q, k, v, do = (torch.randn(t, h, d).to(bf) for _ in range(4))
+    o, lse = torch.zeros(t, h, d, dtype=bf), torch.zeros(t, h)
+    dq, dk, dv = (torch.zeros(t, h, d, dtype=bf) for _ in range(3))
+    m = cp.mask.bind(t)
+    # First-call set-up (thread pools, schedules) off the books, on a ContextParallel of its own.
+    small = lt.ContextParallel(longseq.comm.mpi(), algo="ring", seq=64, mask="window:16")
+    x = torch.randn(64, h, d).to(bf).requires_grad_(True)
+    small.attention(x, x.detach(), x.detach()).float().sum().backward()
+    before = hwm()
+    cp._core.forward(q, k, v, o, lse, m, 0.0)
+    fwd = hwm() - before
+    cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, 0.0, None)
+    bwd = hwm() - before - fwd
+    assert torch.isfinite(dq.float()).all() and dk.float().abs().sum() > 0
+    print(fwd, bwd + fwd, t * h * d * 4)
+""")
+
+
+@pytest.mark.parametrize("dtype,fwd_f,both_f", [("float32", 0.5, 2.5), ("bfloat16", 1.5, 6.5)])
+def test_context_parallel_reads_tensors_where_they_lie(dtype, fwd_f, both_f):
+    out = subprocess.run([sys.executable, "-c", CP_SCRIPT, dtype], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    fwd, both, f = map(int, out.stdout.split())
+    assert fwd < (fwd_f + 0.25) * f, f"{dtype}: the forward grew the peak RSS by {fwd / f:.2f} " \
+                                     f"fp32 tensors ({fwd_f} expected)"
+    # The backward's own peak sits on top of the forward's (VmHWM only grows).
+    assert both < (both_f + 0.25) * f, f"{dtype}: the two passes grew the peak RSS by " \
+                                      f"{both / f:.2f} fp32 tensors ({both_f} expected)"
