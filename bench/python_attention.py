@@ -25,6 +25,13 @@ take; the machine may be shared, and the 1-minute load average is recorded). Pea
 process's VmHWM above its level once the inputs exist (outputs and workspaces included; the
 C++ bench states its allocations instead of measuring them).
 
+The paired readings (PAIRED_CASE below): in one process, on one set of tensors, the C++ calls
+the package makes timed in C++ (longseq._core.time_local_attention), the same through
+longseq.attention into existing outputs ("binding"), and longseq.torch.attention with autograd
+take turns --pairs times (the order rotating); the median of the per-round ratios is the reading
+least moved by the machine's drifting load. The same at T = --small-t on --small-threads for
+--small-pairs rounds gives the call overhead as the median per-round difference in µs.
+
 The overhead: T = 128 (H = 8, D = 128, causal) on one thread (--small-threads: no OpenMP
 hand-off, which on a busy machine costs a scheduler slice per parallel region and would swamp
 what is measured), median of --calls calls of the Python forward, minus the C++ bench's forward
@@ -35,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -102,6 +110,65 @@ PY_CASE = textwrap.dedent("""
                       "fwdbwd_peak_extra_bytes": hwm() - base}))
 """)
 
+# The paired reading: in one process, on one set of tensors, three calls of the same case take
+# turns (the order rotating each round, so drift hits each alike): the C++ calls the package
+# makes, timed in C++ around the calls alone (longseq._core.time_local_attention); the same
+# through longseq.attention.forward / backward into existing outputs; and longseq.torch.attention
+# with autograd (fresh outputs and gradients each call, as a model has them). A round's ratio
+# divides two calls a few seconds apart, so load that drifts over minutes cancels; the median over
+# rounds is the reading.
+PAIRED_CASE = textwrap.dedent("""
+    import json, statistics, sys, time
+    import torch
+    import longseq, longseq.torch as lt
+    t, h, d, mask, threads, rounds = sys.argv[1:7]
+    t, h, d, threads, rounds = int(t), int(h), int(d), int(threads), int(rounds)
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(t, h, d, generator=g) for _ in range(4))
+    m = longseq.Mask(mask)
+    bound = m.bind(t)
+    o, lse = torch.zeros(t, h, d), torch.zeros(t, h)
+    dq, dk, dv = (torch.zeros_like(x) for x in (q, k, v))
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    def cpp():
+        return longseq._core.time_local_attention(q, k, v, do, o, lse, dq, dk, dv, bound, threads)
+    def binding():
+        t0 = time.perf_counter()
+        longseq.attention.forward(q, k, v, m, threads=threads, out=o, lse=lse)
+        t1 = time.perf_counter()
+        longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads, dq=dq, dk=dk, dv=dv)
+        return t1 - t0, time.perf_counter() - t0
+    def autograd():
+        qg.grad = kg.grad = vg.grad = None
+        t0 = time.perf_counter()
+        out = lt.attention(qg, kg, vg, mask=m, threads=threads)
+        t1 = time.perf_counter()
+        out.backward(do)
+        return t1 - t0, time.perf_counter() - t0
+    calls = {"cpp": cpp, "binding": binding, "autograd": autograd}
+    names = list(calls)
+    for f in calls.values():  # warm-up: thread pools, first touch of the outputs
+        f()
+    got = {n: [] for n in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
+            got[n].append(calls[n]())
+    out = {"rounds": rounds}
+    for n in names:
+        out[n] = {"fwd_s": [x[0] for x in got[n]], "fwdbwd_s": [x[1] for x in got[n]]}
+    for n in ("binding", "autograd"):
+        for part in ("fwd_s", "fwdbwd_s"):
+            ratios = [a / b for a, b in zip(out[n][part], out["cpp"][part])]
+            diffs = [a - b for a, b in zip(out[n][part], out["cpp"][part])]
+            out[n][part + "_over_cpp"] = {"median": statistics.median(ratios),
+                                          "min": min(ratios), "max": max(ratios),
+                                          "best_over_best": min(out[n][part]) / min(out["cpp"][part])}
+            out[n][part + "_minus_cpp_us"] = 1e6 * statistics.median(diffs)
+    print(json.dumps(out))
+""")
+
 
 def loadavg():
     with open("/proc/loadavg") as f:
@@ -135,6 +202,12 @@ def py_case(a, t, reps, calls):
                      str(a.threads), str(reps), str(calls)], env)
 
 
+def paired_case(a, t, threads, rounds):
+    env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
+    return run_json([sys.executable, "-c", PAIRED_CASE, str(t), str(a.h), str(a.d), a.mask,
+                     str(threads), str(rounds)], env)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
@@ -146,6 +219,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=8,
+                    help="rounds of the paired reading (three calls each, in one process)")
+    ap.add_argument("--small-pairs", type=int, default=1000)
     ap.add_argument("--small-t", type=int, default=128)
     ap.add_argument("--small-threads", type=int, default=1)
     ap.add_argument("--calls", type=int, default=2000)
@@ -210,6 +286,15 @@ def main():
                        "python_fwd_median_us": 1e6 * small["fwd_median_s"],
                        "cpp_fwd_best_us": 1e6 * small_cpp["fwd_s"],
                        "overhead_us": 1e6 * (small["fwd_min_s"] - small_cpp["fwd_s"])}
+    # The paired readings: the target's case, and the overhead at the small shape.
+    paired = paired_case(a, a.t, a.threads, a.pairs)
+    small_paired = paired_case(a, a.small_t, a.small_threads, a.small_pairs)
+    for n in ("cpp", "binding", "autograd"):  # the per-call lists of the small case are long
+        for part in ("fwd_s", "fwdbwd_s"):
+            small_paired[n][part] = {"median": statistics.median(small_paired[n][part]),
+                                     "min": min(small_paired[n][part])}
+    res["paired"] = paired
+    res["paired_small"] = small_paired
     res["loadavg_end"] = loadavg()
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
@@ -233,6 +318,14 @@ def main():
           f"cpp_local / cpp (the row chunks): fwd {c['fwd_s']:.3f}, fwd+bwd {c['fwdbwd_s']:.3f} "
           f"across processes, {in_turn['over_block_fwd_s']:.3f} / "
           f"{in_turn['over_block_fwdbwd_s']:.3f} in turn in one process")
+    for name, pr in (("paired", paired), ("paired_small", small_paired)):
+        for n in ("binding", "autograd"):
+            f, fb = pr[n]["fwd_s_over_cpp"], pr[n]["fwdbwd_s_over_cpp"]
+            print(f"{name} T={a.t if name == 'paired' else a.small_t}, {pr['rounds']} rounds in one "
+                  f"process, {n} / C++: fwd median {f['median']:.3f} [{f['min']:.3f}, "
+                  f"{f['max']:.3f}], fwd+bwd median {fb['median']:.3f} [{fb['min']:.3f}, "
+                  f"{fb['max']:.3f}]; median difference fwd {pr[n]['fwd_s_minus_cpp_us']:.1f} us, "
+                  f"fwd+bwd {pr[n]['fwdbwd_s_minus_cpp_us']:.1f} us")
     o = res["overhead"]
     print(f"overhead at T={o['t']}, {o['threads']} thread: python {o['python_fwd_best_us']:.1f} us "
           f"per forward (best; median {o['python_fwd_median_us']:.1f}), C++ kernel "
