@@ -26,10 +26,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # choice: docs/reliability.md "Sanitizers in CI".
 SLOW_SWEEPS='DistributedStepEqualsWorldOneForEveryAlgorithmAndLayout|EqualsSingleRankForEveryLayoutPolicyAndLoss'
 SLOW_SWEEPS+='|RopeScalingTrain\.StepEqualsAcrossWorldsAndLayouts|PastTwoToThe31ScoreElementsEqualsBruteForce'
-# The attention label's two exhaustive schedule enumerations (pure integer functions over every
-# algorithm, layout and world up to 128: 207 of its test-seconds under ASan); the executor runs
-# every algorithm's schedules under ASan in the label's other tests.
+# The attention label's three exhaustive schedule enumerations (pure integer functions over every
+# algorithm, layout and world up to 128: 207 of its test-seconds under ASan, and the pair-order
+# check over worlds up to 36 another 85 on a 2-core AMD EPYC); the executor runs every
+# algorithm's schedules under ASan in the label's other tests.
 SLOW_SWEEPS+='|Schedule\.AllPairsOnceEverySendMatchedNoSlotHazard|Schedule\.EveryAlgorithmTagsMatchAtLargeWorlds'
+SLOW_SWEEPS+='|PairOrder\.EveryScheduleNeedsNoTags'
 # The local backend's 2.5 GiB transfer (comm_local_big: two minutes alone on both cores under each
 # sanitizer): the local backend has no size-dependent path (one memcpy per message; the 1 GiB
 # chunking is MPI's), so the comm label's small transfers run the same code under ASan and TSan;
