@@ -201,46 +201,68 @@ void attention_forward(const py::object& q_, const py::object& k_, const py::obj
                                      o.data, lse.ptr<float>());
 }
 
+// The tensors of a backward call taken in and checked, in argument order (the first bad one is
+// the one named): q, k, v; do, o, lse like them; dq, dk, dv outputs that overlap no input.
+// attention_backward's intake, and time_local_attention's.
+struct BackwardIo {
+  Array q, k, v, dout, o, lse, dq, dk, dv;
+  Qkv d;
+};
+BackwardIo backward_io(const char* fn, const py::object& do_, const py::object& q_,
+                       const py::object& k_, const py::object& v_, const py::object& o_,
+                       const py::object& lse_, const py::object& dq_, const py::object& dk_,
+                       const py::object& dv_) {
+  const Stream s = kLegacyStream;
+  BackwardIo a;
+  a.q = from_python(fn, q_, "q", s);
+  a.k = from_python(fn, k_, "k", s);
+  a.v = from_python(fn, v_, "v", s);
+  a.d = check_qkv(fn, a.q, a.k, a.v);
+  a.dout = from_python(fn, do_, "do", s);
+  a.o = from_python(fn, o_, "o", s);
+  a.lse = from_python(fn, lse_, "lse", s);
+  check_out(fn, a.dout, a.d.q_shape, a.q.dtype, a.q);
+  check_out(fn, a.o, a.d.q_shape, a.q.dtype, a.q);
+  check_out(fn, a.lse, a.d.lse_shape, DType::f32, a.q);
+  a.dq = from_python(fn, dq_, "dq", s);
+  a.dk = from_python(fn, dk_, "dk", s);
+  a.dv = from_python(fn, dv_, "dv", s);
+  check_out(fn, a.dq, a.d.q_shape, a.q.dtype, a.q);
+  check_out(fn, a.dk, a.d.kv_shape, a.q.dtype, a.q);
+  check_out(fn, a.dv, a.d.kv_shape, a.q.dtype, a.q);
+  no_overlap(fn, {&a.dq, &a.dk, &a.dv}, {&a.q, &a.k, &a.v, &a.dout, &a.o, &a.lse});
+  return a;
+}
+
 void attention_backward(const py::object& do_, const py::object& q_, const py::object& k_,
                         const py::object& v_, const py::object& o_, const py::object& lse_,
                         const py::object& dq_, const py::object& dk_, const py::object& dv_,
                         const PyMask& mask, double scale, int threads, const std::string& precision,
                         const py::object& dlse_) {
   constexpr const char* fn = "longseq.attention.backward";
-  const Stream s = kLegacyStream;
-  const Array q = from_python(fn, q_, "q", s), k = from_python(fn, k_, "k", s),
-              v = from_python(fn, v_, "v", s);
-  const Qkv d = check_qkv(fn, q, k, v);
-  const Array dout = from_python(fn, do_, "do", s), o = from_python(fn, o_, "o", s),
-              lse = from_python(fn, lse_, "lse", s);
-  check_out(fn, dout, d.q_shape, q.dtype, q);
-  check_out(fn, o, d.q_shape, q.dtype, q);
-  check_out(fn, lse, d.lse_shape, DType::f32, q);
-  const Array dq = from_python(fn, dq_, "dq", s), dk = from_python(fn, dk_, "dk", s),
-              dv = from_python(fn, dv_, "dv", s);
-  check_out(fn, dq, d.q_shape, q.dtype, q);
-  check_out(fn, dk, d.kv_shape, q.dtype, q);
-  check_out(fn, dv, d.kv_shape, q.dtype, q);
-  no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
-  const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv}, s);
+  const BackwardIo a = backward_io(fn, do_, q_, k_, v_, o_, lse_, dq_, dk_, dv_);
+  const Qkv& d = a.d;
+  const std::optional<Array> dlse =
+      lse_grad(fn, dlse_, d, a.q, {&a.dq, &a.dk, &a.dv}, kLegacyStream);
   // device_attention_backward takes no dlse (the GPU executor has no op for it): refuse here.
-  if (dlse && !q.device.is_cpu())
-    value_error(fn, ": dlse is on ", q.device.str(),
+  if (dlse && !a.q.device.is_cpu())
+    value_error(fn, ": dlse is on ", a.q.device.str(),
                 ": a gradient with respect to lse is taken on the CPU only (a loss on GPU "
                 "tensors may use o, not lse)");
   check_mask(fn, mask, d.dims.tokens, d.dims.batch);
   check_scale(fn, scale);
-  const DType p = kernel_precision(fn, precision, q);
-  if (!q.device.is_cpu()) {
-    device_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, d.dims, mask, scale, p);
+  const DType p = kernel_precision(fn, precision, a.q);
+  if (!a.q.device.is_cpu()) {
+    device_attention_backward(a.dout, a.q, a.k, a.v, a.o, a.lse, a.dq, a.dk, a.dv, d.dims, mask,
+                              scale, p);
     return;
   }
   const int t = rank_threads(threads, 1);
   const std::vector<const attention::MaskSpec*> masks = raw(mask);
   py::gil_scoped_release nogil;
-  attention::local_attention_backward(dout.data, q.data, k.data, v.data, o.data, lse.ptr<float>(),
-                                      q.dtype, d.dims, masks, scale, t, dq.data, dk.data, dv.data,
-                                      dlse ? dlse->ptr<float>() : nullptr);
+  attention::local_attention_backward(
+      a.dout.data, a.q.data, a.k.data, a.v.data, a.o.data, a.lse.ptr<float>(), a.q.dtype, d.dims,
+      masks, scale, t, a.dq.data, a.dk.data, a.dv.data, dlse ? dlse->ptr<float>() : nullptr);
 }
 
 // bench/python_attention.py's in-process reference: the C++ calls that longseq.attention.forward
@@ -254,32 +276,22 @@ std::pair<double, double> time_local_attention(const py::object& q_, const py::o
                                                const py::object& dv_, const PyMask& mask,
                                                int threads) {
   constexpr const char* fn = "longseq._core.time_local_attention";
-  const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
-              v = from_python(fn, v_, "v");
-  const Qkv d = check_qkv(fn, q, k, v);
-  q.need_host(fn);
-  const Array dout = from_python(fn, do_, "do"), o = from_python(fn, o_, "o"),
-              lse = from_python(fn, lse_, "lse"), dq = from_python(fn, dq_, "dq"),
-              dk = from_python(fn, dk_, "dk"), dv = from_python(fn, dv_, "dv");
-  check_out(fn, dout, d.q_shape, q.dtype, q);
-  check_out(fn, o, d.q_shape, q.dtype, q);
-  check_out(fn, lse, d.lse_shape, DType::f32, q);
-  check_out(fn, dq, d.q_shape, q.dtype, q);
-  check_out(fn, dk, d.kv_shape, q.dtype, q);
-  check_out(fn, dv, d.kv_shape, q.dtype, q);
-  no_overlap(fn, {&o, &lse, &dq, &dk, &dv}, {&q, &k, &v, &dout});
-  check_mask(fn, mask, d.dims.tokens, d.dims.batch);
+  const BackwardIo a = backward_io(fn, do_, q_, k_, v_, o_, lse_, dq_, dk_, dv_);
+  a.q.need_host(fn);
+  // The forward writes o and lse, which the backward then reads.
+  no_overlap(fn, {&a.o, &a.lse}, {&a.q, &a.k, &a.v, &a.dout});
+  check_mask(fn, mask, a.d.dims.tokens, a.d.dims.batch);
   const int t = rank_threads(threads, 1);
   const std::vector<const attention::MaskSpec*> masks = raw(mask);
   py::gil_scoped_release nogil;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  attention::local_attention_forward(q.data, k.data, v.data, q.dtype, d.dims, masks, 0.0, t, o.data,
-                                     lse.ptr<float>());
+  attention::local_attention_forward(a.q.data, a.k.data, a.v.data, a.q.dtype, a.d.dims, masks, 0.0,
+                                     t, a.o.data, a.lse.ptr<float>());
   const auto t1 = clock::now();
-  attention::local_attention_backward(dout.data, q.data, k.data, v.data, o.data, lse.ptr<float>(),
-                                      q.dtype, d.dims, masks, 0.0, t, dq.data, dk.data, dv.data,
-                                      nullptr);
+  attention::local_attention_backward(a.dout.data, a.q.data, a.k.data, a.v.data, a.o.data,
+                                      a.lse.ptr<float>(), a.q.dtype, a.d.dims, masks, 0.0, t,
+                                      a.dq.data, a.dk.data, a.dv.data, nullptr);
   const auto t2 = clock::now();
   return {std::chrono::duration<double>(t1 - t0).count(),
           std::chrono::duration<double>(t2 - t0).count()};

@@ -583,7 +583,12 @@ void execute(Pass pass, View<const In> q, View<const In> k, View<const In> v, Vi
   // Bundles: forward and ring backward [K | V] in T; burst [Q | dO | D | LSE]; grad fp32.
   const BundleLayout bl = data_layout(rs, spec.algo, pass, dm);
   const int64_t gel = grad_elems(rs, spec.algo, pass, dm);
-  std::vector<std::byte*> dslots(static_cast<size_t>(rs.data_slots), nullptr);  // below
+  // A data slot gets memory only when something lands in it or reads it (used_data_slots, which
+  // the planner's memory model counts too): at world 1 no [K | V] bundle is allocated.
+  std::vector<std::byte*> dslots(static_cast<size_t>(rs.data_slots), nullptr);
+  const std::vector<bool> used = used_data_slots(rs, bq);
+  for (size_t i = 0; i < dslots.size(); ++i)
+    if (used[i]) dslots[i] = st.make(bl.bytes);
   std::vector<float*> gslots;
   for (int i = 0; i < rs.grad_slots; ++i)
     gslots.push_back(reinterpret_cast<float*>(st.make(gel * sizeof(float))));
@@ -642,13 +647,6 @@ void execute(Pass pass, View<const In> q, View<const In> k, View<const In> v, Vi
         int& at = pack_step[x.slot / dslots_g];
         at = at < 0 ? x.post_step : std::min(at, x.post_step);
       }
-  }
-  // A data slot gets memory only when something lands in it or reads it (used_data_slots,
-  // which the planner's memory model counts too): at world 1 no [K | V] bundle is allocated.
-  {
-    const std::vector<bool> used = used_data_slots(rs, bq);
-    for (size_t i = 0; i < dslots.size(); ++i)
-      if (used[i]) dslots[i] = st.make(bl.bytes);
   }
   // Where the fields of head group g live (-1: the sides, no head groups).
   auto sides = [&](int g) -> std::array<std::byte*, kFields>& {
