@@ -255,12 +255,19 @@ TEST(Schedule, UsedDataSlotsAreWhatTheExecutorTouches) {
         const RankSchedule s = make_schedule(r, topo4, four, pairs4, algo, pass);
         const std::vector<bool> used = used_data_slots(s, bundle_is_query(algo, pass));
         ASSERT_EQ(used.size(), static_cast<size_t>(s.data_slots));
-        for (const Xfer& x : s.xfers)
-          if (x.part == Part::data) EXPECT_TRUE(used[static_cast<size_t>(x.slot)]) << a << r;
-        for (const Work& w : s.work)
-          if (w.slot >= 0 && w.origin != s.member) EXPECT_TRUE(used[static_cast<size_t>(w.slot)]);
-        if (std::string(a) == "ring")
+        for (const Xfer& x : s.xfers) {
+          if (x.part == Part::data) {
+            EXPECT_TRUE(used[static_cast<size_t>(x.slot)]) << a << r;
+          }
+        }
+        for (const Work& w : s.work) {
+          if (w.slot >= 0 && w.origin != s.member) {
+            EXPECT_TRUE(used[static_cast<size_t>(w.slot)]) << a << r;
+          }
+        }
+        if (std::string(a) == "ring") {
           EXPECT_EQ(used_data_slot_count(s, bundle_is_query(algo, pass)), s.data_slots);
+        }
       }
 }
 
