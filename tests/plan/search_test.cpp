@@ -16,6 +16,8 @@
 //    and every configuration it pruned is slower in the exhaustive search than its bound.
 // 4. plan_request_json answers as `longseq plan --json` prints, for the cluster and --train.
 // 5. Bad splits and batches are refused naming the flag and values.
+// 6. Searches running at once on several threads, over more layouts than the planner's caches
+//    hold, answer bit for bit as each does alone.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -26,7 +28,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "longseq/core/error.hpp"
 #include "longseq/plan/planner.hpp"
@@ -295,6 +299,61 @@ TEST(PlanSearch, PrunedSearchRanksTheTopAsTheExhaustiveOne) {
     }
   }
   EXPECT_GT(pruned_total, 20);  // the cases exercise pruning
+}
+
+// The planner's caches (pair tables, visible-pair counts) are shared by every thread of every
+// search in a process and emptied on a miss once full. Searches running at once over more
+// distinct layouts than the caches hold must each answer what they answer alone. (The caches
+// once handed out references into the map: a miss on one thread freed the table another
+// thread's make_schedules was reading, a segfault seen when searches ran side by side.)
+TEST(PlanSearch, ConcurrentSearchesAnswerAsAlone) {
+  constexpr int kSearches = 6;
+  std::vector<PlanOptions> opts;
+  for (int i = 0; i < kSearches; ++i) {
+    PlanOptions o;
+    o.model = small_model();
+    o.seq = 6000 + 1001 * i;  // distinct lengths: every search its own layouts
+    o.gpus = 48;
+    o.gpus_per_node = 8;
+    o.hw = load_hardware("a800");
+    o.mask = MaskSpec::parse(i % 2 ? "window:500" : "causal", false, o.seq);
+    o.top = 0;  // replay every configuration: many schedules built while others are
+    o.checkpoints = {model::CheckpointPolicy::none};
+    o.losses = {model::LossMode::fused};
+    opts.push_back(o);
+  }
+  auto summary = [](const PlanResult& r) {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const Evaluation& e : r.configs)
+      out.emplace_back(std::to_string(e.config.split.cp) + " " + e.config.algo.name() +
+                           (e.pruned ? " pruned" : ""),
+                       std::bit_cast<uint64_t>(e.step_seconds));
+    return out;
+  };
+  std::vector<std::vector<std::pair<std::string, uint64_t>>> alone;
+  for (const PlanOptions& o : opts) alone.push_back(summary(plan_search(o)));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<std::pair<std::string, uint64_t>>> together(kSearches);
+    std::vector<std::string> errors(kSearches);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kSearches; ++i)
+      threads.emplace_back([&, i] {
+        try {
+          together[static_cast<size_t>(i)] = summary(plan_search(opts[static_cast<size_t>(i)]));
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(i)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < kSearches; ++i) {
+      const auto u = static_cast<size_t>(i);
+      EXPECT_EQ(errors[u], "") << "search " << i << " round " << round;
+      ASSERT_EQ(together[u].size(), alone[u].size()) << "search " << i << " round " << round;
+      for (size_t c = 0; c < alone[u].size(); ++c) {
+        EXPECT_EQ(together[u][c], alone[u][c]) << "search " << i << " round " << round;
+      }
+    }
+  }
 }
 
 #ifdef LONGSEQ_CLI

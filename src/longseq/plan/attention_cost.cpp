@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -171,20 +172,23 @@ TileWork kernel_tile_work(const Chunk& q, const Chunk& k, int64_t n, const MaskS
 namespace {
 
 // The chunk-pair classification of a layout, cached: every pass of every algorithm the planner
-// costs asks for the same (layout, mask), and building it reads every token's position.
-const PairTable& pair_table(const Layout& layout, const MaskSpec& mask) {
+// costs asks for the same (layout, mask), and building it reads every token's position. Shared
+// ownership, because the plan search's threads read tables while another thread's miss may clear
+// the cache: a reference into the map would dangle then (it did: a use-after-free in
+// make_schedules when two searches ran at once).
+std::shared_ptr<const PairTable> pair_table(const Layout& layout, const MaskSpec& mask) {
   using Key = std::tuple<int, int64_t, int, int64_t, std::string>;
   static std::mutex mu;
-  static std::map<Key, std::unique_ptr<PairTable>> cache;
+  static std::map<Key, std::shared_ptr<const PairTable>> cache;
   const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(),
                 mask.block_size, mask.describe()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() > 16) cache.clear();
-    it = cache.emplace(key, std::make_unique<PairTable>(layout, mask)).first;
+    it = cache.emplace(key, std::make_shared<const PairTable>(layout, mask)).first;
   }
-  return *it->second;
+  return it->second;
 }
 
 // Query rows of chunk `q` below the query limit (-1: all rows).
@@ -232,7 +236,8 @@ class RankPairCounts {
  public:
   RankPairCounts(const Layout& layout, const MaskSpec& mask, int64_t q_limit)
       : world_(layout.world()) {
-    const PairTable& table = pair_table(layout, mask);
+    const std::shared_ptr<const PairTable> held = pair_table(layout, mask);
+    const PairTable& table = *held;
     VisibleCounter count(layout.global_len(), mask, q_limit);
     counts_.assign(static_cast<size_t>(world_) * world_, 0);
     for (int qr = 0; qr < world_; ++qr)
@@ -251,20 +256,21 @@ class RankPairCounts {
   std::vector<int64_t> counts_;
 };
 
-const RankPairCounts& rank_pair_counts(const Layout& layout, const MaskSpec& mask,
-                                       int64_t q_limit) {
+// Shared ownership for the reason pair_table gives.
+std::shared_ptr<const RankPairCounts> rank_pair_counts(const Layout& layout, const MaskSpec& mask,
+                                                       int64_t q_limit) {
   using Key = std::tuple<int, int64_t, int, int64_t, std::string>;
   static std::mutex mu;
-  static std::map<Key, std::unique_ptr<RankPairCounts>> cache;
+  static std::map<Key, std::shared_ptr<const RankPairCounts>> cache;
   const Key key{static_cast<int>(layout.balance()), layout.global_len(), layout.world(), q_limit,
                 mask.describe()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() > 64) cache.clear();
-    it = cache.emplace(key, std::make_unique<RankPairCounts>(layout, mask, q_limit)).first;
+    it = cache.emplace(key, std::make_shared<const RankPairCounts>(layout, mask, q_limit)).first;
   }
-  return *it->second;
+  return it->second;
 }
 
 }  // namespace
@@ -278,9 +284,9 @@ ScheduleSet make_schedules(const Algorithm& algo, const AttnProblem& prob, Pass 
   Algorithm sized = algo;
   if (sized.route == Route::double_ring) sized.inner = inner_ring(algo, prob);
   const comm::Topology topo = attention::schedule_topology(sized, comm::Topology(world));
-  const PairTable& pairs = pair_table(layout, prob.mask);
+  const std::shared_ptr<const PairTable> pairs = pair_table(layout, prob.mask);
   return {topo, layout,
-          attention::make_schedules(topo, layout, pairs, algo, pass, {prob.hq, prob.hkv})};
+          attention::make_schedules(topo, layout, *pairs, algo, pass, {prob.hq, prob.hkv})};
 }
 
 namespace {
@@ -440,8 +446,9 @@ PassCost replay_pass(const ScheduleSet& set, const Algorithm& algo, const AttnPr
   const bool exact_sums = static_cast<double>(l) * static_cast<double>(max_q_pieces) *
                               static_cast<double>(l) * static_cast<double>(max_kv_pieces) <
                           9007199254740992.0;  // 2^53
-  const RankPairCounts* rank_counts =
-      exact_sums ? &rank_pair_counts(set.layout, p.mask, q_limit) : nullptr;
+  const std::shared_ptr<const RankPairCounts> held_counts =
+      exact_sums ? rank_pair_counts(set.layout, p.mask, q_limit) : nullptr;
+  const RankPairCounts* rank_counts = held_counts.get();
   VisibleCounter chunk_count(set.layout.global_len(), p.mask, q_limit);
   // The (q rank, q chunk, k rank, k chunk) of every pair of a step.
   auto for_pairs = [&](int rank, const attention::Work& w, auto&& f) {
