@@ -31,6 +31,11 @@ longseq.attention into existing outputs ("binding"), and longseq.torch.attention
 take turns --pairs times (the order rotating); the median of the per-round ratios is the reading
 least moved by the machine's drifting load. The same at T = --small-t on --small-threads for
 --small-pairs rounds gives the call overhead as the median per-round difference in µs.
+In-call ("*_in_call"): each Python call's wall time against the seconds the engine's call spent
+inside that same call (longseq._core.engine_seconds(), two clock reads around the C++ function
+with the GIL released): the kernels' run-to-run noise is in both, so the difference is the
+binding's own work (argument conversion, DLPack, checks; with autograd, torch's graph and
+allocations), and the ratio what a Python caller pays over a C++ caller of the same function.
 
 The overhead: T = 128 (H = 8, D = 128, causal) on one thread (--small-threads: no OpenMP
 hand-off, which on a busy machine costs a scheduler slice per parallel region and would swamp
@@ -133,24 +138,36 @@ PAIRED_CASE = textwrap.dedent("""
     qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
     def cpp():
         return longseq._core.time_local_attention(q, k, v, do, o, lse, dq, dk, dv, bound, threads)
+    engine = longseq._core.engine_seconds
+    inside = {"binding": [], "autograd": []}  # per call: the engine's own seconds (fwd, fwd+bwd)
     def binding():
         t0 = time.perf_counter()
         longseq.attention.forward(q, k, v, m, threads=threads, out=o, lse=lse)
         t1 = time.perf_counter()
+        ef = engine()[0]
+        t2 = time.perf_counter()
         longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads, dq=dq, dk=dk, dv=dv)
-        return t1 - t0, time.perf_counter() - t0
+        t3 = time.perf_counter()
+        inside["binding"].append((ef, ef + engine()[1]))
+        return t1 - t0, (t1 - t0) + (t3 - t2)
     def autograd():
         qg.grad = kg.grad = vg.grad = None
         t0 = time.perf_counter()
         out = lt.attention(qg, kg, vg, mask=m, threads=threads)
         t1 = time.perf_counter()
+        ef = engine()[0]
+        t2 = time.perf_counter()
         out.backward(do)
-        return t1 - t0, time.perf_counter() - t0
+        t3 = time.perf_counter()
+        inside["autograd"].append((ef, ef + engine()[1]))
+        return t1 - t0, (t1 - t0) + (t3 - t2)
     calls = {"cpp": cpp, "binding": binding, "autograd": autograd}
     names = list(calls)
     for f in calls.values():  # warm-up: thread pools, first touch of the outputs
         f()
     got = {n: [] for n in names}
+    for n in inside:  # the warm-up's calls are not counted
+        inside[n].clear()
     for r in range(rounds):
         for i in range(len(names)):
             n = names[(r + i) % len(names)]
@@ -166,6 +183,16 @@ PAIRED_CASE = textwrap.dedent("""
                                           "min": min(ratios), "max": max(ratios),
                                           "best_over_best": min(out[n][part]) / min(out["cpp"][part])}
             out[n][part + "_minus_cpp_us"] = 1e6 * statistics.median(diffs)
+            # In-call: each call's wall time against the engine's seconds inside that same call,
+            # so the kernels' run-to-run noise cancels; what is left is the binding's own work.
+            j = 0 if part == "fwd_s" else 1
+            walls = out[n][part]
+            ins = [x[j] for x in inside[n]]
+            out[n][part + "_engine"] = ins
+            out[n][part + "_in_call"] = {
+                "over_engine_median": statistics.median(w / e for w, e in zip(walls, ins)),
+                "overhead_us_median": 1e6 * statistics.median(w - e for w, e in zip(walls, ins)),
+                "overhead_us_min": 1e6 * min(w - e for w, e in zip(walls, ins))}
     print(json.dumps(out))
 """)
 
@@ -208,39 +235,9 @@ def paired_case(a, t, threads, rounds):
                      str(threads), str(rounds)], env)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--t", type=int, default=8192)
-    ap.add_argument("--h", type=int, default=8)
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--mask", default="causal", choices=["full", "causal"])
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--pairs", type=int, default=8,
-                    help="rounds of the paired reading (three calls each, in one process)")
-    ap.add_argument("--small-pairs", type=int, default=1000)
-    ap.add_argument("--small-t", type=int, default=128)
-    ap.add_argument("--small-threads", type=int, default=1)
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--tmp", default="/tmp")
-    a = ap.parse_args()
-
-    res = {"command": " ".join(sys.argv), "cpu": platform.processor() or platform.machine(),
-           "shape": {"t": a.t, "h": a.h, "d": a.d, "mask": a.mask}, "threads": a.threads,
-           "loadavg_start": loadavg()}
-    with open("/proc/cpuinfo") as f:
-        res["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
-                          res["cpu"])
-    info = json.loads(subprocess.run([sys.executable, "-c",
-                                      "import longseq, json; print(json.dumps(longseq.info()))"],
-                                     capture_output=True, text=True,
-                                     env=dict(os.environ,
-                                              PYTHONPATH=os.path.join(a.build, "python"))).stdout)
-    res["kernel_variant"] = info["kernel_variant"]
-    res["gemm"] = info["gemm"]
+def across_processes(a, res):
+    """The readings each in a process of its own (python, cpp, cpp_local, torch) and the
+    best-against-best overhead at the small shape, into res."""
     # Interleaved so drifting load hits every reading alike: python, cpp, cpp_local, python, ...
     pys, cpps, locals_ = [], [], []
     for _ in range(a.rounds):
@@ -286,21 +283,11 @@ def main():
                        "python_fwd_median_us": 1e6 * small["fwd_median_s"],
                        "cpp_fwd_best_us": 1e6 * small_cpp["fwd_s"],
                        "overhead_us": 1e6 * (small["fwd_min_s"] - small_cpp["fwd_s"])}
-    # The paired readings: the target's case, and the overhead at the small shape.
-    paired = paired_case(a, a.t, a.threads, a.pairs)
-    small_paired = paired_case(a, a.small_t, a.small_threads, a.small_pairs)
-    for n in ("cpp", "binding", "autograd"):  # the per-call lists of the small case are long
-        for part in ("fwd_s", "fwdbwd_s"):
-            small_paired[n][part] = {"median": statistics.median(small_paired[n][part]),
-                                     "min": min(small_paired[n][part])}
-    res["paired"] = paired
-    res["paired_small"] = small_paired
-    res["loadavg_end"] = loadavg()
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
 
-    print(f"attention {a.mask} T={a.t} H={a.h} D={a.d}, {a.threads} threads, {res['cpu']} "
-          f"({res['kernel_variant']}), load {res['loadavg_start']:.2f} -> {res['loadavg_end']:.2f}")
+
+def print_across_processes(res):
+    cpp, cpp_local, py = res["cpp"], res["cpp_local"], res["python"]
+    torch_naive, in_turn = res["torch_naive"], res["cpp_local_in_turn"]
     print(f"{'':9} {'fwd s':>9} {'fwd+bwd s':>10} {'cpu fwd':>9} {'cpu f+b':>9} "
           f"{'peak MiB (f+b)':>15}")
     for name, r, peak in (("cpp", cpp, cpp["extra_bytes"]),
@@ -318,6 +305,70 @@ def main():
           f"cpp_local / cpp (the row chunks): fwd {c['fwd_s']:.3f}, fwd+bwd {c['fwdbwd_s']:.3f} "
           f"across processes, {in_turn['over_block_fwd_s']:.3f} / "
           f"{in_turn['over_block_fwdbwd_s']:.3f} in turn in one process")
+    o = res["overhead"]
+    print(f"overhead at T={o['t']}, {o['threads']} thread: python {o['python_fwd_best_us']:.1f} us "
+          f"per forward (best; median {o['python_fwd_median_us']:.1f}), C++ kernel "
+          f"{o['cpp_fwd_best_us']:.1f} us (best): {o['overhead_us']:.1f} us")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--t", type=int, default=8192)
+    ap.add_argument("--h", type=int, default=8)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--mask", default="causal", choices=["full", "causal"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=8,
+                    help="rounds of the paired reading (three calls each, in one process)")
+    ap.add_argument("--small-pairs", type=int, default=1000)
+    ap.add_argument("--small-t", type=int, default=128)
+    ap.add_argument("--small-threads", type=int, default=1)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--tmp", default="/tmp")
+    ap.add_argument("--paired-only", action="store_true",
+                    help="only the paired and in-call readings (one process each; minutes)")
+    a = ap.parse_args()
+
+    res = {"command": " ".join(sys.argv), "cpu": platform.processor() or platform.machine(),
+           "shape": {"t": a.t, "h": a.h, "d": a.d, "mask": a.mask}, "threads": a.threads,
+           "loadavg_start": loadavg()}
+    with open("/proc/cpuinfo") as f:
+        res["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
+                          res["cpu"])
+    info = json.loads(subprocess.run([sys.executable, "-c",
+                                      "import longseq, json; print(json.dumps(longseq.info()))"],
+                                     capture_output=True, text=True,
+                                     env=dict(os.environ,
+                                              PYTHONPATH=os.path.join(a.build, "python"))).stdout)
+    res["kernel_variant"] = info["kernel_variant"]
+    res["gemm"] = info["gemm"]
+    if not a.paired_only:
+        across_processes(a, res)
+    # The paired readings: the target's case, and the overhead at the small shape.
+    paired = paired_case(a, a.t, a.threads, a.pairs)
+    small_paired = paired_case(a, a.small_t, a.small_threads, a.small_pairs)
+    for n in ("cpp", "binding", "autograd"):  # the per-call lists of the small case are long
+        for part in ("fwd_s", "fwdbwd_s"):
+            small_paired[n][part] = {"median": statistics.median(small_paired[n][part]),
+                                     "min": min(small_paired[n][part])}
+            if n != "cpp":
+                calls = small_paired[n].pop(part + "_engine")
+                small_paired[n][part + "_engine"] = {"median": statistics.median(calls),
+                                                     "min": min(calls)}
+    res["paired"] = paired
+    res["paired_small"] = small_paired
+    res["loadavg_end"] = loadavg()
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+    print(f"attention {a.mask} T={a.t} H={a.h} D={a.d}, {a.threads} threads, {res['cpu']} "
+          f"({res['kernel_variant']}), load {res['loadavg_start']:.2f} -> {res['loadavg_end']:.2f}")
+    if not a.paired_only:
+        print_across_processes(res)
     for name, pr in (("paired", paired), ("paired_small", small_paired)):
         for n in ("binding", "autograd"):
             f, fb = pr[n]["fwd_s_over_cpp"], pr[n]["fwdbwd_s_over_cpp"]
@@ -326,10 +377,11 @@ def main():
                   f"{f['max']:.3f}], fwd+bwd median {fb['median']:.3f} [{fb['min']:.3f}, "
                   f"{fb['max']:.3f}]; median difference fwd {pr[n]['fwd_s_minus_cpp_us']:.1f} us, "
                   f"fwd+bwd {pr[n]['fwdbwd_s_minus_cpp_us']:.1f} us")
-    o = res["overhead"]
-    print(f"overhead at T={o['t']}, {o['threads']} thread: python {o['python_fwd_best_us']:.1f} us "
-          f"per forward (best; median {o['python_fwd_median_us']:.1f}), C++ kernel "
-          f"{o['cpp_fwd_best_us']:.1f} us (best): {o['overhead_us']:.1f} us")
+            f, fb = pr[n]["fwd_s_in_call"], pr[n]["fwdbwd_s_in_call"]
+            print(f"  in-call ({n}'s wall over the engine's seconds inside the same call): fwd "
+                  f"median {f['over_engine_median']:.4f}, {f['overhead_us_median']:.1f} us; "
+                  f"fwd+bwd median {fb['over_engine_median']:.4f}, "
+                  f"{fb['overhead_us_median']:.1f} us")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -98,6 +99,21 @@ void check_scale(const char* fn, double scale) {
 namespace {
 
 constexpr const char* kMask = "longseq.Mask";
+
+// Seconds the latest attention_forward / attention_backward of this process spent inside the
+// engine's call (the GIL released around it): what a C++ caller of the same function would have
+// waited. A Python caller's wall time minus this, call by call, is the binding's overhead with the
+// machine's noise on the kernel cancelled (bench/python_attention.py). Two clock reads a call.
+std::atomic<double> g_engine_forward_s{0}, g_engine_backward_s{0};
+
+// Runs f, storing its seconds into `into`.
+template <class F>
+void timed(std::atomic<double>& into, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  into.store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+             std::memory_order_relaxed);
+}
 
 // Integer ids of `a` (int32 or int64, host memory, contiguous) as int64.
 std::vector<int64_t> host_ints(const Array& a, const char* fn) {
@@ -197,8 +213,10 @@ void attention_forward(const py::object& q_, const py::object& k_, const py::obj
   const int t = rank_threads(threads, 1);
   const std::vector<const attention::MaskSpec*> masks = raw(mask);
   py::gil_scoped_release nogil;
-  attention::local_attention_forward(q.data, k.data, v.data, q.dtype, d.dims, masks, scale, t,
-                                     o.data, lse.ptr<float>());
+  timed(g_engine_forward_s, [&] {
+    attention::local_attention_forward(q.data, k.data, v.data, q.dtype, d.dims, masks, scale, t,
+                                       o.data, lse.ptr<float>());
+  });
 }
 
 // The tensors of a backward call taken in and checked, in argument order (the first bad one is
@@ -260,9 +278,11 @@ void attention_backward(const py::object& do_, const py::object& q_, const py::o
   const int t = rank_threads(threads, 1);
   const std::vector<const attention::MaskSpec*> masks = raw(mask);
   py::gil_scoped_release nogil;
-  attention::local_attention_backward(
-      a.dout.data, a.q.data, a.k.data, a.v.data, a.o.data, a.lse.ptr<float>(), a.q.dtype, d.dims,
-      masks, scale, t, a.dq.data, a.dk.data, a.dv.data, dlse ? dlse->ptr<float>() : nullptr);
+  timed(g_engine_backward_s, [&] {
+    attention::local_attention_backward(
+        a.dout.data, a.q.data, a.k.data, a.v.data, a.o.data, a.lse.ptr<float>(), a.q.dtype, d.dims,
+        masks, scale, t, a.dq.data, a.dk.data, a.dv.data, dlse ? dlse->ptr<float>() : nullptr);
+  });
 }
 
 // bench/python_attention.py's in-process reference: the C++ calls that longseq.attention.forward
@@ -414,6 +434,14 @@ void bind_attention(py::module_& m) {
   m.def("time_local_attention", &time_local_attention, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("do"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("threads") = 0);
+  m.def(
+      "engine_seconds",
+      [] {
+        return std::pair{g_engine_forward_s.load(std::memory_order_relaxed),
+                         g_engine_backward_s.load(std::memory_order_relaxed)};
+      },
+      "(forward, backward): seconds the latest host attention_forward and attention_backward "
+      "of this process spent inside the engine's call (the binding's own work excluded)");
   m.def("attention_distributed", &attention_distributed, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("do"), py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
         py::arg("mask"), py::arg("world"), py::arg("algo"), py::arg("balance"),

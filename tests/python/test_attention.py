@@ -266,3 +266,22 @@ def test_threads_do_not_change_the_bits():
     g1 = longseq.attention.backward(do, q, k, v, o1, l1, "causal", threads=1)
     g2 = longseq.attention.backward(do, q, k, v, o1, l1, "causal", threads=2)
     assert all(torch.equal(a, b) for a, b in zip(g1, g2))
+
+
+def test_engine_seconds_time_each_call_inside_its_wall_time():
+    # bench/python_attention.py's in-call reading subtracts these from each call's wall time:
+    # they must be this call's (not a stale one's) and lie inside it.
+    import time
+    for t in (64, 1500):
+        q, k, v, do = make(0, t, 4, 2, 32, seed=t)
+        t0 = time.perf_counter()
+        o, lse = longseq.attention.forward(q, k, v, "causal", threads=1)
+        t1 = time.perf_counter()
+        dq, dk, dv = longseq.attention.backward(do, q, k, v, o, lse, "causal", threads=1)
+        t2 = time.perf_counter()
+        fwd, bwd = longseq._core.engine_seconds()
+        assert 0 < fwd < t1 - t0 and 0 < bwd < t2 - t1, (t, fwd, bwd, t1 - t0, t2 - t1)
+        if t == 64:
+            small = (fwd, bwd)
+    # The long call's kernels take more than the short one's: the reading follows the work.
+    assert fwd > small[0] and bwd > small[1], (small, fwd, bwd)
