@@ -120,27 +120,73 @@ core::Device device_of(const char* fn, py::handle obj, const std::string& name) 
   return device_from(dev[0].cast<int>(), dev[1].cast<int>(), fn, name);
 }
 
+namespace {
+
+// torch's public to_dlpack (torch.utils.dlpack.to_dlpack) when obj is a plain torch.Tensor on the
+// CPU that does not require grad, else None. Such a tensor's __dlpack_device__ and __dlpack__ are
+// Python methods (an import and an enum per call in torch 1.13) costing ~8 µs a tensor, most of a
+// small attention call's overhead; to_dlpack is the C function they end in, and the capsule
+// carries the device. Tensors that require grad take the general path, where __dlpack__ refuses
+// them in torch's words; CUDA tensors too, for the stream rule. torch is looked up, never
+// imported: numpy users need none.
+py::handle torch_cpu_exporter(py::handle obj) {
+  static PyObject* tensor_type = nullptr;
+  static PyObject* to_dlpack = nullptr;
+  static bool unavailable = false;
+  if (tensor_type == nullptr && !unavailable) {
+    PyObject* torch = PyImport_GetModule(py::str("torch").ptr());
+    if (torch == nullptr) {
+      PyErr_Clear();
+      return py::none();  // not imported (yet): so obj is no torch tensor
+    }
+    try {
+      const py::object mod = py::reinterpret_steal<py::object>(torch);
+      py::object type = mod.attr("Tensor");
+      py::object fn = mod.attr("utils").attr("dlpack").attr("to_dlpack");
+      // Held for the life of the process (no release at interpreter exit).
+      tensor_type = type.release().ptr();
+      to_dlpack = fn.release().ptr();
+    } catch (py::error_already_set&) {
+      unavailable = true;  // a torch without them: every tensor takes the general path
+    }
+  }
+  if (tensor_type == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(tensor_type))
+    return py::none();
+  if (!obj.attr("is_cpu").cast<bool>() || obj.attr("requires_grad").cast<bool>()) return py::none();
+  return to_dlpack;
+}
+
+}  // namespace
+
 Array from_python(const char* fn, py::handle obj, const std::string& name, Stream stream) {
-  const core::Device dev = device_of(fn, obj, name);
-  if (!py::hasattr(obj, "__dlpack__"))
-    type_error(fn, ": ", name, " is a ", type_name(obj), " without __dlpack__");
   Array a;
   a.name = name;
-  a.device = dev;
-  try {
-    // The DLPack stream rule: on a GPU the consumer names its stream and the producer makes the
-    // data ready there; on the CPU no stream is passed (numpy's __dlpack__ takes none but None).
-    a.capsule = dev.is_cpu() || !stream ? obj.attr("__dlpack__")()
-                                        : obj.attr("__dlpack__")(py::arg("stream") = *stream);
-  } catch (py::error_already_set& e) {
-    // torch refuses tensors that require grad, numpy read-only arrays: say which argument.
-    value_error(fn, ": ", name,
-                ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
+  const py::handle export_cpu = torch_cpu_exporter(obj);
+  const bool from_torch = !export_cpu.is_none();
+  if (from_torch) {
+    a.capsule = export_cpu(obj);  // the device is read from the capsule below
+  } else {
+    const core::Device dev = device_of(fn, obj, name);
+    if (!py::hasattr(obj, "__dlpack__"))
+      type_error(fn, ": ", name, " is a ", type_name(obj), " without __dlpack__");
+    a.device = dev;
+    try {
+      // The DLPack stream rule: on a GPU the consumer names its stream and the producer makes
+      // the data ready there; on the CPU no stream is passed (numpy's __dlpack__ takes none but
+      // None).
+      a.capsule = dev.is_cpu() || !stream ? obj.attr("__dlpack__")()
+                                          : obj.attr("__dlpack__")(py::arg("stream") = *stream);
+    } catch (py::error_already_set& e) {
+      // torch refuses tensors that require grad, numpy read-only arrays: say which argument.
+      value_error(fn, ": ", name,
+                  ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
+    }
   }
   if (!PyCapsule_IsValid(a.capsule.ptr(), "dltensor"))
     type_error(fn, ": ", name, ": __dlpack__ returned no unused 'dltensor' capsule");
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(a.capsule.ptr(), "dltensor"));
   const DLTensor& t = m->dl_tensor;
+  if (from_torch) a.device = device_from(t.device.device_type, t.device.device_id, fn, name);
   a.dtype = dtype_of(t.dtype, fn, name);
   if (t.ndim < 0 || t.ndim > core::kMaxDims)
     value_error(fn, ": ", name, " has ", t.ndim, " dims; longseq takes at most ", core::kMaxDims);

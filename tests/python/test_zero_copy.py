@@ -23,6 +23,41 @@ def test_the_engine_sees_the_callers_memory():
     assert longseq._core.data_pointer(torch.ones(3, dtype=torch.bfloat16)[1:]) % 2 == 0
 
 
+def test_plain_cpu_tensors_cross_by_to_dlpack_and_others_by_their_methods(monkeypatch):
+    # A plain torch.Tensor on the CPU crosses through torch.utils.dlpack.to_dlpack, without its
+    # Python __dlpack__ / __dlpack_device__ (most of a small call's overhead); a subclass, and a
+    # tensor that requires grad, through those methods as any producer. Same memory either way.
+    q, k, v = torch.randn(21, 4, 8), torch.randn(21, 2, 8), torch.randn(21, 2, 8)
+    want, want_lse = longseq.attention.forward(q, k, v, "causal")
+    calls = []
+
+    def counting(name):
+        real = getattr(torch.Tensor, name)
+
+        def method(self, *args, **kwargs):
+            calls.append(name)
+            return real(self, *args, **kwargs)
+        return method
+
+    for name in ("__dlpack__", "__dlpack_device__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    o, lse = longseq.attention.forward(q, k, v, "causal")
+    assert calls == [] and torch.equal(o, want) and torch.equal(lse, want_lse)
+
+    class Sub(torch.Tensor):
+        pass
+
+    qs = q.as_subclass(Sub)
+    assert longseq._core.data_pointer(qs) == q.data_ptr()
+    o, _ = longseq.attention.forward(qs, k, v, "causal", out=torch.empty_like(q))
+    assert torch.equal(o, want)
+    assert "__dlpack__" in calls and "__dlpack_device__" in calls
+    calls.clear()
+    with pytest.raises(ValueError, match="q: its __dlpack__ failed"):
+        longseq.attention.forward(q.clone().requires_grad_(True), k, v, "causal")
+    assert "__dlpack__" in calls
+
+
 def test_outputs_are_the_callers_tensors_written_in_place():
     q, k, v = torch.randn(33, 2, 16), torch.randn(33, 1, 16), torch.randn(33, 1, 16)
     o = torch.full((33, 2, 16), float("nan"))
