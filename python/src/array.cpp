@@ -124,8 +124,8 @@ namespace {
 
 // torch's public to_dlpack (torch.utils.dlpack.to_dlpack) when obj is a plain torch.Tensor on the
 // CPU that does not require grad, else None. Such a tensor's __dlpack_device__ and __dlpack__ are
-// Python methods (an import and an enum per call in torch 1.13) costing ~8 µs a tensor, most of a
-// small attention call's overhead; to_dlpack is the C function they end in, and the capsule
+// Python methods (an import and an enum per call in torch 1.13), a good part of a small attention
+// call's overhead at five tensors a call; to_dlpack is the C function they end in, and the capsule
 // carries the device. Tensors that require grad take the general path, where __dlpack__ refuses
 // them in torch's words; CUDA tensors too, for the stream rule. torch is looked up, never
 // imported: numpy users need none.
@@ -134,7 +134,8 @@ py::handle torch_cpu_exporter(py::handle obj) {
   static PyObject* to_dlpack = nullptr;
   static bool unavailable = false;
   if (tensor_type == nullptr && !unavailable) {
-    PyObject* torch = PyImport_GetModule(py::str("torch").ptr());
+    static PyObject* const name = PyUnicode_InternFromString("torch");  // once, not per call
+    PyObject* torch = PyImport_GetModule(name);
     if (torch == nullptr) {
       PyErr_Clear();
       return py::none();  // not imported (yet): so obj is no torch tensor
@@ -161,26 +162,25 @@ py::handle torch_cpu_exporter(py::handle obj) {
 Array from_python(const char* fn, py::handle obj, const std::string& name, Stream stream) {
   Array a;
   a.name = name;
-  const py::handle export_cpu = torch_cpu_exporter(obj);
-  const bool from_torch = !export_cpu.is_none();
-  if (from_torch) {
-    a.capsule = export_cpu(obj);  // the device is read from the capsule below
-  } else {
-    const core::Device dev = device_of(fn, obj, name);
+  const py::handle to_dlpack = torch_cpu_exporter(obj);
+  const bool from_torch = !to_dlpack.is_none();  // then the device is read from the capsule
+  if (!from_torch) {
+    a.device = device_of(fn, obj, name);
     if (!py::hasattr(obj, "__dlpack__"))
       type_error(fn, ": ", name, " is a ", type_name(obj), " without __dlpack__");
-    a.device = dev;
-    try {
-      // The DLPack stream rule: on a GPU the consumer names its stream and the producer makes
-      // the data ready there; on the CPU no stream is passed (numpy's __dlpack__ takes none but
-      // None).
-      a.capsule = dev.is_cpu() || !stream ? obj.attr("__dlpack__")()
-                                          : obj.attr("__dlpack__")(py::arg("stream") = *stream);
-    } catch (py::error_already_set& e) {
-      // torch refuses tensors that require grad, numpy read-only arrays: say which argument.
-      value_error(fn, ": ", name,
-                  ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
-    }
+  }
+  try {
+    // The DLPack stream rule: on a GPU the consumer names its stream and the producer makes the
+    // data ready there; on the CPU no stream is passed (numpy's __dlpack__ takes none but None).
+    a.capsule = from_torch ? to_dlpack(obj)
+                : a.device.is_cpu() || !stream
+                    ? obj.attr("__dlpack__")()
+                    : obj.attr("__dlpack__")(py::arg("stream") = *stream);
+  } catch (py::error_already_set& e) {
+    // torch refuses tensors that require grad and dtypes DLPack lacks (bool in 1.13), numpy
+    // read-only arrays: say which argument, whichever way the export went.
+    value_error(fn, ": ", name,
+                ": its __dlpack__ failed: ", py::str(e.value()).cast<std::string>());
   }
   if (!PyCapsule_IsValid(a.capsule.ptr(), "dltensor"))
     type_error(fn, ": ", name, ": __dlpack__ returned no unused 'dltensor' capsule");

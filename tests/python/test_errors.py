@@ -18,6 +18,14 @@ def qkv(t=16, hq=4, hkv=2, d=8, dtype=torch.float32):
             torch.randn(t, hkv, d).to(dtype))
 
 
+def _torch_exports_bool():
+    try:
+        torch.utils.dlpack.to_dlpack(torch.zeros(1, dtype=torch.bool))
+        return True
+    except RuntimeError:  # torch 1.13: "Bool type is not supported by dlpack"
+        return False
+
+
 def raises(exc, match, fn, *a, **kw):
     with pytest.raises(exc, match=match):
         fn(*a, **kw)
@@ -68,6 +76,10 @@ def test_named_refusals():
     raises(ValueError, "longseq.attention.forward: q: its __dlpack__ failed", f,
            q.requires_grad_(True), k, v)
     q.requires_grad_(False)
+    # A dtype torch cannot export (bool, in 1.13's DLPack): named too, whichever way it crossed.
+    if not _torch_exports_bool():
+        raises(ValueError, "longseq.attention.forward: q: its __dlpack__ failed", f,
+               q.to(torch.bool), k, v)
     # numpy read-only arrays cannot be exported as writable outputs.
     ro = np.zeros((16, 4, 8), np.float32)
     ro.setflags(write=False)

@@ -25,7 +25,7 @@ def test_the_engine_sees_the_callers_memory():
 
 def test_plain_cpu_tensors_cross_by_to_dlpack_and_others_by_their_methods(monkeypatch):
     # A plain torch.Tensor on the CPU crosses through torch.utils.dlpack.to_dlpack, without its
-    # Python __dlpack__ / __dlpack_device__ (most of a small call's overhead); a subclass, and a
+    # Python __dlpack__ / __dlpack_device__ (a good part of a small call's overhead); a subclass, and a
     # tensor that requires grad, through those methods as any producer. Same memory either way.
     q, k, v = torch.randn(21, 4, 8), torch.randn(21, 2, 8), torch.randn(21, 2, 8)
     want, want_lse = longseq.attention.forward(q, k, v, "causal")
