@@ -140,27 +140,27 @@ PAIRED_CASE = textwrap.dedent("""
         return longseq._core.time_local_attention(q, k, v, do, o, lse, dq, dk, dv, bound, threads)
     engine = longseq._core.engine_seconds
     inside = {"binding": [], "autograd": []}  # per call: the engine's own seconds (fwd, fwd+bwd)
-    def binding():
+    def python_call(name, fwd, bwd):
+        # Wall seconds of fwd() and of fwd() + bwd(its result), the engine's read between them
+        # and after (outside both timings); the engine's own seconds go to inside[name].
         t0 = time.perf_counter()
-        longseq.attention.forward(q, k, v, m, threads=threads, out=o, lse=lse)
+        r = fwd()
         t1 = time.perf_counter()
         ef = engine()[0]
         t2 = time.perf_counter()
-        longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads, dq=dq, dk=dk, dv=dv)
+        bwd(r)
         t3 = time.perf_counter()
-        inside["binding"].append((ef, ef + engine()[1]))
+        inside[name].append((ef, ef + engine()[1]))
         return t1 - t0, (t1 - t0) + (t3 - t2)
+    def binding():
+        return python_call(
+            "binding", lambda: longseq.attention.forward(q, k, v, m, threads=threads, out=o, lse=lse),
+            lambda _: longseq.attention.backward(do, q, k, v, o, lse, m, threads=threads, dq=dq,
+                                                 dk=dk, dv=dv))
     def autograd():
         qg.grad = kg.grad = vg.grad = None
-        t0 = time.perf_counter()
-        out = lt.attention(qg, kg, vg, mask=m, threads=threads)
-        t1 = time.perf_counter()
-        ef = engine()[0]
-        t2 = time.perf_counter()
-        out.backward(do)
-        t3 = time.perf_counter()
-        inside["autograd"].append((ef, ef + engine()[1]))
-        return t1 - t0, (t1 - t0) + (t3 - t2)
+        return python_call("autograd", lambda: lt.attention(qg, kg, vg, mask=m, threads=threads),
+                           lambda out: out.backward(do))
     calls = {"cpp": cpp, "binding": binding, "autograd": autograd}
     names = list(calls)
     for f in calls.values():  # warm-up: thread pools, first touch of the outputs
