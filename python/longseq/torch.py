@@ -52,7 +52,36 @@ class _Attention(_torch.autograd.Function):
         do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _attn.backward(do, q, k, v, o, lse, mask, scale, threads=threads,
                                     precision=precision, dlse=dlse)
-        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
+        grads = _graded("longseq.torch.attention", dq.to(dtype), dk.to(dtype), dv.to(dtype))
+        return (*grads, None, None, None)
+
+
+class _NoSecondDerivative(_torch.autograd.Function):
+    """Hands the engine's gradients to a graph that ``create_graph=True`` is building. The
+    engine's backward is not itself differentiable, so a loss that differentiates through those
+    gradients (a gradient penalty, a Hessian-vector product) must fail naming longseq: left
+    without a graph, torch would take them as constants and give a second derivative that is
+    silently wrong wherever the loss also reaches the inputs another way."""
+
+    @staticmethod
+    def forward(ctx, fn, *grads):
+        ctx.fn = fn
+        return tuple(g.detach() for g in grads)  # the same memory: no copy
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError(f"{ctx.fn}: a second derivative through longseq's attention was asked "
+                           f"for (a loss over gradients built with create_graph=True, e.g. a "
+                           f"gradient penalty); the engine's backward has no derivative of its "
+                           f"own. First derivatives with create_graph=True work")
+
+
+def _graded(fn, *grads):
+    """The gradients as they are, or, while a backward with create_graph=True runs (grad mode
+    is on only then), behind _NoSecondDerivative."""
+    if not _torch.is_grad_enabled():
+        return grads
+    return _NoSecondDerivative.apply(fn, *(g.detach().requires_grad_() for g in grads))
 
 
 def _output_grads(do, dlse, o):
@@ -101,7 +130,7 @@ class _CpAttention(_torch.autograd.Function):
         do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
         cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s, dlse)
-        return dq, dk, dv, None, None, None
+        return (*_graded("longseq.torch.ContextParallel.attention", dq, dk, dv), None, None, None)
 
 
 def _dim(fn, x, dim):

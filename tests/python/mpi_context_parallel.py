@@ -6,8 +6,8 @@ Every rank builds the same seeded global q, k, v, dO, shards them with ContextPa
 runs ContextParallel.attention (autograd) and compares its shard of o and of the gradients, and
 the unsharded tensors, with the single-process longseq.torch.attention on the whole sequence
 (tests/README.md rule 4), for every algorithm that runs at this world and every layout. Also:
-positions() against shard(arange), batch [B, L, H, D], bf16 tensors, the collectives, and the
-refusals that must name the value. Exits non-zero (the assertion's message on stderr) on any
+positions() against shard(arange), batch [B, L, H, D], bf16 tensors, activation checkpointing,
+the collectives, and the refusals that must name the value. Exits non-zero (the assertion's message on stderr) on any
 mismatch; rank 0 prints one line per case.
 """
 
@@ -127,6 +127,30 @@ for algo in [a for a in algorithms(P, hq, hkv) if a in ("ring", "burst", "startr
     run_case(algo, "zigzag", "causal", n, hq, hkv, d, seed=110, lse_grad=True)
 run_case("burst", "striped", "window:9", 37, 2, 1, 8, seed=111, batch=2, lse_grad=True)
 say(f"[mpi_cp] P={P}: a loss on o and lse equals one process")
+# Activation checkpointing (torch.utils.checkpoint, both variants) reruns every rank's forward,
+# its collectives included, inside the backward: the same gradients as without it.
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+cp = lt.ContextParallel(g, algo="burst", balance="zigzag", seq=n)
+ql, kl, vl, dol = (cp.shard(x) for x in inputs(n, hq, hkv, d, seed=120))
+w = torch.randn(d, d, generator=torch.Generator().manual_seed(121))
+
+
+def block(x, y, z, w):
+    return cp.attention(torch.tanh(x @ w), y, z)
+
+
+for reentrant in (True, False):
+    grads = []
+    for ckpt in (False, True):
+        xs = [t.clone().requires_grad_(True) for t in (ql, kl, vl, w)]
+        o = checkpoint(block, *xs, use_reentrant=reentrant) if ckpt else block(*xs)
+        (o * dol).sum().backward()
+        grads.append([t.grad for t in xs])
+    for nm, plain, ck in zip(("dq", "dk", "dv", "dw"), *grads):
+        assert torch.equal(plain, ck), \
+            f"rank {R}: {nm} differs under checkpointing (use_reentrant={reentrant})"
+say(f"[mpi_cp] P={P}: activation checkpointing gives the same gradients")
 # bf16 tensors: the bf16 kernels; both sides are longseq's, so compare within bf16 rounding of
 # the output (2^-8 relative, plus the accumulated rounding of the operands).
 run_case("burst", "zigzag", "causal", n, hq, hkv, d, seed=107, dtype=torch.bfloat16, tol=3e-2)

@@ -233,6 +233,41 @@ def test_autograd_bfloat16_and_softmax_scale():
         assert ref.max_err(ours, r) <= 2 * ref.max_err(nv, r) + 1e-6
 
 
+def test_create_graph_gives_first_derivatives_and_refuses_a_second():
+    q, k, v, do = make(0, 19, 4, 2, 8, seed=21)
+    qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+    gq, gk = torch.autograd.grad((lt.attention(qs, ks, vs, mask="causal") * do).sum(), (qs, ks),
+                                 create_graph=True)
+    pq, pk = torch.autograd.grad((lt.attention(qs, ks, vs, mask="causal") * do).sum(), (qs, ks))
+    assert torch.equal(gq.detach(), pq) and torch.equal(gk.detach(), pk)
+    # A gradient penalty needs attention's second derivative. Taken as a constant, gq would give
+    # the penalty no gradient and qs.grad would silently be the ones of qs.sum() alone.
+    with pytest.raises(RuntimeError, match="longseq.torch.attention: a second derivative"):
+        (gq.square().sum() + qs.sum()).backward()
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_activation_checkpointing_gives_the_same_gradients(reentrant):
+    # torch.utils.checkpoint reruns the forward inside the backward (reentrant: a nested
+    # backward; otherwise saved-tensor hooks): the engine's deterministic kernels give the same
+    # bits both ways.
+    from torch.utils.checkpoint import checkpoint
+    q, k, v, do = make(2, 23, 4, 1, 8, seed=22)
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(23))
+
+    def block(x, y, z, w):
+        return lt.attention(torch.tanh(x @ w), y, z, mask="window:7")
+
+    grads = []
+    for ckpt in (False, True):
+        xs = [t.clone().requires_grad_(True) for t in (q, k, v, w)]
+        o = checkpoint(block, *xs, use_reentrant=reentrant) if ckpt else block(*xs)
+        (o * do).sum().backward()
+        grads.append([t.grad for t in xs])
+    for nm, plain, ck in zip(("dq", "dk", "dv", "dw"), *grads):
+        assert torch.equal(plain, ck), f"{nm} differs under checkpointing"
+
+
 def test_q_k_v_may_be_one_tensor():
     x = torch.randn(20, 2, 8)
     xs = x.clone().requires_grad_(True)

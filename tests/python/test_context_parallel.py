@@ -28,6 +28,17 @@ def test_world_one_layout_and_attention(balance, n):
     assert torch.allclose(cp.unshard(o), full, atol=1e-5, rtol=1e-5)
 
 
+def test_create_graph_refuses_a_second_derivative_naming_context_parallel():
+    cp = lt.ContextParallel(g, seq=21)
+    q, k, v = (cp.shard(torch.randn(21, 2, 8)).requires_grad_(True) for _ in range(3))
+    gq, = torch.autograd.grad(cp.attention(q, k, v).square().sum(), q, create_graph=True)
+    pq, = torch.autograd.grad(cp.attention(q, k, v).square().sum(), q)
+    assert torch.equal(gq.detach(), pq)
+    with pytest.raises(RuntimeError,
+                       match="longseq.torch.ContextParallel.attention: a second derivative"):
+        (gq.square().sum() + k.sum()).backward()
+
+
 def test_refusals_name_the_values():
     cp = lt.ContextParallel(g, seq=50)
     L = cp.local_len
