@@ -35,6 +35,30 @@ core::DType dtype_of(const DLDataType& t, const char* fn, const std::string& nam
              ", which longseq takes nowhere (attention takes float32 and bfloat16)");
 }
 
+}  // namespace
+
+const char* dtype_str(core::DType t) {
+  switch (t) {
+    case core::DType::f32:
+      return "float32";
+    case core::DType::bf16:
+      return "bfloat16";
+    case core::DType::f64:
+      return "float64";
+    case core::DType::i32:
+      return "int32";
+    case core::DType::i64:
+      return "int64";
+    case core::DType::u8:
+      return "uint8";
+    case core::DType::boolean:
+      return "bool";
+  }
+  LONGSEQ_CHECK_MSG(false, "unknown dtype ", static_cast<int>(t));
+}
+
+namespace {
+
 core::Device device_from(int type, int id, const char* fn, const std::string& name) {
   if (type == kDLCPU || type == kDLCUDAHost) return core::Device::cpu();
   if (type == kDLCUDA || type == kDLCUDAManaged) return core::Device::cuda(id);
@@ -92,8 +116,8 @@ const Array& Array::need_contiguous(const char* fn) const {
 const Array& Array::need_dtype(const char* fn, std::initializer_list<core::DType> allowed) const {
   if (std::find(allowed.begin(), allowed.end(), dtype) != allowed.end()) return *this;
   std::string names;
-  for (core::DType d : allowed) names += (names.empty() ? "" : " or ") + std::string(dtype_name(d));
-  type_error(fn, ": ", name, " has dtype ", core::dtype_name(dtype), ", expected ", names);
+  for (core::DType d : allowed) names += (names.empty() ? "" : " or ") + std::string(dtype_str(d));
+  type_error(fn, ": ", name, " has dtype ", dtype_str(dtype), ", expected ", names);
 }
 
 const Array& Array::need_rank(const char* fn, int r) const {
@@ -116,7 +140,13 @@ core::Device device_of(const char* fn, py::handle obj, const std::string& name) 
     type_error(fn, ": ", name, " is a ", type_name(obj),
                ", not a tensor (longseq takes objects with __dlpack__: torch tensors, numpy "
                "arrays)");
-  const py::tuple dev = obj.attr("__dlpack_device__")();
+  py::tuple dev;
+  try {
+    dev = obj.attr("__dlpack_device__")();
+  } catch (py::error_already_set& e) {  // torch's meta tensors: "Unknown device type meta"
+    value_error(fn, ": ", name,
+                ": its __dlpack_device__ failed: ", py::str(e.value()).cast<std::string>());
+  }
   return device_from(dev[0].cast<int>(), dev[1].cast<int>(), fn, name);
 }
 
@@ -224,8 +254,8 @@ void same_device(const char* fn, const std::vector<const Array*>& arrays) {
 void same_dtype(const char* fn, const std::vector<const Array*>& arrays) {
   for (const Array* a : arrays)
     if (a->dtype != arrays.front()->dtype)
-      type_error(fn, ": ", a->name, " has dtype ", core::dtype_name(a->dtype), " but ",
-                 arrays.front()->name, " has ", core::dtype_name(arrays.front()->dtype));
+      type_error(fn, ": ", a->name, " has dtype ", dtype_str(a->dtype), " but ",
+                 arrays.front()->name, " has ", dtype_str(arrays.front()->dtype));
 }
 
 namespace {

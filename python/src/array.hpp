@@ -72,6 +72,10 @@ struct Array {
   const Array& need_host(const char* fn) const;
 };
 
+/// A dtype as torch and numpy name it (float32, bfloat16, int64, bool, ...): the words a Python
+/// caller's errors use, where the engine's own say f32 or bf16.
+const char* dtype_str(core::DType t);
+
 /// The stream a consumer names to __dlpack__ on a GPU (the DLPack stream rule): the producer
 /// makes the tensor's data ready on it. nullopt on the CPU.
 using Stream = std::optional<intptr_t>;

@@ -85,7 +85,7 @@ DType kernel_precision(const char* fn, const std::string& precision, const Array
   if (precision == "auto") return q.dtype;
   const DType p = core::parse_precision(precision, "attention");
   if (q.device.is_cpu() && p != q.dtype)
-    value_error(fn, ": precision ", precision, " for ", core::dtype_name(q.dtype),
+    value_error(fn, ": precision ", precision, " for ", dtype_str(q.dtype),
                 " host tensors: pass the tensors in the precision to compute in");
   return p;
 }

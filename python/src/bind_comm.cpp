@@ -103,9 +103,9 @@ void bind_comm(py::module_& m) {
             constexpr const char* fn = "longseq.comm.all_gather";
             const Array a = comm_array(x, "x", fn), o = comm_array(out, "out", fn);
             if (o.dtype != a.dtype || o.numel() != a.numel() * g.size())
-              value_error(fn, ": out holds ", o.numel(), " ", core::dtype_name(o.dtype),
-                          ", expected ", a.numel() * g.size(), " ", core::dtype_name(a.dtype), " (",
-                          g.size(), " ranks of x ", a.shape_str(), ")");
+              value_error(fn, ": out holds ", o.numel(), " ", dtype_str(o.dtype), ", expected ",
+                          a.numel() * g.size(), " ", dtype_str(a.dtype), " (", g.size(),
+                          " ranks of x ", a.shape_str(), ")");
             no_overlap(fn, {&o}, {&a});
             py::gil_scoped_release nogil;
             g.all_gather(a.data, o.data, static_cast<size_t>(a.numel()), a.dtype);

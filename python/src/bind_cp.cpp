@@ -221,8 +221,7 @@ class CpCore {
   }
   static void same(const char* fn, const Array& x, const Array& out) {
     if (out.dtype != x.dtype)
-      type_error(fn, ": out has dtype ", core::dtype_name(out.dtype), ", x has ",
-                 core::dtype_name(x.dtype));
+      type_error(fn, ": out has dtype ", dtype_str(out.dtype), ", x has ", dtype_str(x.dtype));
     same_device(fn, {&x, &out});
     no_overlap(fn, {&out}, {&x});
   }

@@ -102,8 +102,7 @@ class PySafeTensors {
     const core::DType want = t.dtype == core::DType::boolean ? core::DType::u8 : t.dtype;
     const core::DType got = out.dtype == core::DType::boolean ? core::DType::u8 : out.dtype;
     if (got != want)
-      type_error(fn, ": ", name, " is ", core::dtype_name(t.dtype), ", out is ",
-                 core::dtype_name(out.dtype));
+      type_error(fn, ": ", name, " is ", dtype_str(t.dtype), ", out is ", dtype_str(out.dtype));
     out.need_host(fn);
     if (t.dtype == core::DType::boolean) {
       // torch and numpy read a bool byte other than 0 or 1 as undefined: refuse it here.

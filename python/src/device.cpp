@@ -36,8 +36,8 @@ attention::AttentionSpec spec_for(const Array& q, const PyMask& mask, int64_t b,
 void need_f32(const char* fn, std::initializer_list<const Array*> arrays) {
   for (const Array* a : arrays)
     if (a->dtype != core::DType::f32)
-      type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ",
-                 core::dtype_name(a->dtype), "); longseq.torch widens bfloat16 on the GPU");
+      type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ", dtype_str(a->dtype),
+                 "); longseq.torch widens bfloat16 on the GPU");
 }
 
 void run_world1(const std::function<void(comm::Group&)>& fn) {

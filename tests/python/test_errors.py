@@ -34,8 +34,9 @@ def raises(exc, match, fn, *a, **kw):
 def test_named_refusals():
     q, k, v = qkv()
     f = longseq.attention.forward
-    raises(TypeError, "q has dtype f64, expected f32 or bf16", f, q.double(), k.double(), v.double())
-    raises(TypeError, "k has dtype bf16 but q has f32", f, q, k.bfloat16(), v)
+    raises(TypeError, "q has dtype float64, expected float32 or bfloat16", f, q.double(),
+           k.double(), v.double())
+    raises(TypeError, "k has dtype bfloat16 but q has float32", f, q, k.bfloat16(), v)
     raises(ValueError, r"q has shape \[16, 32\], expected", f, q.reshape(16, 32), k, v)
     raises(ValueError, r"k has shape \[15, 2, 8\], expected \[16, 2, 8\]", f, q, k[:15], v)
     raises(ValueError, "query heads 4 are no multiple of key/value heads 3", f, q,
@@ -57,17 +58,17 @@ def test_named_refusals():
     raises(ValueError, "softmax_scale nan must be finite", f, q, k, v, None, float("nan"))
     raises(TypeError, "q is a list, not a tensor", f, [1.0], k, v)
     raises(ValueError, "lse has shape", f, q, k, v, lse=torch.empty(16, 3))
-    raises(TypeError, "o has dtype bf16, expected f32", f, q, k, v, out=torch.empty(16, 4, 8,
-           dtype=torch.bfloat16))
+    raises(TypeError, "o has dtype bfloat16, expected float32", f, q, k, v,
+           out=torch.empty(16, 4, 8, dtype=torch.bfloat16))
     raises(ValueError, "o and q share memory", f, q, k, v, out=q)
     raises(ValueError, "dq and q share memory|dk and k share memory", longseq._core.attention_backward,
            q, q, k, v, q.clone(), torch.zeros(16, 4), q, k, v, longseq.Mask().bind(16))
-    raises(ValueError, "precision bf16 for f32 host tensors", f, q, k, v, precision="bf16")
+    raises(ValueError, "precision bf16 for float32 host tensors", f, q, k, v, precision="bf16")
     b = longseq.attention.backward
     o, lse = f(q, k, v)
     raises(ValueError, r"dk has shape \[16, 4, 8\], expected \[16, 2, 8\]", b, q, q, k, v, o,
            lse, dk=torch.empty(16, 4, 8))
-    raises(TypeError, "dv has dtype bf16, expected f32", b, q, q, k, v, o, lse,
+    raises(TypeError, "dv has dtype bfloat16, expected float32", b, q, q, k, v, o, lse,
            dv=torch.empty(16, 2, 8, dtype=torch.bfloat16))
     raises(ValueError, "dq and q share memory", b, q, q, k, v, o, lse, dq=q)
     raises(ValueError, r"threads -1 must be in \[0, 1024\]", f, q, k, v, threads=-1)
@@ -87,6 +88,9 @@ def test_named_refusals():
     raises(TypeError, "not a torch.Tensor", lt.attention, q.numpy(), k, v)
     raises(TypeError, "longseq.attention.forward: q has dtype complex64, which longseq takes "
            "nowhere", f, q.to(torch.complex64), k, v)
+    # A tensor torch cannot even place for DLPack (the meta device): named as well.
+    raises(ValueError, "longseq.attention.forward: k: its __dlpack_device__ failed", f, q,
+           torch.empty(16, 2, 8, device="meta"), v)
 
 
 def test_distributed_refusals():
