@@ -1,6 +1,7 @@
 """longseq.Mask: the project's mask grammar, with document ids and block masks as tensors."""
 
 from . import _core
+from ._args import as_int
 from ._tensors import bool_bytes
 
 __all__ = ["Mask", "as_mask"]
@@ -30,7 +31,7 @@ class Mask:
         self.doc_ids = doc_ids
         self.cu_seqlens = cu_seqlens
         self.block_mask = bool_bytes(block_mask)
-        self.block_size = int(block_size)
+        self.block_size = as_int("longseq.Mask", "block_size", block_size)
         self._bound = {}
 
     def bind(self, n):
@@ -38,7 +39,8 @@ class Mask:
         if n not in self._bound:
             if len(self._bound) >= 64:  # many lengths: keep the memory bounded
                 self._bound.clear()
-            self._bound[n] = _core.Mask(self.text, int(n), doc_ids=self.doc_ids,
+            self._bound[n] = _core.Mask(self.text, as_int("longseq.Mask", "n", n),
+                                        doc_ids=self.doc_ids,
                                         cu_seqlens=self.cu_seqlens, block_mask=self.block_mask,
                                         block_size=self.block_size)
         return self._bound[n]

@@ -14,6 +14,7 @@ import collections
 import json
 
 from . import _core
+from ._args import as_int
 from ._mask import as_mask
 from ._tensors import empty_like_framework
 
@@ -92,8 +93,10 @@ def distributed(q, k, v, *, world, algo="burst", balance="zigzag", mask=None, do
         dq = empty_like_framework(q, q.shape)
         dk = empty_like_framework(k, k.shape)
         dv = empty_like_framework(v, v.shape)
-    stats = _core.attention_distributed(q, k, v, do, o, lse, dq, dk, dv, m, int(world), algo,
-                                        balance, nodes=int(nodes), link=link,
+    fn = "longseq.attention.distributed"
+    stats = _core.attention_distributed(q, k, v, do, o, lse, dq, dk, dv, m,
+                                        as_int(fn, "world", world), algo, balance,
+                                        nodes=as_int(fn, "nodes", nodes), link=link,
                                         precision=precision, threads=threads,
                                         head_groups=bool(head_groups),
                                         scale=_scale(softmax_scale), timeout=float(timeout))

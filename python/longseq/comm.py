@@ -17,6 +17,7 @@ import json
 import sys
 
 from . import _core
+from ._args import as_int
 from ._tensors import empty_like_framework
 
 __all__ = ["Group", "mpi"]
@@ -45,7 +46,7 @@ class Group:
 
     def broadcast(self, x, root=0):
         """x = root's x on every rank, in place; returns x."""
-        self._g.broadcast(x, int(root))
+        self._g.broadcast(x, as_int("longseq.comm.broadcast", "root", root))
         return x
 
     def all_gather(self, x):
@@ -56,7 +57,8 @@ class Group:
 
     def split(self, color, key=0):
         """MPI_Comm_split: ranks of one color form a group, ordered by (key, rank)."""
-        return Group(self._g.split(int(color), int(key)))
+        fn = "longseq.comm.split"
+        return Group(self._g.split(as_int(fn, "color", color), as_int(fn, "key", key)))
 
     def stats(self):
         """This rank's bytes and messages sent and received in this group."""
@@ -107,7 +109,7 @@ def mpi(timeout=None, nodes=None):
     naming both, rather than ignoring them."""
     global _world, _group, _world_args, _previous_hook
     args = {"timeout": 300.0 if timeout is None else float(timeout),
-            "nodes": 0 if nodes is None else int(nodes)}
+            "nodes": 0 if nodes is None else as_int("longseq.comm.mpi", "nodes", nodes)}
     if _world is None:
         _world = _core.open_world("mpi", args["timeout"], args["nodes"])
         _group, _world_args = Group(_world.group), args

@@ -15,6 +15,7 @@ import torch as _torch
 
 from . import _core
 from . import attention as _attn
+from ._args import as_int
 from ._mask import Mask, as_mask
 
 __all__ = ["attention", "ContextParallel", "Mask"]
@@ -133,6 +134,41 @@ class _CpAttention(_torch.autograd.Function):
         return (*_graded("longseq.torch.ContextParallel.attention", dq, dk, dv), None, None, None)
 
 
+class _Shard(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cp, dim):
+        ctx.cfg = (cp, dim, x.shape)
+        return cp._move("shard", x, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        # This rank's copy of x fed its own tokens only: their gradients go back to their global
+        # positions, zeros elsewhere; padding rows belong to no token. torch's index ops keep a
+        # create_graph backward differentiable.
+        cp, dim, shape = ctx.cfg
+        pos = cp.positions()
+        real = (pos >= 0).nonzero().squeeze(1)
+        gx = g.new_zeros(shape)
+        return gx.index_copy(dim, pos[real], g.index_select(dim, real)), None, None
+
+
+class _Unshard(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cp, dim):
+        ctx.cfg = (cp, dim)
+        return cp._move("unshard", x, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        # Every rank's loss may read the whole tensor: the gradient of a rank's shard is its
+        # tokens of the sum over ranks (what a reduce-scatter gives; the padding rows get zero).
+        cp, dim = ctx.cfg
+        total = g.detach().contiguous().clone()
+        cp.group.all_reduce(total)
+        gx = cp._move("shard", total, dim)
+        return (*_graded("longseq.torch.ContextParallel.unshard", gx), None, None)
+
+
 def _dim(fn, x, dim):
     """dim of x (negative counts from the end, as torch's), or the error naming both."""
     if not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
@@ -170,6 +206,8 @@ class ContextParallel:
         if seq is None:
             raise ValueError("longseq.torch.ContextParallel: seq (the global sequence length) is "
                              "required")
+        fn = "longseq.torch.ContextParallel"
+        seq = as_int(fn, "seq", seq)
         self.group, g = _group_of(group)
         if any(x is not None for x in (doc_ids, cu_seqlens, block_mask)) or block_size:
             if isinstance(mask, Mask):
@@ -185,10 +223,11 @@ class ContextParallel:
                              f"every sequence of the batch shares one mask (one ContextParallel "
                              f"per packing, or doc_ids [seq])")
         self.softmax_scale = softmax_scale
-        bound = self.mask.bind(int(seq))
-        self._core = _core.ContextParallel(g, algo, balance, int(seq),
-                                           block=bound.block_size, precision=precision,
-                                           threads=int(threads), head_groups=bool(head_groups))
+        bound = self.mask.bind(seq)
+        self._core = _core.ContextParallel(g, algo, balance, seq, block=bound.block_size,
+                                           precision=precision,
+                                           threads=as_int(fn, "threads", threads),
+                                           head_groups=bool(head_groups))
 
     rank = property(lambda self: self._core.rank)
     world = property(lambda self: self._core.world)
@@ -210,18 +249,30 @@ class ContextParallel:
 
     def shard(self, x, dim=0):
         """This rank's tokens of the global ``x`` (``seq`` long along ``dim``), in local order;
-        padding rows are zero."""
-        return self._move("shard", x, dim, self.local_len)
+        padding rows are zero. Differentiable: the gradient of this rank's copy of ``x`` holds
+        its tokens' gradients at their global positions and zeros elsewhere (sum the ranks'
+        gradients, ``all_reduce``, for the whole sequence's)."""
+        return self._differentiable(_Shard, "shard", x, dim)
 
     def unshard(self, x, dim=0):
-        """The global tensor from every rank's shard (a collective: all ranks call it)."""
-        return self._move("unshard", x, dim, self.seq)
+        """The global tensor from every rank's shard (a collective: all ranks call it).
+        Differentiable: every rank's loss may read the whole tensor, so the backward sums the
+        ranks' gradients of it and keeps this rank's tokens (a reduce-scatter, as the backward
+        of torch.distributed.nn's all_gather), itself a collective."""
+        return self._differentiable(_Unshard, "unshard", x, dim)
 
-    def _move(self, op, x, dim, length):
+    def _differentiable(self, fn_class, op, x, dim):
         fn = f"longseq.torch.ContextParallel.{op}"
         _check_tensors(fn, x=x)
-        x = x.detach()
         dim = _dim(fn, x, dim)
+        if x.requires_grad and _torch.is_grad_enabled():
+            return fn_class.apply(x, self, dim)
+        return self._move(op, x, dim)
+
+    def _move(self, op, x, dim):
+        """shard or unshard of x along dim (checked), untracked."""
+        x = x.detach()
+        length = self.local_len if op == "shard" else self.seq
         shape = list(x.shape)
         shape[dim] = length
         out = _torch.empty(shape, dtype=x.dtype)

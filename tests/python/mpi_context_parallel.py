@@ -151,6 +151,23 @@ for reentrant in (True, False):
         assert torch.equal(plain, ck), \
             f"rank {R}: {nm} differs under checkpointing (use_reentrant={reentrant})"
 say(f"[mpi_cp] P={P}: activation checkpointing gives the same gradients")
+# shard and unshard under autograd: a shard's gradient is this rank's tokens' (torch's own
+# indexing as the reference); an unshard's is its tokens of the sum over the ranks' gradients of
+# the whole tensor (every rank's loss reads it all).
+cp = lt.ContextParallel(g, algo="burst", balance="zigzag", seq=n)
+pos, gen = cp.positions(), torch.Generator().manual_seed(130 + R)
+x = torch.randn(2, n, 3, generator=torch.Generator().manual_seed(130)).requires_grad_(True)
+c = torch.randn(2, cp.local_len, 3, generator=gen)
+(cp.shard(x, dim=1) * c).sum().backward()
+xr = x.detach().clone().requires_grad_(True)
+(xr[:, pos[pos >= 0]] * c[:, pos >= 0]).sum().backward()
+assert torch.equal(x.grad, xr.grad), f"rank {R}: shard's gradient"
+xl = torch.randn(cp.local_len, 3, generator=gen).requires_grad_(True)
+w = torch.randn(n, 3, generator=gen)  # each rank's own loss over the whole tensor
+(cp.unshard(xl) * w).sum().backward()
+assert torch.equal(xl.grad, cp.shard(g.all_reduce(w.clone()))), f"rank {R}: unshard's gradient"
+say(f"[mpi_cp] P={P}: shard and unshard carry gradients")
+
 # bf16 tensors: the bf16 kernels; both sides are longseq's, so compare within bf16 rounding of
 # the output (2^-8 relative, plus the accumulated rounding of the operands).
 run_case("burst", "zigzag", "causal", n, hq, hkv, d, seed=107, dtype=torch.bfloat16, tol=3e-2)

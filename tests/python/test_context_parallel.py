@@ -39,6 +39,26 @@ def test_create_graph_refuses_a_second_derivative_naming_context_parallel():
         (gq.square().sum() + k.sum()).backward()
 
 
+@pytest.mark.parametrize("balance", ["contiguous", "zigzag", "striped"])
+def test_shard_and_unshard_are_differentiable(balance):
+    cp = lt.ContextParallel(g, balance=balance, seq=13)
+    x = torch.randn(2, 13, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: cp.shard(t, dim=1), (x,))
+    xl = torch.randn(cp.local_len, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: cp.unshard(t), (xl,))
+    # The gradient of a shard is torch's own indexing of this rank's tokens (padding: none).
+    c = torch.randn(2, cp.local_len, 3, dtype=torch.float64)
+    (cp.shard(x, dim=1) * c).sum().backward()
+    pos = cp.positions()
+    xr = x.detach().clone().requires_grad_(True)
+    (xr[:, pos[pos >= 0]] * c[:, pos >= 0]).sum().backward()
+    assert torch.equal(x.grad, xr.grad)
+    # Untracked inputs stay untracked; under no_grad nothing is recorded.
+    assert not cp.shard(x.detach(), dim=1).requires_grad
+    with torch.no_grad():
+        assert not cp.shard(x, dim=1).requires_grad
+
+
 def test_refusals_name_the_values():
     cp = lt.ContextParallel(g, seq=50)
     L = cp.local_len
@@ -56,6 +76,14 @@ def test_refusals_name_the_values():
         cp._core.shard(torch.zeros(50, 2), 3, torch.zeros(50, 2))
     with pytest.raises(TypeError, match="group must be a longseq.comm.Group"):
         lt.ContextParallel("world", seq=8)
+    # Lengths are taken exactly: a float or a string is refused, never truncated.
+    with pytest.raises(TypeError, match="ContextParallel: seq 30.5 is a float, expected an int"):
+        lt.ContextParallel(g, seq=30.5)
+    with pytest.raises(TypeError, match="ContextParallel: seq '1M' is a str, expected an int"):
+        lt.ContextParallel(g, seq="1M")
+    assert lt.ContextParallel(g, seq=torch.tensor(30)).seq == 30  # integers of torch are ints
+    with pytest.raises(TypeError, match="longseq.comm.broadcast: root 0.0 is a float"):
+        g.broadcast(torch.zeros(2), root=0.0)
     with pytest.raises(ValueError, match="every sequence of the batch shares one mask"):
         cp.attention(*(torch.randn(2, L, 2, 8) for _ in range(3)),
                      mask=longseq.Mask(doc_ids=torch.zeros(2, 50, dtype=torch.int32)))
