@@ -86,6 +86,13 @@ def m_blocks_causal(t, b):
             ref.allowed(t, causal=True, block_mask=bm, block_size=6))
 
 
+def m_dense(t, b):
+    # A dense [T, T] mask as torch's attn_mask habit writes it: block_size 1 (the hint of the
+    # TypeError a bare tensor mask gets).
+    bm = blocks(t, 1, seed=5).bool()
+    return longseq.Mask(block_mask=bm, block_size=1), ref.allowed(t, block_mask=bm, block_size=1)
+
+
 CASES = [
     ("full", 0, 37, 4, 2, 16, m_full),
     ("causal_mha", 0, 64, 3, 3, 32, m_causal),
@@ -102,6 +109,7 @@ CASES = [
     # Longer than the rows of one backward call (local.hpp: 1024, or 256 for MQA's 8 chunks).
     ("chunked_mqa", 0, 700, 4, 1, 16, m_causal),
     ("chunked_docs", 2, 1100, 2, 2, 8, m_docs),
+    ("dense_mask", 0, 29, 2, 1, 8, m_dense),
 ]
 IDS = [c[0] for c in CASES]
 

@@ -55,6 +55,8 @@ def test_named_refusals():
     raises(ValueError, "unknown --mask term 'diagonal'", f, q, k, v, "diagonal")
     raises(ValueError, "window:W needs W >= 1", f, q, k, v, "window:0")
     raises(TypeError, "mask must be None, a str", f, q, k, v, 3)
+    raises(TypeError, r"got Tensor \(a dense \[T, T\] mask .*block_size=1", f, q, k, v,
+           torch.ones(16, 16, dtype=torch.bool))
     raises(ValueError, "softmax_scale nan must be finite", f, q, k, v, None, float("nan"))
     raises(TypeError, "q is a list, not a tensor", f, [1.0], k, v)
     raises(ValueError, "lse has shape", f, q, k, v, lse=torch.empty(16, 3))
