@@ -237,6 +237,11 @@ class ContextParallel:
     algo = property(lambda self: self._core.algo)
     balance = property(lambda self: self._core.balance)
 
+    def __repr__(self):
+        return (f"ContextParallel(rank {self.rank} of {self.world}, algo={self.algo!r}, "
+                f"balance={self.balance!r}, seq={self.seq}, local_len={self.local_len}, "
+                f"mask={self.mask!r})")
+
     def positions(self):
         """int64 ``[local_len]``: the global position of each local token, -1 for padding."""
         p = _torch.empty(self.local_len, dtype=_torch.int64)

@@ -26,6 +26,8 @@ def test_world_one_layout_and_attention(balance, n):
     o = cp.attention(cp.shard(q), cp.shard(k), cp.shard(v))
     full = lt.attention(q, k, v, mask="causal")
     assert torch.allclose(cp.unshard(o), full, atol=1e-5, rtol=1e-5)
+    assert repr(cp) == (f"ContextParallel(rank 0 of 1, algo='burst', balance={balance!r}, "
+                        f"seq={n}, local_len={cp.local_len}, mask={cp.mask!r})")
 
 
 def test_create_graph_refuses_a_second_derivative_naming_context_parallel():
