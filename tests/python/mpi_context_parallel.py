@@ -17,6 +17,7 @@ import torch
 
 import longseq
 import longseq.torch as lt
+import reference as ref
 
 g = longseq.comm.mpi(nodes=2 if int(__import__("os").environ.get("OMPI_COMM_WORLD_SIZE", "1"))
                      % 2 == 0 else 0)
@@ -129,8 +130,6 @@ run_case("burst", "striped", "window:9", 37, 2, 1, 8, seed=111, batch=2, lse_gra
 say(f"[mpi_cp] P={P}: a loss on o and lse equals one process")
 # Activation checkpointing (torch.utils.checkpoint, both variants) reruns every rank's forward,
 # its collectives included, inside the backward: the same gradients as without it.
-from torch.utils.checkpoint import checkpoint  # noqa: E402
-
 cp = lt.ContextParallel(g, algo="burst", balance="zigzag", seq=n)
 ql, kl, vl, dol = (cp.shard(x) for x in inputs(n, hq, hkv, d, seed=120))
 w = torch.randn(d, d, generator=torch.Generator().manual_seed(121))
@@ -141,12 +140,7 @@ def block(x, y, z, w):
 
 
 for reentrant in (True, False):
-    grads = []
-    for ckpt in (False, True):
-        xs = [t.clone().requires_grad_(True) for t in (ql, kl, vl, w)]
-        o = checkpoint(block, *xs, use_reentrant=reentrant) if ckpt else block(*xs)
-        (o * dol).sum().backward()
-        grads.append([t.grad for t in xs])
+    grads = ref.grads_plain_and_checkpointed(block, (ql, kl, vl, w), dol, reentrant)
     for nm, plain, ck in zip(("dq", "dk", "dv", "dw"), *grads):
         assert torch.equal(plain, ck), \
             f"rank {R}: {nm} differs under checkpointing (use_reentrant={reentrant})"

@@ -6,6 +6,8 @@ here from their definitions (design.md §3), never from the engine.
   dtype of its inputs (float64 for the exact reference; bfloat16 for the naive bf16 baseline of
   tests/README.md rule 2, where every op's result is rounded to bf16). Rows that see no key give
   o = 0 and lse = -inf, and gradients flow through it by autograd.
+* ``grads_plain_and_checkpointed(block, inputs, do, reentrant)``: the gradients of a block with
+  and without ``torch.utils.checkpoint``, for the checkpointing tests.
 """
 
 import math
@@ -79,3 +81,16 @@ def max_err(a, b):
     same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
     diff = torch.where(same_inf, torch.zeros_like(a), (a - b).abs())
     return float(diff.max()) if diff.numel() else 0.0
+
+
+def grads_plain_and_checkpointed(block, inputs, do, reentrant):
+    """([d/dx of (block(*inputs) * do).sum() for x in inputs], the same under
+    torch.utils.checkpoint with ``use_reentrant=reentrant``), each on fresh leaf copies."""
+    from torch.utils.checkpoint import checkpoint
+    out = []
+    for ckpt in (False, True):
+        xs = [t.clone().requires_grad_(True) for t in inputs]
+        o = checkpoint(block, *xs, use_reentrant=reentrant) if ckpt else block(*xs)
+        (o * do).sum().backward()
+        out.append([t.grad for t in xs])
+    return out

@@ -259,19 +259,13 @@ def test_activation_checkpointing_gives_the_same_gradients(reentrant):
     # torch.utils.checkpoint reruns the forward inside the backward (reentrant: a nested
     # backward; otherwise saved-tensor hooks): the engine's deterministic kernels give the same
     # bits both ways.
-    from torch.utils.checkpoint import checkpoint
     q, k, v, do = make(2, 23, 4, 1, 8, seed=22)
     w = torch.randn(8, 8, generator=torch.Generator().manual_seed(23))
 
     def block(x, y, z, w):
         return lt.attention(torch.tanh(x @ w), y, z, mask="window:7")
 
-    grads = []
-    for ckpt in (False, True):
-        xs = [t.clone().requires_grad_(True) for t in (q, k, v, w)]
-        o = checkpoint(block, *xs, use_reentrant=reentrant) if ckpt else block(*xs)
-        (o * do).sum().backward()
-        grads.append([t.grad for t in xs])
+    grads = ref.grads_plain_and_checkpointed(block, (q, k, v, w), do, reentrant)
     for nm, plain, ck in zip(("dq", "dk", "dv", "dw"), *grads):
         assert torch.equal(plain, ck), f"{nm} differs under checkpointing"
 
