@@ -7,7 +7,7 @@ runs ContextParallel.attention (autograd) and compares its shard of o and of the
 the unsharded tensors, with the single-process longseq.torch.attention on the whole sequence
 (tests/README.md rule 4), for every algorithm that runs at this world and every layout. Also:
 positions() against shard(arange), batch [B, L, H, D], bf16 tensors, activation checkpointing,
-the collectives, and the refusals that must name the value. Exits non-zero (the assertion's message on stderr) on any
+dp x cp splits of the world, the collectives, and the refusals that must name the value. Exits non-zero (the assertion's message on stderr) on any
 mismatch; rank 0 prints one line per case.
 """
 
@@ -161,6 +161,36 @@ w = torch.randn(n, 3, generator=gen)  # each rank's own loss over the whole tens
 (cp.unshard(xl) * w).sum().backward()
 assert torch.equal(xl.grad, cp.shard(g.all_reduce(w.clone()))), f"rank {R}: unshard's gradient"
 say(f"[mpi_cp] P={P}: shard and unshard carry gradients")
+
+# Data x context parallelism (the dp x cp splits `longseq.plan` ranks): the world split into P/c
+# context-parallel groups of c ranks, each on its own sequence, and c data-parallel groups across
+# them that sum the gradients; the groups of one kind run their collectives at the same time.
+for c in [c for c in range(1, P) if P % c == 0]:
+    cpg, dpg = g.split(R // c, R), g.split(R % c, R)
+    assert (cpg.size, cpg.rank, dpg.size, dpg.rank) == (c, R % c, P // c, R // c)
+    cp = lt.ContextParallel(cpg, algo="burst", balance="zigzag", seq=n)
+    seqs = [inputs(n, hq, hkv, d, seed=140 + j) for j in range(P // c)]  # replica j's sequence
+    q, k, v, do = seqs[R // c]
+    ql, kl, vl = (cp.shard(x).requires_grad_(True) for x in (q, k, v))
+    o = cp.attention(ql, kl, vl)
+    (o * cp.shard(do)).sum().backward()
+    summed = [dpg.all_reduce(t.grad.clone()) for t in (ql, kl, vl)]
+    want_o, want = None, [0, 0, 0]
+    for j, (qj, kj, vj, doj) in enumerate(seqs):
+        xs = [x.clone().requires_grad_(True) for x in (qj, kj, vj)]
+        oj = lt.attention(*xs, mask="causal")
+        (oj * doj).sum().backward()
+        want_o = oj.detach() if j == R // c else want_o
+        want = [w + cp.shard(x.grad) for w, x in zip(want, xs)]
+    valid = cp.valid()
+    try:
+        close(o.detach()[valid], cp.shard(want_o)[valid], 1e-5)
+        for got, w in zip(summed, want):
+            close(got[valid], w[valid], 5e-5)
+    except AssertionError as e:
+        raise AssertionError(f"rank {R}: dp {P // c} x cp {c}: {e}") from None
+say(f"[mpi_cp] P={P}: dp x cp splits of the world (cp in "
+    f"{[c for c in range(1, P) if P % c == 0]}) equal one process")
 
 # bf16 tensors: the bf16 kernels; both sides are longseq's, so compare within bf16 rounding of
 # the output (2^-8 relative, plus the accumulated rounding of the operands).
