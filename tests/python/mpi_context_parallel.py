@@ -59,9 +59,11 @@ def algorithms(world, hq, hkv):
 
 
 def run_case(algo, balance, mask, n, hq, hkv, d, seed, batch=None, dtype=torch.float32, tol=1e-5,
-             lse_grad=False):
-    """lse_grad: the loss uses the lse too, (lse * u).sum() over the real tokens."""
-    cp = lt.ContextParallel(g, algo=algo, balance=balance, seq=n, mask=mask)
+             lse_grad=False, group=None):
+    """lse_grad: the loss uses the lse too, (lse * u).sum() over the real tokens. group: the
+    world's, or a sub-group's (each sub-group then computes the same sequence)."""
+    cp = lt.ContextParallel(g if group is None else group, algo=algo, balance=balance, seq=n,
+                            mask=mask)
     q, k, v, do = (x.to(dtype) for x in inputs(n, hq, hkv, d, seed, batch))
     u = torch.randn(do.shape[:-1], generator=torch.Generator().manual_seed(seed + 1000))
     dim = 0 if batch is None else 1
@@ -189,6 +191,16 @@ for c in [c for c in range(1, P) if P % c == 0]:
             close(got[valid], w[valid], 5e-5)
     except AssertionError as e:
         raise AssertionError(f"rank {R}: dp {P // c} x cp {c}: {e}") from None
+# What the planner picks, built as it says: its winner's cp consecutive ranks per sequence and
+# its algorithm (at P = 4 on 2-GPU nodes the default model's 128K gives burst over dp 2 x cp 2,
+# 256K usp:2 over cp 4).
+if P == 4:
+    for s in ("128K", "256K"):
+        win = longseq.plan(gpus=P, gpus_per_node=2, seq=s)["winner"]
+        assert win["cp"] * win["dp"] == P, win
+        # 8 / 4 heads: whatever Ulysses degree (<= P) the planner picks divides them.
+        run_case(win["algo"], "zigzag", "causal", n, 8, 4, d, seed=150,
+                 group=g.split(R // win["cp"], R))
 say(f"[mpi_cp] P={P}: dp x cp splits of the world (cp in "
     f"{[c for c in range(1, P) if P % c == 0]}) equal one process")
 
