@@ -59,7 +59,7 @@ class _Attention(_torch.autograd.Function):
 
 class _NoSecondDerivative(_torch.autograd.Function):
     """Hands the engine's gradients to a graph that ``create_graph=True`` is building. The
-    engine's backward is not itself differentiable, so a loss that differentiates through those
+    engine's backward (attention's; unshard's collective) is not itself differentiable, so a loss that differentiates through those
     gradients (a gradient penalty, a Hessian-vector product) must fail naming longseq: left
     without a graph, torch would take them as constants and give a second derivative that is
     silently wrong wherever the loss also reaches the inputs another way."""
@@ -71,10 +71,10 @@ class _NoSecondDerivative(_torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *_):
-        raise RuntimeError(f"{ctx.fn}: a second derivative through longseq's attention was asked "
-                           f"for (a loss over gradients built with create_graph=True, e.g. a "
-                           f"gradient penalty); the engine's backward has no derivative of its "
-                           f"own. First derivatives with create_graph=True work")
+        raise RuntimeError(f"{ctx.fn}: a second derivative was asked for (a loss over "
+                           f"gradients built with create_graph=True, e.g. a gradient penalty); "
+                           f"this backward of longseq's has no derivative of its own. First "
+                           f"derivatives with create_graph=True work")
 
 
 def _graded(fn, *grads):

@@ -39,6 +39,16 @@ def test_create_graph_refuses_a_second_derivative_naming_context_parallel():
     with pytest.raises(RuntimeError,
                        match="longseq.torch.ContextParallel.attention: a second derivative"):
         (gq.square().sum() + k.sum()).backward()
+    # unshard's backward is a collective: refused alike; shard's is torch's indexing, which
+    # differentiates again.
+    x = torch.randn(cp.local_len, 2, requires_grad=True)
+    gx, = torch.autograd.grad(cp.unshard(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="ContextParallel.unshard: a second derivative"):
+        gx.sum().backward()
+    y = torch.randn(21, 2, requires_grad=True)
+    gy, = torch.autograd.grad(cp.shard(y).square().sum(), y, create_graph=True)
+    gy.sum().backward()
+    assert torch.equal(y.grad, torch.full_like(y, 2.0))
 
 
 @pytest.mark.parametrize("balance", ["contiguous", "zigzag", "striped"])
