@@ -2,6 +2,8 @@
 
     mpirun -np 4 python3 examples/torch_cp_llama.py            # 4 ranks, each a quarter of every
     python3 examples/torch_cp_llama.py                          # one process: the same losses
+    mpirun -np 4 python3 examples/torch_cp_llama.py --cp 2 --batch 2   # dp 2 x cp 2
+    python3 examples/torch_cp_llama.py --batch 2                # the same losses again
 
 Each process is one rank (longseq.comm.mpi(): mpirun's processes, or a world of 1 without it).
 Every sequence of --seq tokens of the KJV text is cut into shards by a balanced layout
@@ -13,6 +15,12 @@ the whole sequence: each rank sums its tokens' losses over the global token coun
 gradients are summed over the ranks with longseq's all_reduce, so every rank takes the same
 AdamW step and the run equals the one-process run within fp32 rounding (tests/python/tests.cmake
 checks losses and gradients).
+
+Data x context parallelism: --cp C puts C consecutive ranks on each sequence (world.split) and
+makes the world's other factor data-parallel replicas; a step's --batch sequences are shared out
+among the replicas, each taking its share one after another with the gradients accumulating, and
+the loss is the mean over every token of the batch. So the losses depend on --batch alone, not on
+how the world is split.
 
 Nothing here needs more than torch and longseq; the same script runs in your own model by
 replacing attention() below with yours around cp.attention().
@@ -39,6 +47,11 @@ p.add_argument("--hidden", type=int, default=128)
 p.add_argument("--heads", type=int, default=4)
 p.add_argument("--kv-heads", type=int, default=2)
 p.add_argument("--lr", type=float, default=3e-3)
+p.add_argument("--cp", type=int, default=0,
+               help="ranks per sequence (0: the whole world); the world's other factor is data "
+                    "parallelism")
+p.add_argument("--batch", type=int, default=1,
+               help="sequences per step, shared out among the data-parallel replicas")
 p.add_argument("--algo", default="burst", help="the --algo grammar of longseq")
 p.add_argument("--balance", default="zigzag")
 p.add_argument("--seed", type=int, default=1234)
@@ -51,10 +64,18 @@ args = p.parse_args()
 
 group = longseq.comm.mpi()
 rank, world = group.rank, group.size
+cp_size = args.cp or world
+if cp_size < 1 or world % cp_size:
+    p.error(f"--cp {args.cp} must divide the {world} ranks")
+dp = world // cp_size
+if args.batch < 1 or args.batch % dp:
+    p.error(f"--batch {args.batch} must be a positive multiple of the {dp} data-parallel replicas")
+replica, per_replica = rank // cp_size, args.batch // dp
 threads = args.threads or max(1, (os.cpu_count() or 1) // world)
 torch.set_num_threads(threads)
-cp = lt.ContextParallel(group, algo=args.algo, balance=args.balance, seq=args.seq,
-                        mask="causal", threads=threads)
+# cp_size consecutive ranks share a sequence; with dp = 1 the split is the whole world.
+cp = lt.ContextParallel(group.split(replica, rank), algo=args.algo, balance=args.balance,
+                        seq=args.seq, mask="causal", threads=threads)
 
 # ---- data: byte-level tokens of the text; every rank reads the same, then takes its shard ----
 path = args.data or longseq.data_file("kjv-genesis-exodus.txt")
@@ -63,10 +84,10 @@ with open(path, encoding="utf-8") as f:
     ids = torch.tensor(tok.encode_documents([f.read()]), dtype=torch.int64)
 
 
-def batch(step):
-    """This rank's shard of sequence `step`: input ids, labels (the next token; -100 where there
+def batch(index):
+    """This rank's shard of sequence `index`: input ids, labels (the next token; -100 where there
     is none: the last token and the layout's padding) and global positions."""
-    start = (step * args.seq) % (len(ids) - args.seq - 1)
+    start = (index * args.seq) % (len(ids) - args.seq - 1)
     x = ids[start:start + args.seq]
     y = ids[start + 1:start + args.seq + 1]
     pos = cp.positions()
@@ -145,29 +166,34 @@ for name, t in model.named_parameters():  # LLaMA's initialisation: N(0, 0.02), 
     if t.dim() > 1:
         nn.init.normal_(t, std=0.02)
 for t in model.parameters():  # rank 0's initial weights everywhere
-    cp.broadcast(t.data, root=0)
+    group.broadcast(t.data, root=0)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-count = args.seq  # labelled tokens of every sequence: its last token's label is the next one
+# Labelled tokens of a step: every sequence's last token's label is the next one in the text.
+count = args.seq * args.batch
 
-log = {"world": world, "algo": cp.algo, "balance": cp.balance, "seq": args.seq,
-       "local_len": cp.local_len, "threads": threads, "steps": []}
+log = {"world": world, "cp": cp_size, "dp": dp, "batch": args.batch, "algo": cp.algo,
+       "balance": cp.balance, "seq": args.seq, "local_len": cp.local_len, "threads": threads,
+       "steps": []}
 for step in range(args.steps):
     t0 = time.perf_counter()
     cp.stats(reset=True)
-    x, y, pos = batch(step)
-    logits = model(x, pos)
-    loss = F.cross_entropy(logits, y, ignore_index=-100, reduction="sum") / count
     opt.zero_grad(set_to_none=False)
-    loss.backward()
+    loss = torch.zeros(())
+    for j in range(per_replica):  # this replica's sequences of the batch, gradients accumulating
+        x, y, pos = batch(step * args.batch + replica * per_replica + j)
+        logits = model(x, pos)
+        part = F.cross_entropy(logits, y, ignore_index=-100, reduction="sum") / count
+        part.backward()
+        loss += part.detach()
     t_back = time.perf_counter()
     flat = torch.cat([t.grad.reshape(-1) for t in model.parameters()])
-    cp.all_reduce(flat)  # the gradient of the whole sequence's mean loss
+    group.all_reduce(flat)  # the gradient of the batch's mean loss: every rank's tokens
     off = 0
     for t in model.parameters():
         n = t.numel()
         t.grad.copy_(flat[off:off + n].view_as(t))
         off += n
-    total = cp.all_reduce(loss.detach().clone()).item()
+    total = group.all_reduce(loss).item()
     if step == 0 and args.dump_grads and rank == 0:
         longseq.save_safetensors(args.dump_grads, {n: t.grad for n, t in
                                                    model.named_parameters()})
