@@ -26,6 +26,30 @@ def _detached(*ts):
     return [t.detach() if isinstance(t, _torch.Tensor) else t for t in ts]
 
 
+def _autocast_dtype(device_type):
+    """torch.autocast's dtype for ``device_type`` ("cpu" | "cuda") where it is on, else None."""
+    try:  # torch >= 2.4
+        on = _torch.is_autocast_enabled(device_type)
+        return _torch.get_autocast_dtype(device_type) if on else None
+    except (TypeError, AttributeError):  # torch 1.13: one function per device
+        if device_type == "cpu":
+            on, dtype = _torch.is_autocast_cpu_enabled(), _torch.get_autocast_cpu_dtype()
+        else:
+            on, dtype = _torch.is_autocast_enabled(), _torch.get_autocast_gpu_dtype()
+        return dtype if on else None
+
+
+def _under_autocast(q, k, v):
+    """q, k and v in torch.autocast's bfloat16 where it is on for their device, as torch's own
+    attention runs under autocast: a model whose RoPE multiplied q and k by float32 tables while v
+    came out of an autocast linear in bfloat16 runs instead of meeting a dtype refusal. The casts
+    are torch ops, so gradients flow back in each input's dtype. Off (or another autocast dtype:
+    float16 has no kernels here), the tensors are passed as they are."""
+    if _autocast_dtype("cuda" if q.is_cuda else "cpu") != _torch.bfloat16:
+        return q, k, v
+    return tuple(t.to(_torch.bfloat16) if t.dtype == _torch.float32 else t for t in (q, k, v))
+
+
 def _check_tensors(fn, **ts):
     for name, t in ts.items():
         if not isinstance(t, _torch.Tensor):
@@ -106,6 +130,7 @@ def attention(q, k, v, mask=None, softmax_scale=None, return_lse=False, *, threa
     (or 0) means 1/sqrt(D).
     """
     _check_tensors("longseq.torch.attention", q=q, k=k, v=v)
+    q, k, v = _under_autocast(q, k, v)
     o, lse = _Attention.apply(q, k, v, as_mask(mask), softmax_scale, threads)
     return (o, lse) if return_lse else o
 
@@ -290,6 +315,7 @@ class ContextParallel:
         ``return_lse``, the float32 lse ``[.., L, Hq]``); a collective over the group (every rank
         calls it with the same shapes). ``mask`` None: the ContextParallel's."""
         _check_tensors("longseq.torch.ContextParallel.attention", q=q, k=k, v=v)
+        q, k, v = _under_autocast(q, k, v)
         m = self.mask if mask is None else as_mask(mask)
         scale = self.softmax_scale if softmax_scale is None else softmax_scale
         o, lse = _CpAttention.apply(q, k, v, self, m, scale)

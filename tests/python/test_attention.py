@@ -270,6 +270,26 @@ def test_activation_checkpointing_gives_the_same_gradients(reentrant):
         assert torch.equal(plain, ck), f"{nm} differs under checkpointing"
 
 
+def test_autocast_runs_attention_in_bfloat16_as_torchs_own_ops():
+    q, k, v, do = make(0, 21, 4, 2, 8, seed=31)
+    qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # v as an autocast linear leaves it (bfloat16); q and k float32, as after RoPE's tables
+        o = lt.attention(qs, ks, vs.to(torch.bfloat16), mask="causal")
+    assert o.dtype == torch.bfloat16
+    (o.float() * do).sum().backward()
+    assert qs.grad.dtype == vs.grad.dtype == torch.float32
+    # The same bits as bfloat16 inputs without autocast, gradients cast back by torch.
+    qb, kb, vb = (x.to(torch.bfloat16).requires_grad_(True) for x in (q, k, v))
+    (lt.attention(qb, kb, vb, mask="causal").float() * do).sum().backward()
+    assert torch.equal(o, lt.attention(qb, kb, vb, mask="causal"))
+    for ours, want in ((qs, qb), (ks, kb), (vs, vb)):
+        assert torch.equal(ours.grad, want.grad.float())
+    # Without autocast the mixture is refused by name, never cast silently.
+    with pytest.raises(TypeError, match="v has dtype bfloat16 but q has float32"):
+        lt.attention(q, k, v.to(torch.bfloat16))
+
+
 def test_q_k_v_may_be_one_tensor():
     x = torch.randn(20, 2, 8)
     xs = x.clone().requires_grad_(True)

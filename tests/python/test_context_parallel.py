@@ -51,6 +51,15 @@ def test_create_graph_refuses_a_second_derivative_naming_context_parallel():
     assert torch.equal(y.grad, torch.full_like(y, 2.0))
 
 
+def test_autocast_runs_context_parallel_attention_in_bfloat16():
+    cp = lt.ContextParallel(g, seq=17)
+    q, k, v = (cp.shard(torch.randn(17, 2, 8)) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        o = cp.attention(q, k, v.to(torch.bfloat16))
+    assert o.dtype == torch.bfloat16
+    assert torch.equal(o, cp.attention(*(x.to(torch.bfloat16) for x in (q, k, v))))
+
+
 @pytest.mark.parametrize("balance", ["contiguous", "zigzag", "striped"])
 def test_shard_and_unshard_are_differentiable(balance):
     cp = lt.ContextParallel(g, balance=balance, seq=13)
