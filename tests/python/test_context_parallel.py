@@ -143,6 +143,17 @@ def test_generated_calls_raise_or_run(n, lq, heads, d, algo, balance, batch, dty
     except (ValueError, TypeError):
         return
     hq, hkv = heads
+    # shard and unshard of a tensor that requires grad, along a generated dim: a result whose
+    # gradient has the input's shape, or a refusal.
+    x = torch.randn(2, max(lq, 1), 3).to(dtype).requires_grad_(True)
+    for op in (cp.shard, cp.unshard):
+        try:
+            y = op(x, dim=d % 4 - 1)
+        except (ValueError, TypeError):
+            continue
+        x.grad = None
+        y.float().sum().backward()
+        assert x.grad.shape == x.shape
     lead = () if batch is None else (batch,)
     q = torch.randn(*lead, lq, hq, d).to(dtype).requires_grad_(True)
     k = torch.randn(*lead, lq, hkv, d).to(dtype)
