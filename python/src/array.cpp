@@ -32,7 +32,8 @@ core::DType dtype_of(const DLDataType& t, const char* fn, const std::string& nam
   // one is none of them.
   type_error(fn, ": ", name, " has dtype ", t.code < 7 ? codes[t.code] : "code?",
              static_cast<int>(t.bits), t.lanes == 1 ? "" : core::cat(" x", t.lanes),
-             ", which longseq takes nowhere (attention takes float32 and bfloat16)");
+             ", which longseq takes nowhere (its tensors are float32, bfloat16, float64, int32, "
+             "int64, uint8 or bool; attention takes float32 and bfloat16)");
 }
 
 }  // namespace

@@ -126,6 +126,9 @@ def test_mask_and_tokenizer_refusals(tmp_path):
            [65, 300])
     raises(ValueError, "needs a tokenizer.json", longseq.Tokenizer, None, "</s>")
     raises(ValueError, "cannot|open|No such", longseq.load_safetensors, tmp_path / "none.st")
+    raises(TypeError, r"save_safetensors: half has dtype float16, which longseq takes nowhere "
+           r"\(its tensors are float32, bfloat16, float64", longseq.save_safetensors,
+           tmp_path / "half.st", {"half": torch.ones(3, dtype=torch.float16)})
 
 
 # ---- generated inputs ----------------------------------------------------------------------------
