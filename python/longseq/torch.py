@@ -26,17 +26,17 @@ def _detached(*ts):
     return [t.detach() if isinstance(t, _torch.Tensor) else t for t in ts]
 
 
-def _autocast_dtype(device_type):
-    """torch.autocast's dtype for ``device_type`` ("cpu" | "cuda") where it is on, else None."""
-    try:  # torch >= 2.4
+if hasattr(_torch, "get_autocast_dtype"):  # torch >= 2.4: one function for every device
+    def _autocast_dtype(device_type):
+        """torch.autocast's dtype for ``device_type`` ("cpu" | "cuda") where it is on, else
+        None."""
         on = _torch.is_autocast_enabled(device_type)
         return _torch.get_autocast_dtype(device_type) if on else None
-    except (TypeError, AttributeError):  # torch 1.13: one function per device
+else:  # torch 1.13: one function per device
+    def _autocast_dtype(device_type):
         if device_type == "cpu":
-            on, dtype = _torch.is_autocast_cpu_enabled(), _torch.get_autocast_cpu_dtype()
-        else:
-            on, dtype = _torch.is_autocast_enabled(), _torch.get_autocast_gpu_dtype()
-        return dtype if on else None
+            return _torch.get_autocast_cpu_dtype() if _torch.is_autocast_cpu_enabled() else None
+        return _torch.get_autocast_gpu_dtype() if _torch.is_autocast_enabled() else None
 
 
 def _under_autocast(q, k, v):
