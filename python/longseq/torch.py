@@ -83,10 +83,11 @@ class _Attention(_torch.autograd.Function):
 
 class _NoSecondDerivative(_torch.autograd.Function):
     """Hands the engine's gradients to a graph that ``create_graph=True`` is building. The
-    engine's backward (attention's; unshard's collective) is not itself differentiable, so a loss that differentiates through those
-    gradients (a gradient penalty, a Hessian-vector product) must fail naming longseq: left
-    without a graph, torch would take them as constants and give a second derivative that is
-    silently wrong wherever the loss also reaches the inputs another way."""
+    engine's backward (attention's; unshard's collective) is not itself differentiable, so a
+    loss that differentiates through those gradients (a gradient penalty, a Hessian-vector
+    product) must fail naming longseq: left without a graph, torch would take them as constants
+    and give a second derivative that is silently wrong wherever the loss also reaches the
+    inputs another way."""
 
     @staticmethod
     def forward(ctx, fn, *grads):

@@ -33,13 +33,15 @@ def same(base_name, name, world, cp):
     assert run["batch"] == base["batch"], (run["batch"], base["batch"])
     for a, b in zip(base["steps"], run["steps"]):
         rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
-        assert rel < 1e-5, f"{name} step {a['step']}: loss {b['loss']} vs {a['loss']} (rel {rel:.2e})"
+        assert rel < 1e-5, \
+            f"{name} step {a['step']}: loss {b['loss']} vs {a['loss']} (rel {rel:.2e})"
     g, _ = longseq.load_safetensors(f"{out}/{name}.safetensors")
     assert g.keys() == g1.keys()
     for n, t in g1.items():
         err = float((g[n] - t).abs().max())
         scale = float(t.abs().max())
-        assert err <= 1e-4 * scale + 1e-7, f"{name} {n}: gradient off by {err:.3g} (max {scale:.3g})"
+        assert err <= 1e-4 * scale + 1e-7, \
+            f"{name} {n}: gradient off by {err:.3g} (max {scale:.3g})"
     print(f"{name}: {len(run['steps'])} losses and {len(g)} gradients equal {base_name} "
           f"(losses {[round(s['loss'], 6) for s in run['steps']]})")
 

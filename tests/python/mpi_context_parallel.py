@@ -7,8 +7,8 @@ runs ContextParallel.attention (autograd) and compares its shard of o and of the
 the unsharded tensors, with the single-process longseq.torch.attention on the whole sequence
 (tests/README.md rule 4), for every algorithm that runs at this world and every layout. Also:
 positions() against shard(arange), batch [B, L, H, D], bf16 tensors, activation checkpointing,
-dp x cp splits of the world, the collectives, and the refusals that must name the value. Exits non-zero (the assertion's message on stderr) on any
-mismatch; rank 0 prints one line per case.
+dp x cp splits of the world, the collectives, and the refusals that must name the value. Exits
+non-zero (the assertion's message on stderr) on any mismatch; rank 0 prints one line per case.
 """
 
 import sys
