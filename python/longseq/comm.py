@@ -101,6 +101,26 @@ def _fail_world(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
+def _refuse_other_launchers():
+    """Without mpirun MPI starts a world of 1. A process that torchrun (or torch.distributed's
+    env:// rendezvous) started as one rank of several would then compute alone, every rank the
+    whole sequence, with no error: refused here, naming the launcher's variables."""
+    import os
+    if _core.launched_by_mpirun():
+        return
+    size = os.environ.get("WORLD_SIZE", "")
+    try:
+        several = int(size) > 1
+    except ValueError:
+        several = False
+    if several:
+        raise RuntimeError(
+            f"longseq.comm.mpi: this process is rank {os.environ.get('RANK', '?')} of WORLD_SIZE="
+            f"{size} (torchrun's or torch.distributed's environment) but was not started by "
+            f"mpirun; longseq's ranks are MPI processes, so it would run as a world of 1: start "
+            f"the script with mpirun -np {size} python3 script.py")
+
+
 def mpi(timeout=None, nodes=None):
     """This process's rank of the MPI world: opened on the first call, the same Group object
     after. ``timeout``: seconds a blocked collective waits before the world fails (default 300);
@@ -111,6 +131,7 @@ def mpi(timeout=None, nodes=None):
     args = {"timeout": 300.0 if timeout is None else float(timeout),
             "nodes": 0 if nodes is None else as_int("longseq.comm.mpi", "nodes", nodes)}
     if _world is None:
+        _refuse_other_launchers()
         _world = _core.open_world("mpi", args["timeout"], args["nodes"])
         _group, _world_args = Group(_world.group), args
         atexit.register(_close)

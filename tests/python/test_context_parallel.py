@@ -163,3 +163,24 @@ def test_generated_calls_raise_or_run(n, lq, heads, d, algo, balance, batch, dty
         return
     o.float().sum().backward()
     assert q.grad.shape == q.shape
+
+
+def test_a_rank_torchrun_started_is_refused_not_run_as_a_world_of_one():
+    # torchrun sets WORLD_SIZE and RANK; without mpirun MPI would start a world of 1 and every
+    # rank would compute the whole sequence alone. A fresh interpreter: this one's world is open.
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "PMIX_", "PMI_"))}
+    script = "import longseq; print(longseq.comm.mpi().size)"
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env={**env, "WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "2"})
+    assert r.returncode != 0
+    assert ("RuntimeError: longseq.comm.mpi: this process is rank 2 of WORLD_SIZE=4 (torchrun's"
+            in r.stderr), r.stderr
+    assert "mpirun -np 4 python3 script.py" in r.stderr
+    # WORLD_SIZE=1 (torchrun --nproc-per-node 1) is a world of 1 either way: it runs.
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env={**env, "WORLD_SIZE": "1", "RANK": "0"})
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "longseq/core/error.hpp"
+#include "longseq/kernels/cuda/cublaslt.hpp"
 #include "longseq/kernels/cuda/gemm.hpp"
 #include "longseq/kernels/cuda/launch.cuh"
 
@@ -32,7 +33,7 @@ using detail::kBlock;
 
 void check_cublas(cublasStatus_t status, const char* what, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  core::fail("cuda", what, " failed: ", cublasLtGetStatusString(status), " (",
+  core::fail("cuda", what, " failed: ", lt::api().GetStatusString(status), " (",
              static_cast<int>(status), ") at ", file, ":", line);
 }
 
@@ -172,49 +173,49 @@ const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
   if (found != st.plans.end()) return found->second;
   Plan p;
   const cudaDataType_t in_type = key.kind == Kind::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t op_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const int32_t op_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   LONGSEQ_CUBLAS_CALL(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+      lt::api().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   LONGSEQ_CUBLAS_CALL(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+      lt::api().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Stored shapes, column-major (rows, cols) = the row-major matrix's (cols, rows).
   const uint64_t la_rows = key.tb ? key.k : key.n, la_cols = key.tb ? key.n : key.k;
   const uint64_t lb_rows = key.ta ? key.m : key.k, lb_cols = key.ta ? key.k : key.m;
-  LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.la, in_type, la_rows, la_cols, key.ldb));
-  LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.lb, in_type, lb_rows, lb_cols, key.lda));
+  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.la, in_type, la_rows, la_cols, key.ldb));
+  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.lb, in_type, lb_rows, lb_cols, key.lda));
   const cudaDataType_t out_type = key.kind == Kind::bf16_out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  LONGSEQ_CUBLAS_CALL(cublasLtMatrixLayoutCreate(&p.lc, out_type, static_cast<uint64_t>(key.n),
-                                                 static_cast<uint64_t>(key.m), key.ldc));
+  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.lc, out_type, static_cast<uint64_t>(key.n),
+                                                   static_cast<uint64_t>(key.m), key.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceCreate(&pref));
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;  // swapped, as above
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   if (key.kind == Kind::bf16_out_bf16) {
     // Split-K partial sums reduced in the output type (in place in C, or bf16 in the workspace)
     // would round more than once; only no split or fp32 partials keep "the fp32 result rounded
     // once" (gemm.hpp). Scheme NONE (0) passes any mask.
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    LONGSEQ_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+    LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
-  const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc,
-                                                          pref, 1, &result, &count);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t h = lt::api().MatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc,
+                                                            pref, 1, &result, &count);
+  lt::api().MatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED: no heuristic for this configuration, the plain kernel runs it; anything else
   // is an error.
   if (h != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -272,7 +273,7 @@ void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, 
     auto h = st.handles.find(device);
     if (h == st.handles.end()) {
       cublasLtHandle_t created = nullptr;
-      LONGSEQ_CUBLAS_CALL(cublasLtCreate(&created));
+      LONGSEQ_CUBLAS_CALL(lt::api().Create(&created));
       h = st.handles.emplace(device, created).first;
     }
     handle = h->second;
@@ -291,9 +292,9 @@ void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, 
     simple(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  LONGSEQ_CUBLAS_CALL(cublasLtMatmul(handle, plan->desc, &alpha, b, plan->la, a, plan->lb, &beta, c,
-                                     plan->lc, c, plan->lc, &plan->algo, workspace, kWorkspaceBytes,
-                                     s));
+  LONGSEQ_CUBLAS_CALL(lt::api().Matmul(handle, plan->desc, &alpha, b, plan->la, a, plan->lb, &beta,
+                                       c, plan->lc, c, plan->lc, &plan->algo, workspace,
+                                       kWorkspaceBytes, s));
   st.cublaslt.fetch_add(1);
 }
 
