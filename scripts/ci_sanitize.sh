@@ -32,6 +32,19 @@ SLOW_SWEEPS+='|RopeScalingTrain\.StepEqualsAcrossWorldsAndLayouts|PastTwoToThe31
 # algorithm's schedules under ASan in the label's other tests.
 SLOW_SWEEPS+='|Schedule\.AllPairsOnceEverySendMatchedNoSlotHazard|Schedule\.EveryAlgorithmTagsMatchAtLargeWorlds'
 SLOW_SWEEPS+='|PairOrder\.EveryScheduleNeedsNoTags'
+# Round 4 (a fresh clone on a 2-core Xeon reached 2,932 s of CI's 3,000; this pass's tests took
+# 550 s of it, 1,093 test-seconds): the three slowest of the other schedule sweeps (57 test-s,
+# the same pure functions), two sweeps whose subject is bits or a size, not memory (Ulysses's
+# head groups bit-identical to the blocking all-to-alls, 76 test-s: every Ulysses and USP test
+# of the label runs head groups, the default, under ASan; the copy preset's 20,481-id LM head for two steps,
+# 65 test-s: the train label's other tests train and generate under ASan), and two of the three
+# sweeps of bad numeric flags (43 test-s: one flag table and parser serves every command, and
+# the third sweep runs it under ASan).
+SLOW_SWEEPS+='|Schedule\.StarTrailStagesItsSideTransfers|Schedule\.UspHeadGroupsRunTheRingOncePerGroup'
+SLOW_SWEEPS+='|Schedule\.UlyssesHeadGroupsPostBeforeReadSendAfterWrite'
+SLOW_SWEEPS+='|Ulysses\.HeadGroupsAreBitIdenticalToBlockingAllToAlls|CopyTask\.PresetTrainsAndGeneratePrintsIds'
+SLOW_SWEEPS+='|CliFlags\.TrainRefusesEveryBadNumericValueNamingTheFlag'
+SLOW_SWEEPS+='|CliFlags\.EvalGeneratePasskeyAndTokenizeRefuseEveryBadNumericValueNamingTheFlag'
 # The local backend's 2.5 GiB transfer (comm_local_big: two minutes alone on both cores under each
 # sanitizer): the local backend has no size-dependent path (one memcpy per message; the 1 GiB
 # chunking is MPI's), so the comm label's small transfers run the same code under ASan and TSan;
