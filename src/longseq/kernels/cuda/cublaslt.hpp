@@ -2,8 +2,9 @@
 // cuBLASLt, loaded when the first GPU product needs it (dlopen), not when a process starts.
 //
 // Why: libcublasLt.so.13 is 540 MB; linked as a needed library, every process of a CUDA build
-// paid for mapping and relocating it at start (0.2 s of a `longseq --help` on a 2-core Xeon, of
-// every test process and `import longseq`), GPU or not, though only kernels/cuda/gemm.cu calls it.
+// paid for mapping and relocating it at start (0.12 s of each `longseq --help`, test process and
+// `import longseq` on a quiet 2-core Xeon, bench/process_start.py), GPU or not, though only
+// kernels/cuda/gemm.cu calls it.
 //
 // Contract:
 // - api() opens the library on its first call (thread-safe, once per process) and resolves every
