@@ -36,10 +36,10 @@ SLOW_SWEEPS+='|PairOrder\.EveryScheduleNeedsNoTags'
 # 550 s of it, 1,093 test-seconds): the three slowest of the other schedule sweeps (57 test-s,
 # the same pure functions), two sweeps whose subject is bits or a size, not memory (Ulysses's
 # head groups bit-identical to the blocking all-to-alls, 76 test-s: every Ulysses and USP test
-# of the label runs head groups, the default, under ASan; the copy preset's 20,481-id LM head for two steps,
-# 65 test-s: the train label's other tests train and generate under ASan), and two of the three
-# sweeps of bad numeric flags (43 test-s: one flag table and parser serves every command, and
-# the third sweep runs it under ASan).
+# of the label runs head groups, the default, under ASan; the copy preset's 20,481-id LM head
+# for two steps, 65 test-s: the train label's other tests train and generate under ASan), and
+# two of the three sweeps of bad numeric flags (43 test-s: one flag table and parser serves
+# every command, and the third sweep runs it under ASan).
 SLOW_SWEEPS+='|Schedule\.StarTrailStagesItsSideTransfers|Schedule\.UspHeadGroupsRunTheRingOncePerGroup'
 SLOW_SWEEPS+='|Schedule\.UlyssesHeadGroupsPostBeforeReadSendAfterWrite'
 SLOW_SWEEPS+='|Ulysses\.HeadGroupsAreBitIdenticalToBlockingAllToAlls|CopyTask\.PresetTrainsAndGeneratePrintsIds'

@@ -65,8 +65,8 @@ TEST(CublasLtLoader, RefusesNamingEveryPathTriedOrTheMissingEntry) {
 }
 
 // The point of the loader: no binary lists cuBLASLt as needed, so no process maps its 540 MB at
-// start (0.2 s each, GPU or not). A NEEDED entry would come back with a CMake link of
-// CUDA::cublasLt.
+// start (0.12 s each on a quiet 2-core Xeon, GPU or not). A NEEDED entry would come back with a
+// CMake link of CUDA::cublasLt.
 TEST(CublasLtLoader, NoBinaryNeedsItAtStart) {
   std::vector<std::string> binaries{"/proc/self/exe"};
 #ifdef LONGSEQ_CLI

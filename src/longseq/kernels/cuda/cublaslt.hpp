@@ -35,7 +35,7 @@ struct Api {
   decltype(&::cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
   decltype(&::cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
   decltype(&::cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
-  /// The file the loader opened (from dlinfo), for messages and `longseq info`.
+  /// The file the loader opened (from dlinfo), for messages and tests.
   std::string path;
 };
 

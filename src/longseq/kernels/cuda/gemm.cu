@@ -171,51 +171,52 @@ State& state() {
 const Plan& plan_for(State& st, cublasLtHandle_t handle, const PlanKey& key) {
   const auto found = st.plans.find(key);
   if (found != st.plans.end()) return found->second;
+  const lt::Api& api = lt::api();
   Plan p;
   const cudaDataType_t in_type = key.kind == Kind::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LONGSEQ_CUBLAS_CALL(api.MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t op_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const int32_t op_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   LONGSEQ_CUBLAS_CALL(
-      lt::api().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+      api.MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   LONGSEQ_CUBLAS_CALL(
-      lt::api().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+      api.MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Stored shapes, column-major (rows, cols) = the row-major matrix's (cols, rows).
   const uint64_t la_rows = key.tb ? key.k : key.n, la_cols = key.tb ? key.n : key.k;
   const uint64_t lb_rows = key.ta ? key.m : key.k, lb_cols = key.ta ? key.k : key.m;
-  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.la, in_type, la_rows, la_cols, key.ldb));
-  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.lb, in_type, lb_rows, lb_cols, key.lda));
+  LONGSEQ_CUBLAS_CALL(api.MatrixLayoutCreate(&p.la, in_type, la_rows, la_cols, key.ldb));
+  LONGSEQ_CUBLAS_CALL(api.MatrixLayoutCreate(&p.lb, in_type, lb_rows, lb_cols, key.lda));
   const cudaDataType_t out_type = key.kind == Kind::bf16_out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  LONGSEQ_CUBLAS_CALL(lt::api().MatrixLayoutCreate(&p.lc, out_type, static_cast<uint64_t>(key.n),
-                                                   static_cast<uint64_t>(key.m), key.ldc));
+  LONGSEQ_CUBLAS_CALL(api.MatrixLayoutCreate(&p.lc, out_type, static_cast<uint64_t>(key.n),
+                                             static_cast<uint64_t>(key.m), key.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceCreate(&pref));
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;  // swapped, as above
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+  LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   if (key.kind == Kind::bf16_out_bf16) {
     // Split-K partial sums reduced in the output type (in place in C, or bf16 in the workspace)
     // would round more than once; only no split or fp32 partials keep "the fp32 result rounded
     // once" (gemm.hpp). Scheme NONE (0) passes any mask.
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    LONGSEQ_CUBLAS_CALL(lt::api().MatmulPreferenceSetAttribute(
+    LONGSEQ_CUBLAS_CALL(api.MatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
-  const cublasStatus_t h = lt::api().MatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc,
-                                                            pref, 1, &result, &count);
-  lt::api().MatmulPreferenceDestroy(pref);
+  const cublasStatus_t h =
+      api.MatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &count);
+  api.MatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED: no heuristic for this configuration, the plain kernel runs it; anything else
   // is an error.
   if (h != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -265,6 +266,7 @@ void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, 
   key.align_a = alignment(a);
   key.align_b = alignment(b);
   key.align_c = alignment(c);
+  const lt::Api& api = lt::api();
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   const Plan* plan = nullptr;
@@ -273,7 +275,7 @@ void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, 
     auto h = st.handles.find(device);
     if (h == st.handles.end()) {
       cublasLtHandle_t created = nullptr;
-      LONGSEQ_CUBLAS_CALL(lt::api().Create(&created));
+      LONGSEQ_CUBLAS_CALL(api.Create(&created));
       h = st.handles.emplace(device, created).first;
     }
     handle = h->second;
@@ -292,9 +294,9 @@ void run(const core::Exec& exec, const char* name, Kind kind, bool ta, bool tb, 
     simple(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  LONGSEQ_CUBLAS_CALL(lt::api().Matmul(handle, plan->desc, &alpha, b, plan->la, a, plan->lb, &beta,
-                                       c, plan->lc, c, plan->lc, &plan->algo, workspace,
-                                       kWorkspaceBytes, s));
+  LONGSEQ_CUBLAS_CALL(api.Matmul(handle, plan->desc, &alpha, b, plan->la, a, plan->lb, &beta, c,
+                                 plan->lc, c, plan->lc, &plan->algo, workspace, kWorkspaceBytes,
+                                 s));
   st.cublaslt.fetch_add(1);
 }
 
