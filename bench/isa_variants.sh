@@ -2,7 +2,7 @@
 # The CPU kernel variants side by side on this machine (design.md §10; issue "The GPU lease": the
 # host's CPU): the attention block kernels (bench/attention_kernel_bench, fp32 and bf16, causal)
 # and the GEMM library's rates under every LONGSEQ_ISA level this CPU can run, in one run, the
-# variants taking turns for --rounds rounds so a drifting load hits all alike (each its best).
+# variants taking turns for ROUNDS rounds so a drifting load hits all alike (each its best).
 # oneDNN follows LONGSEQ_ISA (kernels/gemm.cpp), so a lower level also caps the GEMMs: avx512 on
 # an AVX512_BF16 CPU is bf16 emulated (widened to fp32) everywhere, avx512_bf16 is bf16 in
 # hardware (AMX tiles where the CPU has them, through oneDNN).
@@ -18,15 +18,16 @@ set -euo pipefail
 build=$1
 out=$2
 rounds=${3:-2}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "[isa_variants] ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
 bench="$build/bench/attention_kernel_bench"
 [ -x "$bench" ] || { echo "[isa_variants] $bench not built (LONGSEQ_BUILD_BENCH=ON)" >&2; exit 1; }
-best=$(LONGSEQ_ISA='' "$build/cli/longseq" info | sed -n 's/.*best for this CPU: \([a-z0-9_]*\).*/\1/p')
-[ -n "$best" ] || { echo "[isa_variants] could not read the best variant from longseq info" >&2; exit 1; }
-level() { case $1 in portable) echo 0 ;; avx2) echo 1 ;; avx512) echo 2 ;; avx512_bf16) echo 3 ;; *) echo -1 ;; esac; }
+# shellcheck source=scripts/isa_levels.sh
+source "$(dirname "$0")/../scripts/isa_levels.sh"
+best=$(isa_best "$build")
 variants=()
 for v in ${ISA_VARIANTS:-avx2 avx512 avx512_bf16}; do
-  [ "$(level "$v")" -ge 0 ] || { echo "[isa_variants] unknown variant '$v'" >&2; exit 2; }
-  [ "$(level "$v")" -le "$(level "$best")" ] && variants+=("$v")
+  [ "$(isa_level "$v")" -ge 0 ] || { echo "[isa_variants] unknown variant '$v'" >&2; exit 2; }
+  [ "$(isa_level "$v")" -le "$(isa_level "$best")" ] && variants+=("$v")
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/longseq_isa.XXXXXX")
 trap 'rm -rf "$work"' EXIT

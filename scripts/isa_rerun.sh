@@ -12,13 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-best=$(LONGSEQ_ISA= "$BUILD_DIR/cli/longseq" info | sed -n 's/.*best for this CPU: \([a-z0-9_]*\).*/\1/p')
-[ -n "$best" ] || { echo "[isa] could not read the best variant from longseq info" >&2; exit 1; }
+# shellcheck source=scripts/isa_levels.sh
+source scripts/isa_levels.sh
+best=$(isa_best "$BUILD_DIR")
 NO_KERNEL='^CliFlags\.|^Schedule\.|^PairOrder\.|^FailureSemantics\.'
-rank() { case $1 in portable) echo 0 ;; avx2) echo 1 ;; avx512) echo 2 ;; avx512_bf16) echo 3 ;; *) echo -1 ;; esac; }
 echo "[isa] best variant of this CPU: $best"
 for isa in avx2 avx512; do
-  if [ "$(rank "$isa")" -lt "$(rank "$best")" ]; then
+  if [ "$(isa_level "$isa")" -lt "$(isa_level "$best")" ]; then
     echo "[isa] LONGSEQ_ISA=$isa: labels kernels|attention|train"
     # The mpirun registrations (label mpi) and the binary-inspection tests do not depend on it.
     LONGSEQ_ISA=$isa ctest --test-dir "$BUILD_DIR" -L 'kernels|attention|train' -LE mpi \
