@@ -4,8 +4,10 @@
 run the engine's CPU kernels in place, CUDA tensors (CUDA builds) its GPU executor. The backward
 is the engine's (deterministic: the same bits every run).
 
-``ContextParallel(group, algo=..., balance=..., seq=N)``: one process per rank (under mpirun),
-each holding its shard of every sequence under a balanced layout. ``shard``/``unshard`` move
+``ContextParallel(group, algo=..., balance=..., seq=N)``: one process per rank (under mpirun
+with ``longseq.comm.mpi()`` on host tensors; with ``longseq.comm.nccl()`` over torch.distributed's
+processes on CUDA tensors, one GPU each), each holding its shard of every sequence under a
+balanced layout. ``shard``/``unshard`` move
 tensors between global and local order, ``positions()`` are the global positions of the local
 tokens (RoPE, labels), and ``attention`` is the engine's distributed attention with any algorithm
 of the --algo grammar, autograd included.
@@ -140,24 +142,28 @@ class _CpAttention(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cp, mask, scale):
         q_, k_, v_ = _detached(q, k, v)
+        dtype = q.dtype
+        if q.is_cuda and dtype == _torch.bfloat16:  # the GPU executor's API is float32
+            q_, k_, v_ = q_.float(), k_.float(), v_.float()
         o = _torch.empty_like(q_)
-        lse = _torch.empty(q_.shape[:-1], dtype=_torch.float32)
+        lse = _torch.empty(q_.shape[:-1], dtype=_torch.float32, device=q_.device)
         m = mask.bind(cp.seq)
         s = 0.0 if scale is None else float(scale)
         cp._core.forward(q_, k_, v_, o, lse, m, s)
         ctx.save_for_backward(q_, k_, v_, o, lse)
-        ctx.cfg = (cp, m, s)
+        ctx.cfg = (cp, m, s, dtype)
         ctx.set_materialize_grads(False)  # an unused lse (or o) brings None, not zeros
-        return o, lse
+        return o.to(dtype), lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse = _detached(*ctx.saved_tensors)
-        cp, m, s = ctx.cfg
+        cp, m, s, dtype = ctx.cfg
         do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
         cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s, dlse)
-        return (*_graded("longseq.torch.ContextParallel.attention", dq, dk, dv), None, None, None)
+        grads = (dq.to(dtype), dk.to(dtype), dv.to(dtype))
+        return (*_graded("longseq.torch.ContextParallel.attention", *grads), None, None, None)
 
 
 class _Shard(_torch.autograd.Function):
@@ -172,10 +178,9 @@ class _Shard(_torch.autograd.Function):
         # positions, zeros elsewhere; padding rows belong to no token. torch's index ops keep a
         # create_graph backward differentiable.
         cp, dim, shape = ctx.cfg
-        pos = cp.positions()
-        real = (pos >= 0).nonzero().squeeze(1)
+        real, pos = (t.to(g.device) for t in cp._rank_rows(cp.rank))
         gx = g.new_zeros(shape)
-        return gx.index_copy(dim, pos[real], g.index_select(dim, real)), None, None
+        return gx.index_copy(dim, pos, g.index_select(dim, real)), None, None
 
 
 class _Unshard(_torch.autograd.Function):
@@ -306,16 +311,53 @@ class ContextParallel:
         length = self.local_len if op == "shard" else self.seq
         shape = list(x.shape)
         shape[dim] = length
+        if x.is_cuda:
+            return self._move_on_gpu(op, x, dim, shape)
         out = _torch.empty(shape, dtype=x.dtype)
         getattr(self._core, op)(x, dim, out)
         return out
+
+    def _rank_rows(self, rank):
+        """(local rows, global positions) of rank's real tokens, int64 on the CPU."""
+        p = _torch.empty(self.local_len, dtype=_torch.int64)
+        self._core.positions(p, rank)
+        real = (p >= 0).nonzero().squeeze(1)
+        return real, p[real]
+
+    def _move_on_gpu(self, op, x, dim, shape):
+        """CUDA tensors (an nccl group): the same rows as the engine's host copies, moved by
+        torch's index ops on x's device; unshard's gather is the group's (NCCL)."""
+        fn = f"longseq.torch.ContextParallel.{op}"
+        self._check_device(fn, "x", x)
+        if x.shape[dim] != (self.seq if op == "shard" else self.local_len):
+            raise ValueError(f"{fn}: x {list(x.shape)} has {x.shape[dim]} tokens along dim {dim}, "
+                             f"expected {self.seq if op == 'shard' else self.local_len}")
+        out = x.new_zeros(shape)
+        if op == "shard":
+            rows, pos = (t.to(x.device) for t in self._rank_rows(self.rank))
+            return out.index_copy_(dim, rows, x.index_select(dim, pos))
+        parts = self.group.all_gather(x.contiguous())
+        for r in range(self.world):
+            rows, pos = (t.to(x.device) for t in self._rank_rows(r))
+            out.index_copy_(dim, pos, parts[r].index_select(dim, rows))
+        return out
+
+    def _check_device(self, fn, name, t):
+        """A CUDA tensor must be on the nccl group's GPU (NCCL and the executor run there)."""
+        want = self.group.device
+        if t.is_cuda and want is not None and t.device.index != want:
+            raise ValueError(f"{fn}: {name} is on {t.device}, and this rank's nccl group runs on "
+                             f"cuda:{want}")
 
     def attention(self, q, k, v, mask=None, softmax_scale=None, return_lse=False):
         """The distributed attention of this rank's shards q ``[L, Hq, D]`` or ``[B, L, Hq, D]``
         (L = local_len), k and v ``[.., L, Hkv, D]``, differentiable (o and, with
         ``return_lse``, the float32 lse ``[.., L, Hq]``); a collective over the group (every rank
         calls it with the same shapes). ``mask`` None: the ContextParallel's."""
-        _check_tensors("longseq.torch.ContextParallel.attention", q=q, k=k, v=v)
+        fn = "longseq.torch.ContextParallel.attention"
+        _check_tensors(fn, q=q, k=k, v=v)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            self._check_device(fn, name, t)
         q, k, v = _under_autocast(q, k, v)
         m = self.mask if mask is None else as_mask(mask)
         scale = self.softmax_scale if softmax_scale is None else softmax_scale

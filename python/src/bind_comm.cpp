@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings.hpp"
+#include "device.hpp"
 #include "longseq/comm/group.hpp"
 #include "longseq/comm/launch.hpp"
+#include "longseq/comm/nccl_backend.hpp"
 
 namespace longseq::python {
 
@@ -42,9 +44,11 @@ comm::ReduceOp reduce_op(const std::string& op) {
 }
 
 // A tensor a collective moves: contiguous, in host memory unless the backend moves device
-// memory (comm refuses what it cannot move, naming the buffer).
+// memory (comm refuses what it cannot move, naming the buffer). A CUDA tensor is exported for the
+// legacy default stream, which the nccl backend's stream waits for before it reads or writes
+// (comm/nccl/group.cpp); the collective has completed when the call returns.
 Array comm_array(const py::object& obj, const char* name, const char* fn) {
-  Array a = from_python(fn, obj, name);
+  Array a = from_python(fn, obj, name, kLegacyStream);
   a.need_contiguous(fn);
   if (a.dtype == core::DType::boolean) a.dtype = core::DType::u8;
   return a;
@@ -139,6 +143,36 @@ void bind_comm(py::module_& m) {
       },
       py::arg("backend") = "any", py::arg("timeout") = 300.0, py::arg("nodes") = 0);
   m.def("launched_by_mpirun", &comm::launched_by_mpirun);
+  // The nccl world of longseq.comm.nccl(): the id travels over the caller's torch.distributed
+  // group (longseq/comm.py), so no MPI is involved.
+  m.def("nccl_built", &comm::nccl_built);
+  m.def("nccl_unique_id", [] { return py::bytes(comm::nccl_unique_id()); });
+  m.def(
+      "open_nccl_world",
+      [](const py::bytes& id, int rank, const std::vector<int>& node_of_rank, int device,
+         double timeout) {
+        constexpr const char* fn = "longseq.comm.nccl";
+        if (!(timeout > 0)) value_error(fn, ": timeout ", timeout, " s must be positive");
+        const int n = static_cast<int>(node_of_rank.size());
+        if (rank < 0 || rank >= n) value_error(fn, ": rank ", rank, " of a world of ", n);
+        for (int r = 0; r < n; ++r)
+          if (node_of_rank[static_cast<size_t>(r)] < 0 || node_of_rank[static_cast<size_t>(r)] >= n)
+            value_error(fn, ": node ", node_of_rank[static_cast<size_t>(r)], " of rank ", r,
+                        " is not in [0, ", n, ")");
+        const std::string bytes = id;
+        if (bytes.size() != comm::kNcclIdBytes)
+          value_error(fn, ": the unique id has ", bytes.size(), " bytes, NCCL's has ",
+                      comm::kNcclIdBytes);
+        const comm::Topology topo(node_of_rank);
+        std::unique_ptr<comm::OpenWorld> w;
+        {
+          py::gil_scoped_release nogil;
+          w = comm::open_nccl_world(bytes, rank, topo, device, timeout);
+        }
+        return PyWorld(std::move(w));
+      },
+      py::arg("id"), py::arg("rank"), py::arg("nodes"), py::arg("device"),
+      py::arg("timeout") = 300.0);
 }
 
 }  // namespace longseq::python

@@ -2,14 +2,24 @@
 // (group, algorithm, layout): the layout's positions and shard/unshard of any tensor along any
 // dimension, and the distributed attention's two passes on this rank's shards (each a collective
 // over the group).
+//
+// Devices: host tensors over a group that moves host memory (mpi), CUDA tensors over one that
+// moves GPU memory (nccl, longseq.comm.nccl()), one rank per process and GPU; the executor runs
+// on the tensors' device (attention/exec_device.hpp) with the stream rule of device.hpp (tensors
+// exported for the legacy default stream, outputs complete when the call returns). The GPU
+// executor's API is float32: longseq/torch.py widens bfloat16 CUDA tensors, as for one process.
 #include <pybind11/stl.h>
 
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "bindings.hpp"
+#include "device.hpp"
 #include "longseq/attention/distributed.hpp"
 #include "longseq/comm/group.hpp"
+#if defined(LONGSEQ_WITH_CUDA)
+#include "longseq/attention/cuda/exec_device.hpp"
+#endif
 
 namespace longseq::python {
 
@@ -83,12 +93,15 @@ class CpCore {
   std::string algo() const { return spec_.algo.name(); }
   const comm::Group& group() const { return group_; }
 
-  void positions(const py::object& out_) const {
+  // rank -1: this rank's.
+  void positions(const py::object& out_, int rank) const {
     constexpr const char* fn = "longseq.ContextParallel.positions";
+    if (rank < -1 || rank >= group_.size())
+      value_error(fn, ": rank ", rank, " is not a rank of a group of ", group_.size());
     const Array out = from_python(fn, out_, "out");
     out.need_dtype(fn, {DType::i64}).need_shape(fn, {layout_.local_len()}).need_contiguous(fn);
     out.need_host(fn);
-    const std::vector<int64_t> p = layout_.positions(group_.rank());
+    const std::vector<int64_t> p = layout_.positions(rank < 0 ? group_.rank() : rank);
     std::copy(p.begin(), p.end(), out.ptr<int64_t>());
   }
 
@@ -121,13 +134,15 @@ class CpCore {
   void forward(const py::object& q_, const py::object& k_, const py::object& v_,
                const py::object& o_, const py::object& lse_, const PyMask& mask, double scale) {
     constexpr const char* fn = "longseq.ContextParallel.attention";
-    const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
-                v = from_python(fn, v_, "v");
+    const Stream st = kLegacyStream;
+    const Array q = from_python(fn, q_, "q", st), k = from_python(fn, k_, "k", st),
+                v = from_python(fn, v_, "v", st);
     const Qkv d = check(fn, q, k, v, mask, scale);
-    const Array o = from_python(fn, o_, "o"), lse = from_python(fn, lse_, "lse");
+    const Array o = from_python(fn, o_, "o", st), lse = from_python(fn, lse_, "lse", st);
     check_out(fn, o, d.q_shape, q.dtype, q);
     check_out(fn, lse, d.lse_shape, DType::f32, q);
     no_overlap(fn, {&o, &lse}, {&q, &k, &v});
+    need_f32_on_gpu(fn, {&q, &k, &v, &o});
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
@@ -151,21 +166,27 @@ class CpCore {
                 const py::object& dq_, const py::object& dk_, const py::object& dv_,
                 const PyMask& mask, double scale, const py::object& dlse_) {
     constexpr const char* fn = "longseq.ContextParallel.attention (backward)";
-    const Array q = from_python(fn, q_, "q"), k = from_python(fn, k_, "k"),
-                v = from_python(fn, v_, "v");
+    const Stream st = kLegacyStream;
+    const Array q = from_python(fn, q_, "q", st), k = from_python(fn, k_, "k", st),
+                v = from_python(fn, v_, "v", st);
     const Qkv d = check(fn, q, k, v, mask, scale);
-    const Array dout = from_python(fn, do_, "do"), o = from_python(fn, o_, "o"),
-                lse = from_python(fn, lse_, "lse");
+    const Array dout = from_python(fn, do_, "do", st), o = from_python(fn, o_, "o", st),
+                lse = from_python(fn, lse_, "lse", st);
     check_out(fn, dout, d.q_shape, q.dtype, q);
     check_out(fn, o, d.q_shape, q.dtype, q);
     check_out(fn, lse, d.lse_shape, DType::f32, q);
-    const Array dq = from_python(fn, dq_, "dq"), dk = from_python(fn, dk_, "dk"),
-                dv = from_python(fn, dv_, "dv");
+    const Array dq = from_python(fn, dq_, "dq", st), dk = from_python(fn, dk_, "dk", st),
+                dv = from_python(fn, dv_, "dv", st);
     check_out(fn, dq, d.q_shape, q.dtype, q);
     check_out(fn, dk, d.kv_shape, q.dtype, q);
     check_out(fn, dv, d.kv_shape, q.dtype, q);
     no_overlap(fn, {&dq, &dk, &dv}, {&q, &k, &v, &dout, &o, &lse});
-    const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv});
+    need_f32_on_gpu(fn, {&dout, &q, &k, &v, &o, &dq, &dk, &dv});
+    // The GPU executor has no op for the lse's gradient (as for one process, bind_attention).
+    if (!dlse_.is_none() && !q.device.is_cpu())
+      value_error(fn, ": a gradient reached lse, and q is on ", q.device.str(),
+                  "; the GPU executor takes no lse gradient (use o only, or host tensors)");
+    const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv}, st);
     const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
@@ -229,10 +250,7 @@ class CpCore {
   Qkv check(const char* fn, const Array& q, const Array& k, const Array& v, const PyMask& mask,
             double scale) const {
     const Qkv d = check_qkv(fn, q, k, v);
-    if (!q.device.is_cpu())
-      value_error(fn, ": q is on ", q.device.str(),
-                  "; context parallelism over processes runs on host tensors (the executor over "
-                  "NCCL is not built)");
+    check_device(fn, q);
     if (d.dims.tokens != layout_.local_len())
       value_error(fn, ": q holds ", d.dims.tokens, " tokens, rank ", group_.rank(), " of the ",
                   layout_.global_len(), "-token layout holds ", layout_.local_len(),
@@ -248,6 +266,28 @@ class CpCore {
     return d;
   }
 
+  // Host tensors over a group that moves host memory, CUDA tensors over nccl (see the top).
+  void check_device(const char* fn, const Array& q) const {
+    const bool gpu_group = group_.backend() == "nccl";
+    if (q.device.is_cpu() && gpu_group)
+      value_error(fn,
+                  ": q is on cpu, and the group is nccl's (longseq.comm.nccl()), which moves "
+                  "GPU memory: give CUDA tensors, or use a longseq.comm.mpi() group for host "
+                  "tensors");
+    if (!q.device.is_cpu() && !gpu_group)
+      value_error(fn, ": q is on ", q.device.str(), ", and the group is ", group_.backend(),
+                  "'s, which moves host memory: CUDA tensors need a longseq.comm.nccl() group");
+#if defined(LONGSEQ_WITH_CUDA)
+    if (!q.device.is_cpu()) attention::cuda::register_exec_device();
+#endif
+  }
+  static void need_f32_on_gpu(const char* fn, std::initializer_list<const Array*> arrays) {
+    for (const Array* a : arrays)
+      if (!a->device.is_cpu() && a->dtype != DType::f32)
+        type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ", dtype_str(a->dtype),
+                   "); longseq.torch widens bfloat16 on the GPU");
+  }
+
   // The spec of a call, checked before any communication (every rank holds the same shapes,
   // so every rank raises alike).
   attention::AttentionSpec spec_for(const Qkv& d, const Array& q, const PyMask& mask,
@@ -255,6 +295,7 @@ class CpCore {
     attention::AttentionSpec s = spec_;
     s.mask = mask.specs.front();
     s.scale = scale;
+    s.device = q.device;
     // bf16 tensors run the bf16 kernels on the tensors themselves (the engine's bf16 forms).
     if (q.dtype == DType::bf16) s.precision = DType::bf16;
     attention::validate(s, layout_, group_.topology(), d.dims.hq, d.dims.hkv, d.dims.d);
@@ -287,7 +328,7 @@ void bind_context_parallel(py::module_& m) {
                                return std::string(attention::balance_name(c.layout().balance()));
                              })
       .def_property_readonly("group", &CpCore::group)
-      .def("positions", &CpCore::positions, py::arg("out"))
+      .def("positions", &CpCore::positions, py::arg("out"), py::arg("rank") = -1)
       .def("shard", &CpCore::shard, py::arg("x"), py::arg("dim"), py::arg("out"))
       .def("unshard", &CpCore::unshard, py::arg("x"), py::arg("dim"), py::arg("out"))
       .def("forward", &CpCore::forward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),

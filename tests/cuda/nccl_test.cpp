@@ -1,10 +1,12 @@
 // The nccl comm backend at world 1 (one process, one GPU; docs/gpu.md "The nccl backend"):
 // send to self, every collective, a 0-byte message, host memory refused for point to point and
 // staged for collectives, and two ranks on one GPU refused before NCCL sees them. Worlds above 1
-// need mpirun and a GPU per rank (not run here). Without a visible GPU, or in a build without
-// NCCL, every test reports skipped.
+// need mpirun and a GPU per rank (not run here). Also the world the Python package opens from an
+// id it carried itself (open_nccl_world). Without a visible GPU, or in a build without NCCL, every
+// test reports skipped.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,6 +113,49 @@ TEST(Nccl, TwoRanksOnOneGpuAreRefusedNamingThem) {
     FAIL() << "world " << gpus + 1 << " on " << gpus << " GPU(s) started";
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("would share GPU 0"), std::string::npos) << e.what();
+  }
+}
+
+// longseq.comm.nccl()'s world: an id made here, as rank 0 of torch.distributed makes it.
+TEST(Nccl, AWorldOpenedFromAnIdRunsAndCloses) {
+  LONGSEQ_NEED_NCCL();
+  const std::string id = nccl_unique_id();
+  ASSERT_EQ(id.size(), kNcclIdBytes);
+  std::unique_ptr<OpenWorld> w = open_nccl_world(id, 0, Topology(1), 0, 60.0);
+  Group& g = w->group();
+  EXPECT_EQ(g.backend(), "nccl");
+  EXPECT_EQ(g.size(), 1);
+  const std::vector<float> h = {1.f, -2.f, 3.f};
+  auto in = upload(h);
+  auto out = upload(std::vector<float>(h.size(), 0.f));
+  g.all_reduce(in.data(), out.data(), h.size(), core::DType::f32, ReduceOp::sum);
+  EXPECT_EQ(download(out, h.size()), h);
+  w->close();
+  EXPECT_THROW(w->close(), core::Error);  // once
+}
+
+TEST(Nccl, AFailedOpenedWorldReportsItselfAtClose) {
+  LONGSEQ_NEED_NCCL();
+  std::unique_ptr<OpenWorld> w = open_nccl_world(nccl_unique_id(), 0, Topology(1), 0, 60.0);
+  w->fail("ValueError: a bad batch");
+  try {
+    w->close();
+    FAIL() << "close() of a failed world returned";
+  } catch (const RankFailed& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_EQ(e.reason(), "ValueError: a bad batch");
+  }
+}
+
+TEST(Nccl, AnOpenedWorldRefusesABadIdOrGpu) {
+  LONGSEQ_NEED_NCCL();
+  EXPECT_THROW(open_nccl_world("short", 0, Topology(1), 0, 60.0), core::Error);
+  const int gpus = static_cast<int>(kernels::cuda::runtime_info().gpus.size());
+  try {
+    open_nccl_world(nccl_unique_id(), 0, Topology(1), gpus, 60.0);
+    FAIL() << "GPU " << gpus << " accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not one of the"), std::string::npos) << e.what();
   }
 }
 

@@ -230,6 +230,19 @@ assert gath.tolist() == [[r, 10 * r] for r in range(P)]
 g.barrier()
 say(f"[mpi_cp] P={P}: positions, all_reduce, broadcast, all_gather, barrier")
 
+# The rows CUDA tensors take (ContextParallel._move_on_gpu: torch's index ops, the group's
+# all_gather), run here on host tensors, equal the engine's host copies bit for bit, along any dim
+# and for every layout.
+for bal in ("contiguous", "zigzag", "striped"):
+    c2 = lt.ContextParallel(g, balance=bal, seq=n)
+    x = torch.randn(3, n, 5, generator=torch.Generator().manual_seed(11))
+    shape = [3, c2.local_len, 5]
+    mine = c2._move_on_gpu("shard", x, 1, shape)
+    assert torch.equal(mine, c2._move("shard", x, 1)), bal
+    whole = c2._move_on_gpu("unshard", mine, 1, [3, n, 5])
+    assert torch.equal(whole, c2._move("unshard", mine, 1)) and torch.equal(whole, x), bal
+say(f"[mpi_cp] P={P}: the CUDA tensors' shard and unshard rows equal the engine's")
+
 # Refusals name the value (every rank raises alike, before any communication).
 def refused(fn, words):
     try:

@@ -5,7 +5,14 @@ machine's torch has no CUDA); scripts/gpu_check.sh runs it on the GPU machine.
 Against float64 on the host (reference.py) with test_attention.py's bounds for float32 (the GPU's
 generic fp32 kernels sum in a fixed order, as the CPU's), and rule 2 for bfloat16 against torch's
 naive bf16 attention on the same GPU; the DLPack stream rule: inputs written on a side stream
-are read after that stream's work."""
+are read after that stream's work. Context parallelism on CUDA tensors: longseq.comm.nccl() over
+torch.distributed at world 1 (nccl_context_parallel.py; NCCL runs one rank per GPU, so one GPU
+holds one rank), and the refusal of CUDA tensors over an MPI group."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -70,3 +77,30 @@ def test_inputs_from_a_side_stream_are_read_after_it():
     torch.cuda.synchronize()
     assert torch.equal(o, want)
     assert longseq._core.data_pointer(qc) == qc.data_ptr()
+
+
+@pytest.mark.skipif(longseq.info()["nccl"] != "built", reason="this build of longseq has no NCCL")
+def test_context_parallel_over_nccl_at_world_one(tmp_path):
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nccl_context_parallel.py")
+    p = subprocess.run([sys.executable, script, "attention", "0", "1", str(tmp_path / "store")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "error" not in got, got["error"]
+    naive = got["naive_bf16"]
+    assert set(got["errors"]) == {f"{a}/{t}" for a in ("ring", "burst", "ulysses")
+                                  for t in ("float32", "bfloat16")}
+    for name, errs in got["errors"].items():
+        if name.endswith("float32"):
+            assert max(errs[:2]) <= 1e-4 and max(errs[2:]) <= 5e-4, (name, errs)
+        else:  # o, dq, dk, dv within twice torch's naive bfloat16 attention
+            for i in (0, 2, 3, 4):
+                assert errs[i] <= 2 * naive[i] + 1e-6, (name, i, errs, naive)
+
+
+@pytest.mark.skipif(longseq.info()["mpi"] != "built", reason="this build of longseq has no MPI")
+def test_cuda_tensors_over_an_mpi_group_are_refused_naming_nccl():
+    cp = lt.ContextParallel(longseq.comm.mpi(), seq=16)
+    q = torch.randn(cp.local_len, 2, 8, device="cuda")
+    with pytest.raises(ValueError, match="CUDA tensors need a longseq.comm.nccl\\(\\) group"):
+        cp.attention(q, q, q)

@@ -59,7 +59,8 @@ struct AttentionSpec {
   /// are returned. The schedule, the transfers and the results' layout are the same on every
   /// device; on a GPU the block kernels are kernels/cuda's (the same contracts; bits within
   /// their stated tolerance of the CPU's) on a stream of the rank's own, the transfers between
-  /// ranks of one process device-to-device copies (comm's local backend), and the call still
+  /// ranks of one process device-to-device copies (comm's local backend), between processes
+  /// NCCL's (the nccl backend, one GPU per process), and the call still
   /// returns once its outputs are complete. Needs the GPU's executor backend registered
   /// (attention::cuda::register_exec_device, done by train::device_attention).
   core::Device device;

@@ -9,6 +9,7 @@
 // NCCL has no tags: messages between two ranks match by posting order (the pair-order rule,
 // group.hpp).
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,21 @@ void nccl_init();
 int nccl_world_size(const Options& options);
 /// Runs fn as this process's rank of a fresh NCCL world (launch.hpp run()'s contract).
 void run_nccl_world(const Options& options, const std::function<void(Group&)>& fn);
+
+/// Bytes of an NCCL unique id (ncclUniqueId, 128): what nccl_unique_id returns and
+/// open_nccl_world takes.
+inline constexpr size_t kNcclIdBytes = 128;
+/// A fresh NCCL unique id (ncclGetUniqueId: needs no GPU), for a bootstrap this backend does not
+/// own: the Python package broadcasts it over the caller's torch.distributed group.
+std::string nccl_unique_id();
+/// Opens this process's rank of an NCCL world of topo.size() ranks whose rank 0 made `id` and
+/// handed it to every rank by some other channel (launch.hpp OpenWorld's contract; ncclCommInitRank
+/// blocks until every rank has called it). `device`: the GPU this rank runs on (made current);
+/// two ranks of one node on one GPU are the caller's to refuse before (NCCL would fail with
+/// "Duplicate GPU"). A world that fails (fail(), or an error) cannot agree on it over NCCL:
+/// close() then throws RankFailed for this rank, and the other ranks' waits end at `timeout_s`.
+std::unique_ptr<OpenWorld> open_nccl_world(const std::string& id, int rank, const Topology& topo,
+                                           int device, double timeout_s);
 
 /// The GPU of the rank at index `me` of `node_ranks` (the world ranks of one node, in rank order)
 /// when `gpus` GPUs are visible: its index on the node. NCCL refuses two ranks of one

@@ -20,5 +20,13 @@ int nccl_world_size(const Options&) {
 void run_nccl_world(const Options&, const std::function<void(Group&)>&) {
   nccl_init();
 }
+std::string nccl_unique_id() {
+  nccl_init();
+  return {};
+}
+std::unique_ptr<OpenWorld> open_nccl_world(const std::string&, int, const Topology&, int, double) {
+  nccl_init();
+  return nullptr;
+}
 
 }  // namespace longseq::comm

@@ -393,18 +393,11 @@ bool NcclRequest::test() {
   return g_->poll(*launch_);
 }
 
-/// The world group of this process: `ranks` world ranks on nodes `topo`, NCCL's id from rank 0.
-void run_world(int rank, const Topology& topo, double timeout_s, const ncclUniqueId& id,
-               const std::function<void(Group&)>& fn) {
+/// The world group of this process's rank `rank` of topo.size() ranks on GPU `device`, NCCL's id
+/// from rank 0 (blocks in ncclCommInitRank until every rank has come).
+Group world_group(int rank, const Topology& topo, int device, double timeout_s,
+                  const ncclUniqueId& id) {
   const int p = topo.size();
-  std::vector<int> node_ranks;
-  int me = 0;
-  for (int q = 0; q < p; ++q)
-    if (topo.node(q) == topo.node(rank)) {
-      if (q == rank) me = static_cast<int>(node_ranks.size());
-      node_ranks.push_back(q);
-    }
-  const int device = nccl_device_of(node_ranks, me, gpu_count());
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   auto comm = std::make_shared<Comm>();
   comm->world_rank = rank;
@@ -416,11 +409,69 @@ void run_world(int rank, const Topology& topo, double timeout_s, const ncclUniqu
   auto state = std::make_shared<RankState>();
   state->world_rank = rank;
   state->world_node = topo.node(rank);
-  Group g(std::make_shared<NcclGroupImpl>(std::move(comm), std::move(world_ranks), rank, topo, 1,
-                                          std::move(state), timeout_s));
+  return Group(std::make_shared<NcclGroupImpl>(std::move(comm), std::move(world_ranks), rank, topo,
+                                               1, std::move(state), timeout_s));
+}
+
+/// The world group of this process: rank `rank` on the nodes `topo`, its GPU its index among
+/// its node's ranks, NCCL's id from rank 0.
+void run_world(int rank, const Topology& topo, double timeout_s, const ncclUniqueId& id,
+               const std::function<void(Group&)>& fn) {
+  std::vector<int> node_ranks;
+  int me = 0;
+  for (int q = 0; q < topo.size(); ++q)
+    if (topo.node(q) == topo.node(rank)) {
+      if (q == rank) me = static_cast<int>(node_ranks.size());
+      node_ranks.push_back(q);
+    }
+  Group g = world_group(rank, topo, nccl_device_of(node_ranks, me, gpu_count()), timeout_s, id);
   fn(g);
   g.barrier();  // every rank's operations are complete before the communicator goes
 }
+
+/// open_nccl_world's world. NCCL has no channel of ours to agree on an outcome (the MPI
+/// backend's control messages), so close() agrees by a barrier when this rank did not fail,
+/// and a failed rank reports itself without waiting for peers that may never come.
+class NcclOpenWorld final : public OpenWorld {
+ public:
+  NcclOpenWorld(int rank, const Topology& topo, int device, double timeout_s,
+                const ncclUniqueId& id)
+      : rank_(rank), group_(world_group(rank, topo, device, timeout_s, id)) {}
+  ~NcclOpenWorld() override {
+    if (closed_) return;
+    try {
+      fail("the world was released without close()");
+      close();
+    } catch (...) {  // the failure just recorded is what close() reports
+    }
+  }
+  Group& group() override { return group_; }
+  void fail(const std::string& message) override {
+    if (failure_.empty()) failure_ = message.empty() ? std::string("failed") : message;
+  }
+  void close() override {
+    core::require(!closed_, "comm", "close() of a world that is already closed");
+    closed_ = true;
+    if (failure_.empty()) {
+      try {
+        group_.barrier();  // every rank's operations are complete before the communicator goes
+      } catch (...) {
+        group_ = Group();
+        throw;
+      }
+      group_ = Group();
+      return;
+    }
+    group_ = Group();
+    throw RankFailed(rank_, failure_);
+  }
+
+ private:
+  int rank_;
+  Group group_;
+  std::string failure_;
+  bool closed_ = false;
+};
 
 }  // namespace
 
@@ -467,6 +518,29 @@ void run_nccl_world(const Options& options, const std::function<void(Group&)>& f
     boot.broadcast(&id, sizeof id, core::DType::u8, 0);
     run_world(boot.rank(), boot.topology(), options.timeout_s, id, fn);
   });
+}
+
+std::string nccl_unique_id() {
+  static_assert(sizeof(ncclUniqueId) == kNcclIdBytes);
+  ncclUniqueId id{};
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  return std::string(reinterpret_cast<const char*>(&id), sizeof id);
+}
+
+std::unique_ptr<OpenWorld> open_nccl_world(const std::string& id, int rank, const Topology& topo,
+                                           int device, double timeout_s) {
+  core::require(id.size() == kNcclIdBytes, "comm", "nccl: the unique id has ", id.size(),
+                " bytes, NCCL's has ", kNcclIdBytes);
+  core::require(rank >= 0 && rank < topo.size(), "comm", "nccl: rank ", rank, " of a world of ",
+                topo.size());
+  core::require(timeout_s > 0.0, "comm", "timeout ", timeout_s, " s must be positive");
+  const int gpus = gpu_count();
+  core::require(gpus > 0, "comm", "the nccl backend needs a GPU; none is visible");
+  core::require(device >= 0 && device < gpus, "comm", "nccl: GPU ", device, " of rank ", rank,
+                " is not one of the ", gpus, " visible");
+  ncclUniqueId nid{};
+  std::memcpy(&nid, id.data(), sizeof nid);
+  return std::make_unique<NcclOpenWorld>(rank, topo, device, timeout_s, nid);
 }
 
 }  // namespace longseq::comm
