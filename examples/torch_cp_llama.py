@@ -22,13 +22,19 @@ among the replicas, each taking its share one after another with the gradients a
 the loss is the mean over every token of the batch. So the losses depend on --batch alone, not on
 how the world is split.
 
+On GPUs (--device cuda), one process per GPU started by torchrun (or any launcher that sets
+torch.distributed's environment; a plain python3 is a world of 1): the ranks are those of
+torch.distributed, longseq.comm.nccl() carries NCCL's id over it, and the model, the shards and
+the collectives live on each rank's GPU:
+
+    torchrun --nproc-per-node 4 examples/torch_cp_llama.py --device cuda
+
 Nothing here needs more than torch and longseq; the same script runs in your own model by
 replacing attention() below with yours around cp.attention().
 """
 
 import argparse
 import json
-import math
 import os
 import time
 
@@ -56,13 +62,36 @@ p.add_argument("--algo", default="burst", help="the --algo grammar of longseq")
 p.add_argument("--balance", default="zigzag")
 p.add_argument("--seed", type=int, default=1234)
 p.add_argument("--threads", type=int, default=0, help="torch and longseq threads per rank")
+p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+               help="cpu: ranks are mpirun's processes (longseq.comm.mpi()); cuda: one GPU per "
+                    "process, ranks from torch.distributed (longseq.comm.nccl())")
 p.add_argument("--data", default=None, help="text file (default: the KJV text longseq ships)")
 p.add_argument("--json", default=None, help="write losses and timings here (rank 0)")
 p.add_argument("--dump-grads", default=None,
                help="write the first step's summed gradients here (safetensors, rank 0)")
 args = p.parse_args()
 
-group = longseq.comm.mpi()
+
+def open_group():
+    """This process's rank: mpirun's on the CPU; torch.distributed's on GPUs (torchrun's
+    environment, or a world of 1 without it), its GPU the local rank's."""
+    if args.device == "cpu":
+        return longseq.comm.mpi(), torch.device("cpu")
+    if not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False)")
+    import tempfile
+    import torch.distributed as dist
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("gloo")  # it only carries NCCL's id; longseq's NCCL does the rest
+    else:
+        store = os.path.join(tempfile.mkdtemp(), "store")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    return longseq.comm.nccl(), torch.device("cuda", local)
+
+
+group, device = open_group()
 rank, world = group.rank, group.size
 cp_size = args.cp or world
 if cp_size < 1 or world % cp_size:
@@ -92,7 +121,7 @@ def batch(index):
     y = ids[start + 1:start + args.seq + 1]
     pos = cp.positions()
     labels = cp.shard(y).masked_fill(pos < 0, -100)
-    return cp.shard(x), labels, pos.clamp(min=0)
+    return cp.shard(x).to(device), labels.to(device), pos.clamp(min=0).to(device)
 
 
 # ---- the model ----------------------------------------------------------------------------
@@ -109,7 +138,7 @@ class RMSNorm(nn.Module):
 def rope(x, pos, theta=10000.0):
     """Rotary embedding at global positions (Hugging Face's rotate_half convention)."""
     d = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
     ang = pos.to(torch.float32)[:, None] * inv[None, :]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
@@ -165,20 +194,21 @@ model = Llama(tok.vocab_size, args.hidden, args.layers, args.heads, args.kv_head
 for name, t in model.named_parameters():  # LLaMA's initialisation: N(0, 0.02), norms at 1
     if t.dim() > 1:
         nn.init.normal_(t, std=0.02)
+model.to(device)  # initialised on the CPU: the same weights on every device
 for t in model.parameters():  # rank 0's initial weights everywhere
     group.broadcast(t.data, root=0)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
 # Labelled tokens of a step: every sequence's last token's label is the next one in the text.
 count = args.seq * args.batch
 
-log = {"world": world, "cp": cp_size, "dp": dp, "batch": args.batch, "algo": cp.algo,
+log = {"device": str(device), "world": world, "cp": cp_size, "dp": dp, "batch": args.batch, "algo": cp.algo,
        "balance": cp.balance, "seq": args.seq, "local_len": cp.local_len, "threads": threads,
        "steps": []}
 for step in range(args.steps):
     t0 = time.perf_counter()
     cp.stats(reset=True)
     opt.zero_grad(set_to_none=False)
-    loss = torch.zeros(())
+    loss = torch.zeros((), device=device)
     for j in range(per_replica):  # this replica's sequences of the batch, gradients accumulating
         x, y, pos = batch(step * args.batch + replica * per_replica + j)
         logits = model(x, pos)
@@ -195,7 +225,7 @@ for step in range(args.steps):
         off += n
     total = group.all_reduce(loss).item()
     if step == 0 and args.dump_grads and rank == 0:
-        longseq.save_safetensors(args.dump_grads, {n: t.grad for n, t in
+        longseq.save_safetensors(args.dump_grads, {n: t.grad.cpu() for n, t in
                                                    model.named_parameters()})
     opt.step()
     t1 = time.perf_counter()

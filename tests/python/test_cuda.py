@@ -7,7 +7,8 @@ generic fp32 kernels sum in a fixed order, as the CPU's), and rule 2 for bfloat1
 naive bf16 attention on the same GPU; the DLPack stream rule: inputs written on a side stream
 are read after that stream's work. Context parallelism on CUDA tensors: longseq.comm.nccl() over
 torch.distributed at world 1 (nccl_context_parallel.py; NCCL runs one rank per GPU, so one GPU
-holds one rank), and the refusal of CUDA tensors over an MPI group."""
+holds one rank), the refusal of CUDA tensors over an MPI group, and examples/torch_cp_llama.py
+with --device cuda against the same run on the CPU."""
 
 import json
 import os
@@ -104,3 +105,24 @@ def test_cuda_tensors_over_an_mpi_group_are_refused_naming_nccl():
     q = torch.randn(cp.local_len, 2, 8, device="cuda")
     with pytest.raises(ValueError, match="CUDA tensors need a longseq.comm.nccl\\(\\) group"):
         cp.attention(q, q, q)
+
+
+@pytest.mark.skipif(longseq.info()["nccl"] != "built" or longseq.info()["mpi"] != "built",
+                    reason="this build of longseq lacks NCCL or MPI")
+def test_the_example_on_the_gpu_follows_the_cpu(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    example = os.path.join(root, "examples", "torch_cp_llama.py")
+    common = ["--seq", "999", "--steps", "3", "--layers", "2", "--hidden", "64", "--heads", "4",
+              "--kv-heads", "2", "--threads", "2"]
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    logs = {}
+    for dev in ("cpu", "cuda"):
+        out = tmp_path / f"{dev}.json"
+        p = subprocess.run([sys.executable, example, *common, "--device", dev, "--json", str(out)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        logs[dev] = json.loads(out.read_text())
+    assert logs["cuda"]["device"].startswith("cuda")
+    for a, b in zip(logs["cpu"]["steps"], logs["cuda"]["steps"]):
+        # Other kernels and summation orders (cuBLAS, the GPU attention): fp32 rounding apart.
+        assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
