@@ -80,6 +80,18 @@ class OpenWorld {
   virtual Group& group() = 0;
   virtual void fail(const std::string& message) = 0;
   virtual void close() = 0;
+
+ protected:
+  /// The release rule above, for a backend's destructor (the base's cannot reach the overrides):
+  /// unless `closed`, fail() then close(), whose report of that failure is swallowed.
+  void release_unclosed(bool closed) noexcept {
+    if (closed) return;
+    try {
+      fail("the world was released without close()");
+      close();
+    } catch (...) {  // the failure just recorded is what close() reports
+    }
+  }
 };
 /// Opens this process's rank of a new world of the mpi backend (options.backend "mpi", or "any"
 /// under mpirun; without mpirun MPI starts as a singleton world of 1). Throws core::Error naming

@@ -437,14 +437,7 @@ class NcclOpenWorld final : public OpenWorld {
   NcclOpenWorld(int rank, const Topology& topo, int device, double timeout_s,
                 const ncclUniqueId& id)
       : rank_(rank), group_(world_group(rank, topo, device, timeout_s, id)) {}
-  ~NcclOpenWorld() override {
-    if (closed_) return;
-    try {
-      fail("the world was released without close()");
-      close();
-    } catch (...) {  // the failure just recorded is what close() reports
-    }
-  }
+  ~NcclOpenWorld() override { release_unclosed(closed_); }
   Group& group() override { return group_; }
   void fail(const std::string& message) override {
     if (failure_.empty()) failure_ = message.empty() ? std::string("failed") : message;
