@@ -281,12 +281,6 @@ class CpCore {
     if (!q.device.is_cpu()) attention::cuda::register_exec_device();
 #endif
   }
-  static void need_f32_on_gpu(const char* fn, std::initializer_list<const Array*> arrays) {
-    for (const Array* a : arrays)
-      if (!a->device.is_cpu() && a->dtype != DType::f32)
-        type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ", dtype_str(a->dtype),
-                   "); longseq.torch widens bfloat16 on the GPU");
-  }
 
   // The spec of a call, checked before any communication (every rank holds the same shapes,
   // so every rank raises alike).

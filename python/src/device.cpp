@@ -33,13 +33,6 @@ attention::AttentionSpec spec_for(const Array& q, const PyMask& mask, int64_t b,
   return s;
 }
 
-void need_f32(const char* fn, std::initializer_list<const Array*> arrays) {
-  for (const Array* a : arrays)
-    if (a->dtype != core::DType::f32)
-      type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ", dtype_str(a->dtype),
-                 "); longseq.torch widens bfloat16 on the GPU");
-}
-
 void run_world1(const std::function<void(comm::Group&)>& fn) {
   attention::cuda::register_exec_device();
   comm::Options opt;
@@ -58,11 +51,18 @@ void run_world1(const std::function<void(comm::Group&)>& fn) {
 
 }  // namespace
 
+void need_f32_on_gpu(const char* fn, std::initializer_list<const Array*> arrays) {
+  for (const Array* a : arrays)
+    if (!a->device.is_cpu() && a->dtype != core::DType::f32)
+      type_error(fn, ": CUDA tensors are float32 here (", a->name, " is ", dtype_str(a->dtype),
+                 "); longseq.torch widens bfloat16 on the GPU");
+}
+
 void device_attention_forward(const Array& q, const Array& k, const Array& v, const Array& o,
                               const Array& lse, const attention::LocalDims& dims,
                               const PyMask& mask, double scale, core::DType precision) {
 #if defined(LONGSEQ_WITH_CUDA)
-  need_f32("longseq.attention.forward", {&q, &k, &v, &o});
+  need_f32_on_gpu("longseq.attention.forward", {&q, &k, &v, &o});
   const attention::Layout layout(attention::Balance::contiguous, dims.tokens, 1);
   const int64_t t = dims.tokens, hq = dims.hq, hkv = dims.hkv, d = dims.d;
   run_world1([&](comm::Group& g) {
@@ -83,7 +83,7 @@ void device_attention_backward(const Array& dout, const Array& q, const Array& k
                                const Array& dv, const attention::LocalDims& dims,
                                const PyMask& mask, double scale, core::DType precision) {
 #if defined(LONGSEQ_WITH_CUDA)
-  need_f32("longseq.attention.backward", {&dout, &q, &k, &v, &o, &dq, &dk, &dv});
+  need_f32_on_gpu("longseq.attention.backward", {&dout, &q, &k, &v, &o, &dq, &dk, &dv});
   const attention::Layout layout(attention::Balance::contiguous, dims.tokens, 1);
   const int64_t t = dims.tokens, hq = dims.hq, hkv = dims.hkv, d = dims.d;
   run_world1([&](comm::Group& g) {

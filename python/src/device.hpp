@@ -20,6 +20,9 @@ namespace longseq::python {
 /// The stream named to __dlpack__ for tensors of the single-process attention (see above).
 inline constexpr intptr_t kLegacyStream = 1;
 
+/// TypeError for a CUDA tensor among `arrays` that is not float32 (the executor's API).
+void need_f32_on_gpu(const char* fn, std::initializer_list<const Array*> arrays);
+
 void device_attention_forward(const Array& q, const Array& k, const Array& v, const Array& o,
                               const Array& lse, const attention::LocalDims& dims,
                               const PyMask& mask, double scale, core::DType precision);
