@@ -238,6 +238,9 @@ def nccl(process_group=None, timeout=None, device=None):
         raise RuntimeError(f"{fn}: torch.distributed is not initialised: call "
                            f"torch.distributed.init_process_group(...) first (its group carries "
                            f"NCCL's unique id to every rank)")
+    if dist.get_rank(process_group) < 0:  # torch's answer for a process outside the group
+        raise ValueError(f"{fn}: this process (global rank {dist.get_rank()}) is not a member of "
+                         f"process_group; every member calls nccl(process_group), others not")
     if device is None:
         device = torch.cuda.current_device() if torch.cuda.is_available() else -1
     elif isinstance(device, torch.device):

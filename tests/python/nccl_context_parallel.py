@@ -81,6 +81,8 @@ def main():
             if rank in (1, 2):
                 uid, r, nodes = lc._bootstrap("test", pg, rank)
                 out.update(id=uid.hex(), group_rank=r, nodes=nodes)
+            else:
+                out.update(group=repr(lc.nccl(pg)))  # not a member: refused
         elif mode == "open":
             out.update(group=repr(lc.nccl()))
         elif mode == "same_gpu":
