@@ -160,15 +160,21 @@ def mpi(timeout=None, nodes=None):
         _world = world
         _group, _world_args = Group(_world.group), args
         return _group
-    given = {"timeout": timeout, "nodes": nodes}
-    asked = {k: args[k] for k, v in given.items() if v is not None and args[k] != _world_args[k]}
+    _check_reopen("longseq.comm.mpi", {"timeout": timeout, "nodes": nodes}, args, _world_args)
+    return _group
+
+
+def _check_reopen(fn, given, args, opened):
+    """A later call of mpi() or nccl() on an open world: ValueError naming both values for each
+    argument given (not None) whose value (``args``, as the first call normalised it) differs
+    from the world's (``opened``)."""
+    asked = {k: args[k] for k, v in given.items() if v is not None and args[k] != opened[k]}
     if asked:
-        raise ValueError("longseq.comm.mpi: the world is open with "
-                         + ", ".join(f"{k} {_world_args[k]}" for k in asked)
+        raise ValueError(f"{fn}: the world is open with "
+                         + ", ".join(f"{k} {opened[k]}" for k in asked)
                          + "; asked again for "
                          + ", ".join(f"{k} {v}" for k, v in asked.items())
                          + " (they hold for the world's life)")
-    return _group
 
 
 def _node_ids(hosts):
@@ -222,7 +228,8 @@ def nccl(process_group=None, timeout=None, device=None):
     ``process_group`` (None: the default group, which must be initialised:
     ``torch.distributed.init_process_group``), for CUDA tensors: one rank per process and GPU.
     Opened on the first call (a collective over that group: rank 0's NCCL unique id is broadcast
-    over it, the ranks' host names give the nodes), the same Group object after. ``device``: this
+    over it, the ranks' host names give the nodes), the same Group object after (a later call
+    that asks for another value of an argument raises ValueError naming both). ``device``: this
     rank's CUDA device index (default ``torch.cuda.current_device()``; set it with
     ``torch.cuda.set_device(local_rank)`` first). ``timeout``: seconds a blocked wait lasts
     before it raises ``longseq.RankFailed`` (default 300). Ranks are those of the process group,
@@ -242,28 +249,26 @@ def nccl(process_group=None, timeout=None, device=None):
         raise ValueError(f"{fn}: this process (global rank {dist.get_rank()}) is not a member of "
                          f"process_group; every member calls nccl(process_group), others not")
     if device is None:
-        device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+        dev = torch.cuda.current_device() if torch.cuda.is_available() else -1
     elif isinstance(device, torch.device):
         if device.type != "cuda":
             raise ValueError(f"{fn}: device {device} is not a CUDA device")
-        device = torch.cuda.current_device() if device.index is None else device.index
+        dev = torch.cuda.current_device() if device.index is None else device.index
     else:
-        device = as_int(fn, "device", device)
-    args = {"timeout": 300.0 if timeout is None else float(timeout), "device": device,
-            "group": process_group}
+        dev = as_int(fn, "device", device)
+        if dev < 0:
+            raise ValueError(f"{fn}: device {dev} must be a CUDA device index (>= 0)")
+    args = {"timeout": 300.0 if timeout is None else float(timeout), "device": dev,
+            "process_group": process_group}
     if not args["timeout"] > 0:
         raise ValueError(f"{fn}: timeout {args['timeout']} s must be positive")
     if _nccl_world is not None:
-        if any(args[k] != _nccl_args[k] for k in ("timeout", "device")) \
-                or args["group"] is not _nccl_args["group"]:
-            raise ValueError(f"{fn}: the world is open (timeout {_nccl_args['timeout']}, device "
-                             f"{_nccl_args['device']}, its process group); asked again with "
-                             f"timeout {args['timeout']}, device {args['device']} or another "
-                             f"process group (they hold for the world's life)")
+        _check_reopen(fn, {"timeout": timeout, "device": device, "process_group": process_group},
+                      args, _nccl_args)
         return _nccl_group
-    uid, rank, nodes = _bootstrap(fn, process_group, device)
-    world = _core.open_nccl_world(uid, rank, nodes, device, args["timeout"])
+    uid, rank, nodes = _bootstrap(fn, process_group, dev)
+    world = _core.open_nccl_world(uid, rank, nodes, dev, args["timeout"])
     _hook_exit()
     _nccl_world, _nccl_args = world, args
-    _nccl_group = Group(world.group, device)
+    _nccl_group = Group(world.group, dev)
     return _nccl_group

@@ -12,6 +12,7 @@ Modes:
              id's source, so its global rank is looked up)
   open       longseq.comm.nccl() as a user calls it; its error on a machine without GPUs
   same_gpu   longseq.comm.nccl(device=0) on every rank: two ranks of one host on one GPU
+  bad_device longseq.comm.nccl(device=-1)
   attention  context parallelism on CUDA tensors over the nccl group, every algorithm that runs
              at this world size, forward and backward against float64 attention on the host
              (needs a GPU per rank)
@@ -87,6 +88,8 @@ def main():
             out.update(group=repr(lc.nccl()))
         elif mode == "same_gpu":
             out.update(group=repr(lc.nccl(device=0)))
+        elif mode == "bad_device":
+            out.update(group=repr(lc.nccl(device=-1)))
         elif mode == "attention":
             out.update(attention_mode(rank, world))
         else:

@@ -117,3 +117,21 @@ def test_the_world_refuses_a_bad_id_rank_or_node_and_a_missing_gpu():
 def test_a_build_without_nccl_says_so():
     with pytest.raises(RuntimeError, match="this build of longseq has no NCCL"):
         lc.nccl()
+
+
+def test_a_later_call_compares_only_the_arguments_it_gives():
+    opened = {"timeout": 120.0, "device": 0, "process_group": None}
+    lc._check_reopen("f", {"timeout": None, "device": None, "process_group": None},
+                     {"timeout": 300.0, "device": 1, "process_group": None}, opened)
+    with pytest.raises(ValueError, match=r"^f: the world is open with timeout 120.0, device 0; "
+                                         r"asked again for timeout 300.0, device 1 \(they hold"):
+        lc._check_reopen("f", {"timeout": 300, "device": 1, "process_group": None},
+                         {"timeout": 300.0, "device": 1, "process_group": None}, opened)
+
+
+@needs_nccl
+def test_a_negative_device_is_refused_by_name(tmp_path):
+    got = ranks("bad_device", 2, tmp_path)
+    for g in got:
+        assert g["error"] == ("ValueError: longseq.comm.nccl: device -1 must be a CUDA device "
+                              "index (>= 0)"), g
