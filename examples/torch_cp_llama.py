@@ -201,9 +201,9 @@ opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weigh
 # Labelled tokens of a step: every sequence's last token's label is the next one in the text.
 count = args.seq * args.batch
 
-log = {"device": str(device), "world": world, "cp": cp_size, "dp": dp, "batch": args.batch, "algo": cp.algo,
-       "balance": cp.balance, "seq": args.seq, "local_len": cp.local_len, "threads": threads,
-       "steps": []}
+log = {"device": str(device), "world": world, "cp": cp_size, "dp": dp, "batch": args.batch,
+       "algo": cp.algo, "balance": cp.balance, "seq": args.seq, "local_len": cp.local_len,
+       "threads": threads, "steps": []}
 for step in range(args.steps):
     t0 = time.perf_counter()
     cp.stats(reset=True)

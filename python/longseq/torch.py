@@ -58,13 +58,19 @@ def _check_tensors(fn, **ts):
             raise TypeError(f"{fn}: {name} is a {type(t).__name__}, not a torch.Tensor")
 
 
+def _gpu_float32(q, k, v):
+    """q, k, v as the GPU executor takes them (its API is float32, python/src/device.hpp):
+    bfloat16 CUDA tensors widened on the GPU, and whether they were (then they still run the bf16
+    kernels). Anything else as it is."""
+    if q.is_cuda and q.dtype == _torch.bfloat16:
+        return q.float(), k.float(), v.float(), True
+    return q, k, v, False
+
+
 class _Attention(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, threads):
-        q_, k_, v_ = _detached(q, k, v)
-        widen = q.is_cuda and q.dtype == _torch.bfloat16
-        if widen:  # the GPU executor's API is float32 (python/src/device.hpp)
-            q_, k_, v_ = q_.float(), k_.float(), v_.float()
+        q_, k_, v_, widen = _gpu_float32(*_detached(q, k, v))
         precision = "bf16" if widen else "auto"
         o, lse = _attn.forward(q_, k_, v_, mask, scale, threads=threads, precision=precision)
         ctx.save_for_backward(q_, k_, v_, o, lse)
@@ -141,27 +147,24 @@ def attention(q, k, v, mask=None, softmax_scale=None, return_lse=False, *, threa
 class _CpAttention(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cp, mask, scale):
-        q_, k_, v_ = _detached(q, k, v)
-        dtype = q.dtype
-        if q.is_cuda and dtype == _torch.bfloat16:  # the GPU executor's API is float32
-            q_, k_, v_ = q_.float(), k_.float(), v_.float()
+        q_, k_, v_, widen = _gpu_float32(*_detached(q, k, v))
         o = _torch.empty_like(q_)
         lse = _torch.empty(q_.shape[:-1], dtype=_torch.float32, device=q_.device)
         m = mask.bind(cp.seq)
         s = 0.0 if scale is None else float(scale)
-        cp._core.forward(q_, k_, v_, o, lse, m, s)
+        cp._core.forward(q_, k_, v_, o, lse, m, s, bf16_kernels=widen)
         ctx.save_for_backward(q_, k_, v_, o, lse)
-        ctx.cfg = (cp, m, s, dtype)
+        ctx.cfg = (cp, m, s, q.dtype, widen)
         ctx.set_materialize_grads(False)  # an unused lse (or o) brings None, not zeros
-        return o.to(dtype), lse
+        return o.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse = _detached(*ctx.saved_tensors)
-        cp, m, s, dtype = ctx.cfg
+        cp, m, s, dtype, widen = ctx.cfg
         do, dlse = _output_grads(do, dlse, o)
         dq, dk, dv = _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
-        cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s, dlse)
+        cp._core.backward(do, q, k, v, o, lse, dq, dk, dv, m, s, dlse, bf16_kernels=widen)
         grads = (dq.to(dtype), dk.to(dtype), dv.to(dtype))
         return (*_graded("longseq.torch.ContextParallel.attention", *grads), None, None, None)
 
@@ -329,9 +332,10 @@ class ContextParallel:
         torch's index ops on x's device; unshard's gather is the group's (NCCL)."""
         fn = f"longseq.torch.ContextParallel.{op}"
         self._check_device(fn, "x", x)
-        if x.shape[dim] != (self.seq if op == "shard" else self.local_len):
+        want = self.seq if op == "shard" else self.local_len
+        if x.shape[dim] != want:
             raise ValueError(f"{fn}: x {list(x.shape)} has {x.shape[dim]} tokens along dim {dim}, "
-                             f"expected {self.seq if op == 'shard' else self.local_len}")
+                             f"expected {want}")
         out = x.new_zeros(shape)
         if op == "shard":
             rows, pos = (t.to(x.device) for t in self._rank_rows(self.rank))

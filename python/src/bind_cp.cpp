@@ -131,8 +131,11 @@ class CpCore {
       layout_.unshard_bytes(all.data() + r * local, outer, row, r, out.data);
   }
 
+  // bf16_kernels: the caller widened bfloat16 tensors for the GPU executor (longseq/torch.py);
+  // they run the bf16 kernels as the bfloat16 tensors would have.
   void forward(const py::object& q_, const py::object& k_, const py::object& v_,
-               const py::object& o_, const py::object& lse_, const PyMask& mask, double scale) {
+               const py::object& o_, const py::object& lse_, const PyMask& mask, double scale,
+               bool bf16_kernels) {
     constexpr const char* fn = "longseq.ContextParallel.attention";
     const Stream st = kLegacyStream;
     const Array q = from_python(fn, q_, "q", st), k = from_python(fn, k_, "k", st),
@@ -143,7 +146,7 @@ class CpCore {
     check_out(fn, lse, d.lse_shape, DType::f32, q);
     no_overlap(fn, {&o, &lse}, {&q, &k, &v});
     need_f32_on_gpu(fn, {&q, &k, &v, &o});
-    const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
+    const attention::AttentionSpec spec = spec_for(d, q, mask, scale, bf16_kernels);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
     py::gil_scoped_release nogil;
@@ -164,7 +167,7 @@ class CpCore {
   void backward(const py::object& do_, const py::object& q_, const py::object& k_,
                 const py::object& v_, const py::object& o_, const py::object& lse_,
                 const py::object& dq_, const py::object& dk_, const py::object& dv_,
-                const PyMask& mask, double scale, const py::object& dlse_) {
+                const PyMask& mask, double scale, const py::object& dlse_, bool bf16_kernels) {
     constexpr const char* fn = "longseq.ContextParallel.attention (backward)";
     const Stream st = kLegacyStream;
     const Array q = from_python(fn, q_, "q", st), k = from_python(fn, k_, "k", st),
@@ -187,7 +190,7 @@ class CpCore {
       value_error(fn, ": a gradient reached lse, and q is on ", q.device.str(),
                   "; the GPU executor takes no lse gradient (use o only, or host tensors)");
     const std::optional<Array> dlse = lse_grad(fn, dlse_, d, q, {&dq, &dk, &dv}, st);
-    const attention::AttentionSpec spec = spec_for(d, q, mask, scale);
+    const attention::AttentionSpec spec = spec_for(d, q, mask, scale, bf16_kernels);
     const int64_t l = d.dims.tokens, hq = d.dims.hq, hkv = d.dims.hkv, dd = d.dims.d;
     const core::Shape qs{l, hq, dd}, ks{l, hkv, dd};
     py::gil_scoped_release nogil;
@@ -284,14 +287,14 @@ class CpCore {
 
   // The spec of a call, checked before any communication (every rank holds the same shapes,
   // so every rank raises alike).
-  attention::AttentionSpec spec_for(const Qkv& d, const Array& q, const PyMask& mask,
-                                    double scale) const {
+  attention::AttentionSpec spec_for(const Qkv& d, const Array& q, const PyMask& mask, double scale,
+                                    bool bf16_kernels) const {
     attention::AttentionSpec s = spec_;
     s.mask = mask.specs.front();
     s.scale = scale;
     s.device = q.device;
     // bf16 tensors run the bf16 kernels on the tensors themselves (the engine's bf16 forms).
-    if (q.dtype == DType::bf16) s.precision = DType::bf16;
+    if (q.dtype == DType::bf16 || bf16_kernels) s.precision = DType::bf16;
     attention::validate(s, layout_, group_.topology(), d.dims.hq, d.dims.hkv, d.dims.d);
     return s;
   }
@@ -326,10 +329,11 @@ void bind_context_parallel(py::module_& m) {
       .def("shard", &CpCore::shard, py::arg("x"), py::arg("dim"), py::arg("out"))
       .def("unshard", &CpCore::unshard, py::arg("x"), py::arg("dim"), py::arg("out"))
       .def("forward", &CpCore::forward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
-           py::arg("lse"), py::arg("mask"), py::arg("scale") = 0.0)
+           py::arg("lse"), py::arg("mask"), py::arg("scale") = 0.0, py::arg("bf16_kernels") = false)
       .def("backward", &CpCore::backward, py::arg("do"), py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("o"), py::arg("lse"), py::arg("dq"), py::arg("dk"), py::arg("dv"),
-           py::arg("mask"), py::arg("scale") = 0.0, py::arg("dlse") = py::none())
+           py::arg("mask"), py::arg("scale") = 0.0, py::arg("dlse") = py::none(),
+           py::arg("bf16_kernels") = false)
       .def("stats", &CpCore::stats, py::arg("reset") = false);
 }
 

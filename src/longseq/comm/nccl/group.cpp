@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "longseq/comm/group_impl.hpp"
 #include "longseq/comm/nccl_backend.hpp"
@@ -445,18 +446,10 @@ class NcclOpenWorld final : public OpenWorld {
   void close() override {
     core::require(!closed_, "comm", "close() of a world that is already closed");
     closed_ = true;
-    if (failure_.empty()) {
-      try {
-        group_.barrier();  // every rank's operations are complete before the communicator goes
-      } catch (...) {
-        group_ = Group();
-        throw;
-      }
-      group_ = Group();
-      return;
-    }
-    group_ = Group();
-    throw RankFailed(rank_, failure_);
+    // The communicator goes with `g` on every path, a throwing barrier's included.
+    Group g = std::exchange(group_, Group());
+    if (!failure_.empty()) throw RankFailed(rank_, failure_);
+    g.barrier();  // every rank's operations are complete before the communicator goes
   }
 
  private:
