@@ -154,6 +154,8 @@ void bind_comm(py::module_& m) {
         // The id, rank, device and timeout are comm::open_nccl_world's to check; the node ids
         // are longseq/comm.py's dense ones, which Topology would otherwise renumber silently.
         const int n = static_cast<int>(node_of_rank.size());
+        if (n == 0)  // a Topology of no ranks is a broken invariant (an abort), not an error
+          value_error("longseq.comm.nccl: nodes is empty: one node id per rank");
         for (int r = 0; r < n; ++r)
           if (node_of_rank[static_cast<size_t>(r)] < 0 || node_of_rank[static_cast<size_t>(r)] >= n)
             value_error("longseq.comm.nccl: node ", node_of_rank[static_cast<size_t>(r)],

@@ -103,6 +103,10 @@ def test_the_world_refuses_a_bad_id_rank_or_node_and_a_missing_gpu():
         core.open_nccl_world(b"short", 0, [0], 0, 30.0)
     with pytest.raises(ValueError, match="rank 2 of a world of 2"):
         core.open_nccl_world(bytes(128), 2, [0, 0], 0, 30.0)
+    with pytest.raises(ValueError, match="nodes is empty: one node id per rank"):
+        core.open_nccl_world(bytes(128), 0, [], 0, 30.0)
+    with pytest.raises(ValueError, match=r"rank -5 of a world of 1"):
+        core.open_nccl_world(bytes(128), -5, [0], 0, 30.0)
     with pytest.raises(ValueError, match="node 5 of rank 1 is not in"):
         core.open_nccl_world(bytes(128), 0, [0, 5], 0, 30.0)
     with pytest.raises(ValueError, match="timeout 0 s must be positive"):
