@@ -73,7 +73,7 @@ def as_mask(mask, default="full"):
     if hasattr(mask, "__dlpack__") and len(getattr(mask, "shape", ())) == 2:
         # torch's attn_mask habit: say how such a mask is written here, rather than guess at
         # its convention (bool: True takes part; float: added to the scores).
-        hint = (f" (a dense [T, T] mask of which keys each query sees: "
-                f"longseq.Mask(block_mask=m, block_size=1), m bool or uint8, 1 = sees)")
+        hint = (" (a dense [T, T] mask of which keys each query sees: "
+                "longseq.Mask(block_mask=m, block_size=1), m bool or uint8, 1 = sees)")
     raise TypeError(f"mask must be None, a str of the --mask grammar or a longseq.Mask, got "
                     f"{type(mask).__name__}{hint}")
