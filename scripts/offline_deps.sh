@@ -15,14 +15,16 @@
 # The packages are Debian 12's: oneDNN 2.6 (the GEMM library) and ICU 72 (the tokenizer), with the
 # OpenCL loader that Debian's oneDNN links (libOpenCL.so.1; a CUDA image need not have it). Their
 # other dependencies (libc, libstdc++, libgomp) are on every Linux that runs g++ 12 or later.
-# pybind11 2.10 (its headers and CMake package) and DLPack's header build the Python package
-# there (header-only: the module is built for that machine's own Python).
+# DLPack's header, and pybind11 2.10 (its headers and CMake package) for a Python that has no
+# pybind11 of its own, build the Python package there (header-only: the module is built for that
+# machine's own Python; CMakeLists.txt prefers the interpreter's pybind11, which the lent GPU
+# machine's Python 3.12 needs).
 set -euo pipefail
 PACKAGES=(libdnnl-dev libdnnl2 ocl-icd-libopencl1 libicu-dev libicu72 icu-devtools pybind11-dev
   libdlpack-dev)
 
 usage() {
-  sed -n '2,18p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 }
 [ $# -eq 2 ] || usage

@@ -25,12 +25,17 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
-  static py::exception<comm::RankFailed> rank_failed(m, "RankFailed", PyExc_RuntimeError);
+  // The module's attribute holds the exception type for the life of the process; the translator
+  // keeps a bare handle to it. A static py::exception would release its reference at exit, after
+  // the interpreter is gone, and its call operator is deprecated from pybind11 2.12 (a warning,
+  // an error under -Werror) where py::set_error, which 2.10 lacks, replaces it.
+  static const py::handle rank_failed =
+      py::exception<comm::RankFailed>(m, "RankFailed", PyExc_RuntimeError).release();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const comm::RankFailed& e) {
-      rank_failed(e.what());
+      PyErr_SetString(rank_failed.ptr(), e.what());
     }
   });
   // A bad LONGSEQ_ISA is one error at import, not a failure inside the first kernel.
