@@ -27,7 +27,7 @@ readonly MAX_FILE_BYTES=$((16 * 1024 * 1024))
 readonly MAX_TREE_BYTES=$((64 * 1024 * 1024))
 
 usage() {
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 }
 
