@@ -54,14 +54,13 @@ TORCH_PYTHON=${TORCH_PYTHON:-python3}
   > "$out/test_cuda.txt" 2>&1 || rc=1
 "$TORCH_PYTHON" bench/cuda_test_errors.py "$out/test_cuda.json" --out "$out/errors.json" \
   --text "$out/errors.txt" > /dev/null 2>&1 || echo "[gpu_check] error table failed" >&2
-# Each later step is capped at GPU_CHECK_BENCH_S seconds (default 90).
-cap=${GPU_CHECK_BENCH_S:-90}
 # The Python package's CUDA tensors (tests/python/test_cuda.py, docs/python.md "GPUs") with
 # $TORCH_PYTHON's torch, in a build of its own for that interpreter (pybind11 the interpreter's,
 # else from LONGSEQ_DEPS); GPU_CHECK_PYTHON=0 leaves it out. Never fails the check: its outcome
 # is python_cuda.txt and the summary line. GPU_CHECK_PYTHON_BUILD_S caps its build (default
-# 180 s). It comes before the benchmarks, so that a deadline cutting the pass
-# (scripts/gpu_lease.sh) cuts timings, not the first run of a correctness check.
+# 180 s), GPU_CHECK_PYTHON_TEST_S its tests (default 150 s: two of them start processes that
+# import torch and open CUDA and NCCL). It comes before the benchmarks, so that a deadline
+# cutting the pass (scripts/gpu_lease.sh) cuts timings, not the first run of a correctness check.
 python_cuda="not run"
 if [ "${GPU_CHECK_PYTHON:-1}" = 1 ]; then
   py=$(command -v "$TORCH_PYTHON" || true)
@@ -75,13 +74,15 @@ if [ "${GPU_CHECK_PYTHON:-1}" = 1 ]; then
       # test_cuda.py opens an MPI world of 1 without mpirun (root on the lent machine).
       py_rc=0
       (cd tests/python && PYTHONPATH="$PWD/../../build-gpu-python/python" \
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$cap" "$py" -m pytest \
-        -q -p no:cacheprovider test_cuda.py) >> "$out/python_cuda.txt" 2>&1 || py_rc=$?
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout "${GPU_CHECK_PYTHON_TEST_S:-150}" "$py" -m pytest \
+        -q -p no:cacheprovider --durations=10 test_cuda.py) >> "$out/python_cuda.txt" 2>&1 || py_rc=$?
       # pytest's 5 is "no tests collected": the file skipped itself whole (torch sees no GPU, or
       # the module was built without CUDA), which is not a pass on a GPU machine either.
       case $py_rc in
         0) python_cuda="passed" ;;
         5) python_cuda="NOT RUN (test_cuda.py skipped itself: torch sees no GPU or no CUDA build)" ;;
+        124) python_cuda="CUT at ${GPU_CHECK_PYTHON_TEST_S:-150} s (GPU_CHECK_PYTHON_TEST_S)" ;;
         *) python_cuda="FAILED (pytest exit status $py_rc)" ;;
       esac
       python_cuda="$python_cuda: $(grep -E '[0-9]+ (passed|failed|skipped)' "$out/python_cuda.txt" | tail -1)"
@@ -94,9 +95,10 @@ if [ "${GPU_CHECK_PYTHON:-1}" = 1 ]; then
 fi
 t2=$(date +%s)
 benches=()
-# Each benchmark is capped (timeout, cap above) so that the whole check stays inside the GPU
-# machine's minutes; a capped run keeps the JSON rows it wrote so far (the attention bench writes
-# after every row).
+# Each benchmark is capped (timeout) so that the whole check stays inside the GPU machine's
+# minutes; a capped run keeps the JSON rows it wrote so far (the attention bench writes after
+# every row). GPU_CHECK_BENCH_S overrides the cap (seconds).
+cap=${GPU_CHECK_BENCH_S:-90}
 for b in "$BUILD_DIR"/bench/cuda_*_bench; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
