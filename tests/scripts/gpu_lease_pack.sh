@@ -70,7 +70,7 @@ tar -xzOf "$tmp/out3/results.tar.gz" results/early.txt | grep -q written || fail
 
 # 4. run without a place to pack into, and a bad deadline: refused by name.
 rc=0
-env -u OUT -u LEASE_OUT LEASE_WORK=$tmp/work4 bash "$lease" run -- true > "$tmp/e1.txt" 2>&1 || rc=$?
+env -u OUT -u LEASE_OUT LEASE_WORK="$tmp/work4" bash "$lease" run -- true > "$tmp/e1.txt" 2>&1 || rc=$?
 { [ "$rc" -eq 2 ] && grep -q 'neither OUT' "$tmp/e1.txt"; } || fail "a run without OUT was not refused"
 rc=0
 LEASE_WORK=$tmp/work5 LEASE_OUT=$tmp/out4 GPU_LEASE_S=7m bash "$lease" run -- true > "$tmp/e2.txt" 2>&1 || rc=$?
