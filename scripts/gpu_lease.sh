@@ -42,10 +42,8 @@ pack() {
   local cut=$((${GPU_LEASE_FILE_MIB:-4} * 1024 * 1024))
   local stage
   stage=$(mktemp -d)
-  local notes=()
   while :; do
     rm -rf "${stage:?}"/*
-    notes=()
     mkdir -p "$stage/results"
     (cd "$dir" && find . -type f -print0) | while IFS= read -r -d '' f; do
       mkdir -p "$stage/results/$(dirname "$f")"
@@ -66,9 +64,7 @@ pack() {
       break
     fi
     cut=$((cut / 2))
-    rm -f "$stage/cut.txt"
   done
-  [ -f "$stage/cut.txt" ] && mapfile -t notes < "$stage/cut.txt"
   {
     if [ -f "$dir/summary.txt" ]; then
       cat "$dir/summary.txt"
@@ -81,7 +77,7 @@ pack() {
           tail -n 8 "$dir/$f"
         done
     fi
-    for n in "${notes[@]}"; do echo "[gpu_lease] cut: $n"; done
+    [ ! -f "$stage/cut.txt" ] || sed 's/^/[gpu_lease] cut: /' "$stage/cut.txt"
     echo "[gpu_lease] $(cd "$dir" && find . -type f | wc -l) files in results.tar.gz" \
       "($(stat -c %s "$stage/results.tar.gz") bytes)"
   } > "$stage/summary.txt"
@@ -154,9 +150,10 @@ run() {
   local secs=$(($(date +%s) - t0))
   local how="exit status $rc"
   [ "$rc" -eq 124 ] && how="cut at the deadline of ${deadline} s (exit status 124)"
-  echo "[gpu_lease] ${cmd[*]}: $how after $secs s" >> "$LEASE_WORK/lease.txt"
+  local line="[gpu_lease] ${cmd[*]}: $how after $secs s"
+  echo "$line" >> "$LEASE_WORK/lease.txt"
   pack "$LEASE_WORK" "$dest"
-  echo "[gpu_lease] ${cmd[*]}: $how after $secs s" >> "$dest/summary.txt"
+  echo "$line" >> "$dest/summary.txt"
   cat "$dest/summary.txt"
   tail -n 20 "$LEASE_WORK/command.txt"
   return "$rc"
